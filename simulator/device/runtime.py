@@ -1,0 +1,112 @@
+"""CuPy plumbing: availability checks, NVRTC module cache, provenance of a device run.
+
+Kernels live in the repository's ``kernels/`` folder and are compiled with NVRTC through
+``cupy.RawModule`` for ``sm_90a`` with ``--use_fast_math`` (FlashAttention-3's flags), unless a
+caller passes other options.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import hashlib
+import platform
+import subprocess
+from pathlib import Path
+
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+DEFAULT_OPTIONS = ("-arch=sm_90a", "--use_fast_math", "-std=c++17")
+INSTALL_HINT = "pip install 'fa3-hopper-simulator[gpu]'  (installs cupy-cuda13x)"
+
+
+class DeviceUnavailable(RuntimeError):
+    """CuPy is not installed or sees no CUDA GPU; the message names what is missing."""
+
+
+def _import_cupy():
+    try:
+        import cupy  # noqa: PLC0415 - optional dependency
+    except ImportError as exc:
+        raise DeviceUnavailable(f"CuPy is not installed ({exc}); install it with: {INSTALL_HINT}") from exc
+    return cupy
+
+
+def gpu_available() -> tuple[bool, str]:
+    """Return ``(True, name)`` when CuPy sees a CUDA GPU, else ``(False, reason)``."""
+    try:
+        cupy = _import_cupy()
+        count = cupy.cuda.runtime.getDeviceCount()
+    except DeviceUnavailable as exc:
+        return False, str(exc)
+    except Exception as exc:  # CUDA driver missing or broken
+        return False, f"CuPy is installed but CUDA is not usable: {exc}"
+    if count == 0:
+        return False, "CuPy is installed but sees no CUDA GPU"
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    return True, props["name"].decode()
+
+
+def require_gpu():
+    """Return the cupy module, or raise :class:`DeviceUnavailable` saying what is missing."""
+    ok, why = gpu_available()
+    if not ok:
+        raise DeviceUnavailable(why)
+    return _import_cupy()
+
+
+def kernel_source(relpath: str) -> str:
+    """Text of a kernel source under ``kernels/`` (e.g. ``"probes/numerics.cu"``)."""
+    path = KERNELS_DIR / relpath
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source not found: {path}")
+    return path.read_text()
+
+
+def source_sha256(relpath: str) -> str:
+    """SHA-256 of a kernel source file, recorded with every device output made from it."""
+    return hashlib.sha256(kernel_source(relpath).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=32)
+def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
+    """Compile ``kernels/<relpath>`` with NVRTC once per (source, options) and return the module.
+
+    Raises:
+        DeviceUnavailable: no CuPy or no GPU.
+        RuntimeError: NVRTC rejected the source; the message carries the compiler log.
+    """
+    cupy = require_gpu()
+    src = kernel_source(relpath)
+    try:
+        module = cupy.RawModule(code=src, options=options, backend="nvrtc")
+        module.compile()
+    except cupy.cuda.compiler.CompileException as exc:
+        raise RuntimeError(f"NVRTC failed to compile kernels/{relpath}:\n{exc.get_message()}") from exc
+    return module
+
+
+def device_info() -> dict:
+    """Provenance of the current GPU and toolchain, for every report and recorded output."""
+    cupy = require_gpu()
+    rt = cupy.cuda.runtime
+    props = rt.getDeviceProperties(0)
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        smi = ""
+    nvrtc = cupy.cuda.nvrtc.getVersion()
+    return {
+        "gpu": props["name"].decode(),
+        "compute_capability": f"{props['major']}.{props['minor']}",
+        "multiprocessors": int(props["multiProcessorCount"]),
+        "driver": smi.split(",")[-1].strip() if smi else None,
+        "cuda_driver_api": rt.driverGetVersion(),
+        "cuda_runtime": rt.runtimeGetVersion(),
+        "nvrtc": f"{nvrtc[0]}.{nvrtc[1]}",
+        "cupy": cupy.__version__,
+        "host": platform.node(),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }

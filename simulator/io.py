@@ -1,0 +1,44 @@
+"""Atomic file output: every file the tool writes appears whole or not at all.
+
+Each writer writes to a temporary file in the destination folder, flushes it to disk and
+renames it over the destination (``os.replace`` is atomic on POSIX and Windows).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; parent folders are created. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> Path:
+    """Write ``obj`` as indented JSON (UTF-8, trailing newline) atomically."""
+    return write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def save_npz_atomic(path: str | os.PathLike, **arrays: np.ndarray) -> Path:
+    """``numpy.savez_compressed`` to ``path`` atomically."""
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return write_bytes_atomic(path, buf.getvalue())

@@ -1,0 +1,39 @@
+"""Numerics layer: float32 and narrow-format arithmetic with the semantics of sm_90 PTX.
+
+Public API:
+    fadd, fsub, fmul, ffma, fmax, fmin  -- float32 ops (``ftz=`` keyword), see :mod:`.float32`
+    convert, to_float32, convert_x2, FORMATS -- cvt to/from bf16, f16, e4m3, e5m2, see :mod:`.convert`
+    flush_subnormal, canonicalize_nan, to_bits, from_bits -- bit helpers, see :mod:`.bits`
+"""
+
+from .bits import (
+    CANONICAL_NAN_BITS,
+    canonicalize_nan,
+    flush_subnormal,
+    from_bits,
+    hexbits,
+    require_float32,
+    to_bits,
+)
+from .convert import FORMATS, convert, convert_x2, to_float32
+from .float32 import fadd, ffma, fmax, fmin, fmul, fsub
+
+__all__ = [
+    "CANONICAL_NAN_BITS",
+    "FORMATS",
+    "canonicalize_nan",
+    "convert",
+    "convert_x2",
+    "fadd",
+    "ffma",
+    "flush_subnormal",
+    "fmax",
+    "fmin",
+    "fmul",
+    "from_bits",
+    "fsub",
+    "hexbits",
+    "require_float32",
+    "to_bits",
+    "to_float32",
+]

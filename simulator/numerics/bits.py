@@ -1,0 +1,81 @@
+"""Bit-level helpers for IEEE binary32 values: views, checks, flushing, canonical NaN.
+
+Everything here works on NumPy arrays of any shape and never copies more than it must.
+The rules these helpers encode come from the PTX ISA ("Floating Point Instructions":
+`.ftz` flushes subnormal inputs and results to sign-preserving zero) and from the H200
+measurements recorded in ``simulator/data/device/numerics_report.json``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Bit pattern of every NaN that an sm_90 float32 instruction produces (measured: see
+#: ``simulator/data/device/numerics_report.json``; PTX ISA calls it the canonical NaN).
+CANONICAL_NAN_BITS = np.uint32(0x7FFFFFFF)
+
+SIGN_MASK = np.uint32(0x80000000)
+EXP_MASK = np.uint32(0x7F800000)
+MANT_MASK = np.uint32(0x007FFFFF)
+
+
+def require_float32(name: str, x) -> np.ndarray:
+    """Return ``x`` as a float32 ndarray, or raise if it is anything else.
+
+    Accepts a ``numpy.ndarray`` of dtype float32 or a ``numpy.float32`` scalar (returned as a
+    0-d array). Nothing is cast: a float64 array or a Python float is an error, because a silent
+    cast would round before the emulated instruction sees the value.
+
+    Raises:
+        TypeError: naming ``name``, the expected dtype and what was given.
+    """
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.float32:
+            raise TypeError(f"{name}: expected a float32 array, got dtype {x.dtype}")
+        return x
+    if isinstance(x, np.float32):
+        return np.asarray(x)
+    raise TypeError(
+        f"{name}: expected a numpy float32 array or numpy.float32 scalar, got "
+        f"{type(x).__name__}; convert explicitly, e.g. np.float32(value)"
+    )
+
+
+def to_bits(x: np.ndarray) -> np.ndarray:
+    """View a float32 array as uint32 bit patterns (no copy)."""
+    return np.ascontiguousarray(x).view(np.uint32)
+
+
+def from_bits(u: np.ndarray) -> np.ndarray:
+    """View a uint32 array as float32 values (no copy)."""
+    return np.ascontiguousarray(u, dtype=np.uint32).view(np.float32)
+
+
+def is_subnormal(x: np.ndarray) -> np.ndarray:
+    """Boolean mask of nonzero float32 values whose biased exponent is 0."""
+    u = to_bits(x)
+    return ((u & EXP_MASK) == 0) & ((u & ~SIGN_MASK) != 0)
+
+
+def flush_subnormal(x: np.ndarray) -> np.ndarray:
+    """Replace subnormal float32 values by zero of the same sign (the `.ftz` rule).
+
+    Shape and dtype are kept; a new array is returned.
+    """
+    out = np.array(x, dtype=np.float32, copy=True)
+    u = out.view(np.uint32)
+    np.putmask(u, (u & EXP_MASK) == 0, u & SIGN_MASK)
+    return out
+
+
+def canonicalize_nan(x: np.ndarray) -> np.ndarray:
+    """Replace every NaN (any payload, any sign) by the canonical 0x7fffffff."""
+    out = np.array(x, dtype=np.float32, copy=True)
+    u = out.view(np.uint32)
+    np.putmask(u, (u & ~SIGN_MASK) > EXP_MASK, CANONICAL_NAN_BITS)
+    return out
+
+
+def hexbits(x) -> str:
+    """Readable hex of one float32 value, e.g. ``'0x3f800000'``."""
+    return f"0x{int(np.asarray(x, dtype=np.float32).view(np.uint32)):08x}"

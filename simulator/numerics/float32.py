@@ -1,0 +1,179 @@
+"""float32 arithmetic with PTX semantics: add/sub/mul/fma (.rn, optional .ftz), max/min.
+
+Each function takes float32 arrays (NumPy broadcasting applies) and returns a new float32
+array. The rules, by PTX ISA section "Floating Point Instructions":
+
+* ``add.rn.f32``, ``sub.rn.f32``, ``mul.rn.f32``: IEEE 754 round-to-nearest-even of the exact
+  result, subnormals supported. With ``ftz=True`` (the ``.ftz`` modifier, and what
+  ``--use_fast_math`` makes of every float32 op) subnormal inputs are read as zero of the same
+  sign and a subnormal result is written as zero of the same sign.
+* ``fma.rn.f32``: one rounding of the exact ``a*b + c`` (FFMA).
+* ``max.f32`` / ``min.f32``: a NaN operand loses to a number; both NaN gives NaN; +0 > -0.
+* Every NaN result is the canonical 0x7fffffff.
+
+All of it is checked against the H200 by ``python -m simulator.device.numerics_sweep`` (report in
+``simulator/data/device/numerics_report.json``, CI sample in ``simulator/data/device/``).
+
+How the exact results are obtained without a float64 double-rounding error:
+add, sub and mul go through float64, which is exact for the product and innocuous for the sum
+(53 >= 2*24 + 2 bits, Figueroa 1995). For fma the float64 sum ``s = RN53(a*b + c)`` can land
+exactly on a float32 rounding midpoint while the exact value does not; only then (and for results
+in the float32 subnormal range, where the midpoint test differs) the error term of the sum is
+computed exactly (TwoSum) and ``s`` is replaced by its round-to-odd neighbour, which float32
+rounding then resolves correctly (Boldo and Melquiond 2008).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, flush_subnormal, require_float32
+
+# In a float64 whose value lies in float32's normal range, these are the 29 significand bits
+# below float32 precision; the pattern 1000...0 marks an exact float32 rounding midpoint.
+_LOW29 = np.uint64((1 << 29) - 1)
+_HALF29 = np.uint64(1 << 28)
+_EXP64 = np.uint64(0x7FF0_0000_0000_0000)
+_TINY_EXP64 = np.uint64((1023 - 126) << 52)  # biased float64 exponent field of 2**-126
+
+
+def _prepare(ftz: bool, **operands) -> list[np.ndarray]:
+    """Validate operands (by keyword name) and apply the .ftz input flush."""
+    arrays = [require_float32(name, value) for name, value in operands.items()]
+    if ftz:
+        arrays = [flush_subnormal(a) for a in arrays]
+    return arrays
+
+
+def _finish(result: np.ndarray, ftz: bool) -> np.ndarray:
+    """Output rules, in place on a freshly computed result: .ftz flush, canonical NaN."""
+    result = np.asarray(result)
+    u = result.view(np.uint32)
+    if ftz:
+        np.putmask(u, (u & EXP_MASK) == 0, u & SIGN_MASK)
+    np.putmask(u, (u & ~SIGN_MASK) > EXP_MASK, CANONICAL_NAN_BITS)
+    return result
+
+
+def _round64(x64: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x64.astype(np.float32)
+
+
+def fadd(a, b, *, ftz: bool = False) -> np.ndarray:
+    """``add.rn{.ftz}.f32``: a + b rounded once to nearest-even.
+
+    Args:
+        a, b: float32 arrays (broadcast together).
+        ftz: flush subnormal inputs and results to sign-preserving zero.
+    Returns:
+        float32 array of the broadcast shape; NaN results are 0x7fffffff.
+    Raises:
+        TypeError: an operand is not float32.
+    """
+    a, b = _prepare(ftz, a=a, b=b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = a.astype(np.float64) + b.astype(np.float64)
+    return _finish(_round64(s), ftz)
+
+
+def fsub(a, b, *, ftz: bool = False) -> np.ndarray:
+    """``sub.rn{.ftz}.f32``: a - b rounded once to nearest-even. See :func:`fadd`."""
+    a, b = _prepare(ftz, a=a, b=b)
+    with np.errstate(invalid="ignore"):
+        s = a.astype(np.float64) - b.astype(np.float64)
+    return _finish(_round64(s), ftz)
+
+
+def fmul(a, b, *, ftz: bool = False) -> np.ndarray:
+    """``mul.rn{.ftz}.f32``: a * b rounded once to nearest-even. See :func:`fadd`."""
+    a, b = _prepare(ftz, a=a, b=b)
+    with np.errstate(invalid="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)  # exact: 48 significant bits
+    return _finish(_round64(p), ftz)
+
+
+def ffma(a, b, c, *, ftz: bool = False) -> np.ndarray:
+    """``fma.rn{.ftz}.f32`` (SASS FFMA): a * b + c with a single rounding to nearest-even.
+
+    The product is not rounded or flushed on its own; with ``ftz`` only the three inputs and
+    the final result are flushed.
+
+    Args:
+        a, b, c: float32 arrays (broadcast together).
+        ftz: flush subnormal inputs and results to sign-preserving zero.
+    Returns:
+        float32 array of the broadcast shape; NaN results are 0x7fffffff.
+    Raises:
+        TypeError: an operand is not float32.
+    """
+    a, b, c = _prepare(ftz, a=a, b=b, c=c)
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    s = np.empty(shape, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(a, b, out=s, dtype=np.float64)  # exact: 48 significant bits
+        np.add(s, c, out=s, dtype=np.float64)
+    _fix_double_rounding(a, b, c, s)
+    return _finish(_round64(s), ftz)
+
+
+def _fix_double_rounding(a, b, c, s: np.ndarray) -> None:
+    """Apply round-to-odd, in place, to the float64 sums ``s`` whose float32 rounding could err.
+
+    Candidates are sums that sit exactly on a float32 midpoint (normal range) and sums below
+    float32's smallest normal; everything else already rounds correctly from ``s``.
+    """
+    bits = s.view(np.uint64)
+    scratch = bits & _LOW29
+    candidate = scratch == _HALF29
+    np.bitwise_and(bits, _EXP64, out=scratch)
+    candidate |= scratch < _TINY_EXP64
+    if not candidate.any():
+        return
+    idx = np.nonzero(candidate)
+    shape = s.shape
+    ps = np.broadcast_to(a, shape)[idx].astype(np.float64) * np.broadcast_to(b, shape)[idx]
+    cs = np.broadcast_to(c, shape)[idx].astype(np.float64)
+    ss = s[idx]
+    with np.errstate(invalid="ignore", over="ignore"):
+        # TwoSum: ss + err == ps + cs exactly (no overflow is possible for float32 operands).
+        bv = ss - ps
+        err = (ps - (ss - bv)) + (cs - bv)
+    sbits = ss.view(np.int64)
+    odd_needed = (err != 0) & ((sbits & 1) == 0) & np.isfinite(ss)
+    step = np.where(odd_needed, np.where((err > 0) == (ss > 0), 1, -1), 0)
+    s[idx] = (sbits + step).view(np.float64)
+
+
+def _select_extreme(a: np.ndarray, b: np.ndarray, take_max: bool) -> np.ndarray:
+    a, b = np.broadcast_arrays(a, b)
+    ua = np.ascontiguousarray(a).view(np.uint32)
+    ub = np.ascontiguousarray(b).view(np.uint32)
+    a_wins = (a > b) if take_max else (a < b)
+    # Equal values differ only for +0/-0: AND of the bits picks +0 (max), OR picks -0 (min).
+    tie = ua & ub if take_max else ua | ub
+    out = np.where(a_wins, ua, np.where(a == b, tie, ub))
+    out = np.where(np.isnan(a), ub, out)
+    out = np.where(np.isnan(b), ua, out)
+    return out.view(np.float32)
+
+
+def fmax(a, b, *, ftz: bool = False) -> np.ndarray:
+    """``max{.ftz}.f32``: the larger operand; a NaN operand loses; +0 > -0.
+
+    Args:
+        a, b: float32 arrays (broadcast together).
+        ftz: read subnormal inputs as zero of the same sign.
+    Returns:
+        float32 array; when both operands are NaN the result is 0x7fffffff.
+    Raises:
+        TypeError: an operand is not float32.
+    """
+    a, b = _prepare(ftz, a=a, b=b)
+    return _finish(_select_extreme(a, b, take_max=True), ftz)
+
+
+def fmin(a, b, *, ftz: bool = False) -> np.ndarray:
+    """``min{.ftz}.f32``: the smaller operand; a NaN operand loses; -0 < +0. See :func:`fmax`."""
+    a, b = _prepare(ftz, a=a, b=b)
+    return _finish(_select_extreme(a, b, take_max=False), ftz)
