@@ -68,8 +68,8 @@ def _split(size: int, weights: list[float]) -> list[int]:
 
 
 def _binary_block(op: str, rng: _Bits, size: int) -> tuple[np.ndarray, np.ndarray]:
-    n_rand, n_close, n_cancel, n_tie, n_sub, n_over, n_spec = _split(
-        size, [0.5, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05]
+    n_rand, n_close, n_cancel, n_tie, n_sub, n_edge, n_over, n_spec = _split(
+        size, [0.45, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05]
     )
     parts_a, parts_b = [], []
 
@@ -111,6 +111,14 @@ def _binary_block(op: str, rng: _Bits, size: int) -> tuple[np.ndarray, np.ndarra
             _pack(rng.sign(n_sub), rng.ints(n_sub, 0, 2), rng.u32(n_sub)))
 
     if op == "fmul":
+        a, b = _near_min_normal_product(rng, n_edge, exp_sum=-126)
+        add(a, b)
+    else:
+        # sums straddling 2^-126: exact subnormal results of normal operands
+        a = _pack(rng.sign(n_edge), rng.ints(n_edge, 1, 3), rng.u32(n_edge))
+        add(a, (a ^ np.uint32(0x80000000)) + rng.ints(n_edge, 0, 1 << 24).astype(np.uint32))
+
+    if op == "fmul":
         ea = rng.ints(n_over, 120, 200)
         eb = 254 + 127 - ea + rng.ints(n_over, -1, 1)
         add(_pack(rng.sign(n_over), ea, rng.u32(n_over)), _pack(rng.sign(n_over), eb, rng.u32(n_over)))
@@ -123,6 +131,19 @@ def _binary_block(op: str, rng: _Bits, size: int) -> tuple[np.ndarray, np.ndarra
     return np.concatenate(parts_a), np.concatenate(parts_b)
 
 
+def _near_min_normal_product(rng: _Bits, n: int, exp_sum: int):
+    """Operands whose exact product is 2^exp_sum * (1 - j^2 * 2^-46) (j = 1..4095), a sliver
+    below a power of two: with exp_sum = -126 it rounds up to the smallest normal, which tells
+    whether .ftz judges tininess before or after rounding."""
+    j = rng.ints(n, 1, 4095).astype(np.uint32)
+    ea = rng.ints(n, 40, 100)
+    eb = exp_sum + 254 - ea
+    a = _pack(rng.sign(n), ea, j)
+    # b = 2^(eb-127) * (1 - j * 2^-23), written with the next lower exponent
+    b = _pack(rng.sign(n), eb - 1, (np.uint32(1 << 23) - np.uint32(2) * j) + rng.ints(n, -1, 1).astype(np.uint32))
+    return a, b
+
+
 def _round_product_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         p = a.view(np.float32).astype(np.float64) * b.view(np.float32).astype(np.float64)
@@ -130,8 +151,8 @@ def _round_product_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _fma_block(rng: _Bits, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n_rand, n_near, n_cancel, n_tie, n_trap, n_sub, n_over, n_spec = _split(
-        size, [0.35, 0.15, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05]
+    n_rand, n_near, n_cancel, n_tie, n_trap, n_sub, n_edge, n_over, n_spec = _split(
+        size, [0.3, 0.15, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05]
     )
     pa, pb, pc = [], [], []
 
@@ -173,6 +194,15 @@ def _fma_block(rng: _Bits, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     eb = 1 + 127 - ea + rng.ints(n_sub, -25, 2)
     add(_pack(rng.sign(n_sub), ea, rng.u32(n_sub)), _pack(rng.sign(n_sub), eb, rng.u32(n_sub)),
         _pack(rng.sign(n_sub), rng.ints(n_sub, 0, 2), rng.u32(n_sub)))
+
+    # results a sliver below 2^-126: the product alone (c = +-0 or a subnormal), or a product
+    # near 2^-125 minus c = 2^-126
+    half = n_edge // 2
+    a1, b1 = _near_min_normal_product(rng, half, exp_sum=-126)
+    c1 = SPECIALS[rng.ints(half, 0, 1)] | (rng.u32(half) & np.uint32(0x3))
+    a2, b2 = _near_min_normal_product(rng, n_edge - half, exp_sum=-125)
+    c2 = _pack(rng.sign(n_edge - half), 1, rng.ints(n_edge - half, 0, 2).astype(np.uint32))
+    add(np.concatenate([a1, a2]), np.concatenate([b1, b2]), np.concatenate([c1, c2]))
 
     ea = rng.ints(n_over, 120, 200)
     eb = 254 + 127 - ea + rng.ints(n_over, -1, 1)

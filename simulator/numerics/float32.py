@@ -33,6 +33,9 @@ from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, flush_subnormal, requ
 # below float32 precision; the pattern 1000...0 marks an exact float32 rounding midpoint.
 _LOW29 = np.uint64((1 << 29) - 1)
 _HALF29 = np.uint64(1 << 28)
+# Exact results below this are tiny after rounding to 24 bits with unbounded exponent: it is
+# the midpoint between 2^-126 and 2^-126 * (1 - 2^-24), and a tie goes to the even 2^-126.
+_F32_TINY = 2.0**-126 * (1.0 - 2.0**-25)
 _EXP64 = np.uint64(0x7FF0_0000_0000_0000)
 _TINY_EXP64 = np.uint64((1023 - 126) << 52)  # biased float64 exponent field of 2**-126
 
@@ -45,14 +48,29 @@ def _prepare(ftz: bool, **operands) -> list[np.ndarray]:
     return arrays
 
 
-def _finish(result: np.ndarray, ftz: bool) -> np.ndarray:
-    """Output rules, in place on a freshly computed result: .ftz flush, canonical NaN."""
+def _finish(result: np.ndarray, ftz: bool, tiny=None) -> np.ndarray:
+    """Output rules, in place on a freshly computed result: .ftz flush, canonical NaN.
+
+    ``tiny`` marks results that are tiny in the IEEE 754 "after rounding" sense: rounded to 24
+    bits with an unbounded exponent they would be below 2^-126. The H200 flushes those under
+    .ftz even when the real (subnormal-range) rounding carries them up to the smallest normal:
+    2^-126 * (1 - 2^-24) is flushed, 2^-126 * (1 - 2^-46) gives 2^-126 (measured, see
+    numerics_report.json, ffma_ftz / fmul_ftz).
+    """
     result = np.asarray(result)
     u = result.view(np.uint32)
     if ftz:
-        np.putmask(u, (u & EXP_MASK) == 0, u & SIGN_MASK)
+        flush = (u & EXP_MASK) == 0
+        if tiny is not None:
+            flush |= tiny
+        np.putmask(u, flush, u & SIGN_MASK)
     np.putmask(u, (u & ~SIGN_MASK) > EXP_MASK, CANONICAL_NAN_BITS)
     return result
+
+
+def _tiny64(x64: np.ndarray) -> np.ndarray:
+    """Tininess after rounding, for float64 values that are exact results (see _finish)."""
+    return np.abs(x64) < _F32_TINY
 
 
 def _round64(x64: np.ndarray) -> np.ndarray:
@@ -73,8 +91,8 @@ def fadd(a, b, *, ftz: bool = False) -> np.ndarray:
     """
     a, b = _prepare(ftz, a=a, b=b)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = a.astype(np.float64) + b.astype(np.float64)
-    return _finish(_round64(s), ftz)
+        s = a.astype(np.float64) + b.astype(np.float64)  # exact whenever the result is tiny
+    return _finish(_round64(s), ftz, _tiny64(s) if ftz else None)
 
 
 def fsub(a, b, *, ftz: bool = False) -> np.ndarray:
@@ -82,7 +100,7 @@ def fsub(a, b, *, ftz: bool = False) -> np.ndarray:
     a, b = _prepare(ftz, a=a, b=b)
     with np.errstate(invalid="ignore"):
         s = a.astype(np.float64) - b.astype(np.float64)
-    return _finish(_round64(s), ftz)
+    return _finish(_round64(s), ftz, _tiny64(s) if ftz else None)
 
 
 def fmul(a, b, *, ftz: bool = False) -> np.ndarray:
@@ -90,7 +108,7 @@ def fmul(a, b, *, ftz: bool = False) -> np.ndarray:
     a, b = _prepare(ftz, a=a, b=b)
     with np.errstate(invalid="ignore"):
         p = a.astype(np.float64) * b.astype(np.float64)  # exact: 48 significant bits
-    return _finish(_round64(p), ftz)
+    return _finish(_round64(p), ftz, _tiny64(p) if ftz else None)
 
 
 def ffma(a, b, c, *, ftz: bool = False) -> np.ndarray:
@@ -113,23 +131,24 @@ def ffma(a, b, c, *, ftz: bool = False) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):
         np.multiply(a, b, out=s, dtype=np.float64)  # exact: 48 significant bits
         np.add(s, c, out=s, dtype=np.float64)
-    _fix_double_rounding(a, b, c, s)
-    return _finish(_round64(s), ftz)
+    tiny = _fix_double_rounding(a, b, c, s)
+    return _finish(_round64(s), ftz, tiny)
 
 
-def _fix_double_rounding(a, b, c, s: np.ndarray) -> None:
+def _fix_double_rounding(a, b, c, s: np.ndarray):
     """Apply round-to-odd, in place, to the float64 sums ``s`` whose float32 rounding could err.
 
-    Candidates are sums that sit exactly on a float32 midpoint (normal range) and sums below
-    float32's smallest normal; everything else already rounds correctly from ``s``.
+    Candidates are sums that sit exactly on a float32 midpoint (normal range) and sums of
+    magnitude up to float32's smallest normal; everything else already rounds correctly.
+    Returns a boolean mask of exact results below 2^-126 in magnitude (or None if none).
     """
     bits = s.view(np.uint64)
     scratch = bits & _LOW29
     candidate = scratch == _HALF29
     np.bitwise_and(bits, _EXP64, out=scratch)
-    candidate |= scratch < _TINY_EXP64
+    candidate |= scratch <= _TINY_EXP64
     if not candidate.any():
-        return
+        return None
     idx = np.nonzero(candidate)
     shape = s.shape
     ps = np.broadcast_to(a, shape)[idx].astype(np.float64) * np.broadcast_to(b, shape)[idx]
@@ -143,6 +162,13 @@ def _fix_double_rounding(a, b, c, s: np.ndarray) -> None:
     odd_needed = (err != 0) & ((sbits & 1) == 0) & np.isfinite(ss)
     step = np.where(odd_needed, np.where((err > 0) == (ss > 0), 1, -1), 0)
     s[idx] = (sbits + step).view(np.float64)
+    # exact |ss + err| below the tininess threshold (which is a float64 value, so RN53 keeps
+    # the comparison except when ss lands on it; then the sign of err decides)
+    mag = np.abs(ss)
+    tiny_sub = (mag < _F32_TINY) | ((mag == _F32_TINY) & (err != 0) & ((err > 0) != (ss > 0)))
+    tiny = np.zeros(s.shape, dtype=bool)
+    tiny[idx] = tiny_sub
+    return tiny
 
 
 def _select_extreme(a: np.ndarray, b: np.ndarray, take_max: bool) -> np.ndarray:
