@@ -90,6 +90,28 @@ def exact_op(op: str, *bits: int) -> int:
     return round_f32(r, zs)
 
 
+TINY = Fraction(2) ** -126 * (1 - Fraction(2) ** -25)
+
+
+def exact_op_ftz(op: str, *bits: int) -> int:
+    """Reference with the .ftz rules measured on the H200: subnormal inputs read as signed zero;
+    a result whose exact value is tiny after rounding to 24 bits with unbounded exponent (below
+    2^-126 * (1 - 2^-25) in magnitude) is written as zero of its sign."""
+    flushed = [b & 0x80000000 if (b & 0x7F800000) == 0 else b for b in bits]
+    out = exact_op(op, *flushed)
+    vals = [decode(b) for b in flushed]
+    if any(isinstance(v, str) for v in vals):
+        return out
+    x = [Fraction(0) if isinstance(v, tuple) else v for v in vals]
+    exact = {"fadd": lambda: x[0] + x[1], "fsub": lambda: x[0] - x[1],
+             "fmul": lambda: x[0] * x[1], "ffma": lambda: x[0] * x[1] + x[2]}[op]()
+    if exact != 0 and abs(exact) < TINY:
+        return out & 0x80000000
+    if (out & 0x7F800000) == 0:
+        return out & 0x80000000
+    return out
+
+
 def _fma_special(a, b, c):
     p = a * b
     if math.isnan(p):

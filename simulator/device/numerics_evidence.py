@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..numerics import FORMATS, convert, ffma, fadd, fmax, fmin, fmul, fsub
+from ..numerics import FORMATS, convert, fadd, ffma, fmax, fmin, fmul, fsub
 from ..numerics.cases import BLOCK_SIZE, OPS, arith_block
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "device"
@@ -96,3 +96,101 @@ def special_chunks() -> list[int]:
     return sorted(chunks)
 
 
+
+
+# ---- replaying the recorded device truth (CI, `python -m simulator verify`) ----------------
+def load_recorded() -> tuple[dict, dict, dict]:
+    """Return ``(report, digests, samples)`` from ``simulator/data/device``.
+
+    Raises:
+        FileNotFoundError: a recorded file is missing; the message names the command that
+            regenerates it.
+    """
+    import json
+
+    for path in (REPORT, DIGESTS, SAMPLES):
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} is missing; regenerate it on a GPU with "
+                "`python -m simulator.device.numerics_sweep --out DIR` and copy DIR's files there"
+            )
+    report = json.loads(REPORT.read_text())
+    with np.load(DIGESTS) as d:
+        digests = {k: d[k] for k in d.files}
+    with np.load(SAMPLES) as s:
+        samples = {k: s[k] for k in s.files}
+    return report, digests, samples
+
+
+def _row(name: str, cases: int, mismatches: int, detail: str = "") -> dict:
+    return {"check": name, "cases": int(cases), "mismatches": int(mismatches), "detail": detail}
+
+
+def check_widen_and_pack(samples: dict) -> list[dict]:
+    """Every 16-bit pattern widened to float32, and the x2 packing probe, against the emulator."""
+    from ..numerics import convert_x2, to_float32
+
+    rows = []
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    for fmt in ("bf16", "f16"):
+        emu = to_float32(codes.view(FORMATS[fmt].dtype)).view(np.uint32)
+        rows.append(_row(f"cvt.f32.{fmt} (all 2^16)", len(codes),
+                         np.count_nonzero(emu != samples[f"widen_{fmt}"])))
+    for fmt in ("e4m3", "e5m2"):
+        hi = to_float32((codes >> 8).astype(np.uint8).view(FORMATS[fmt].dtype)).view(np.uint32)
+        lo = to_float32((codes & 0xFF).astype(np.uint8).view(FORMATS[fmt].dtype)).view(np.uint32)
+        bad = (hi != samples[f"widen_{fmt}_hi"]) | (lo != samples[f"widen_{fmt}_lo"])
+        rows.append(_row(f"cvt.rn.f16x2.{fmt}x2 -> f32 (all 2^16)", len(codes), np.count_nonzero(bad)))
+    for fmt in ("bf16", "f16", "e4m3", "e5m2"):
+        emu = convert_x2(samples["pack_a"], samples["pack_b"], fmt).astype(np.uint32)
+        rows.append(_row(f"{fmt}x2 packing order", len(emu),
+                         np.count_nonzero(emu != samples[f"pack_{fmt}x2"])))
+    return rows
+
+
+def check_arithmetic(digests: dict, samples: dict, blocks: int = 4) -> list[dict]:
+    """Each arithmetic variant: raw head of block 0 and the digests of the first ``blocks``."""
+    rows = []
+    for variant in VARIANTS:
+        recorded = digests[f"arith_{variant}"]
+        n = min(blocks, len(recorded))
+        emu0 = emulate_variant(variant, 0)
+        head = samples[f"arith_{variant}_head"]
+        raw_bad = np.count_nonzero(emu0[: len(head)] != head)
+        bad_blocks = [b for b in range(n)
+                      if digest(emu0 if b == 0 else emulate_variant(variant, b)) != recorded[b].tobytes()]
+        detail = (f"blocks with differing digest: {bad_blocks} (if simulator/numerics/cases.py "
+                  "changed, the recorded blocks no longer match it)") if bad_blocks else ""
+        rows.append(_row(f"{variant} raw head of block 0", len(head), raw_bad))
+        rows.append(_row(f"{variant} digests of {n} blocks x 2^20", n * BLOCK_SIZE,
+                         len(bad_blocks) * BLOCK_SIZE, detail))
+    return rows
+
+
+def check_conversions(digests: dict, chunks: list[int]) -> list[dict]:
+    """Each conversion over the given 2^20-input chunks, by digest of the device's bits."""
+    rows = []
+    for name in CONVERSIONS:
+        recorded = digests[f"conv_{name}"]
+        bad = [k for k in chunks
+               if digest(emulate_conversion(name, k * CHUNK, CHUNK)) != recorded[k].tobytes()]
+        detail = f"chunks with differing digest: {[hex(k * CHUNK) for k in bad]}" if bad else ""
+        rows.append(_row(f"cvt {name} over {len(chunks)} chunks x 2^20", len(chunks) * CHUNK,
+                         len(bad) * CHUNK, detail))
+    return rows
+
+
+def ci_chunks(extra_random: int = 16, seed: int = 2026) -> list[int]:
+    """The special chunks plus ``extra_random`` others drawn reproducibly."""
+    rng = np.random.default_rng(seed)
+    chunks = set(special_chunks()) | set(int(k) for k in rng.choice(N_CHUNKS, extra_random, replace=False))
+    return sorted(chunks)
+
+
+def check_all(quick: bool = False) -> list[dict]:
+    """All numerics checks against the recorded H200 outputs; rows of check/cases/mismatches."""
+    report, digests, samples = load_recorded()
+    rows = check_widen_and_pack(samples)
+    rows += check_arithmetic(digests, samples, blocks=1 if quick else 4)
+    rows += check_conversions(digests, special_chunks() if quick else ci_chunks())
+    return rows

@@ -2,7 +2,7 @@
 
 Public API:
     fadd, fsub, fmul, ffma, fmax, fmin  -- float32 ops (``ftz=`` keyword), see :mod:`.float32`
-    convert, to_float32, convert_x2, FORMATS -- cvt to/from bf16, f16, e4m3, e5m2, see :mod:`.convert`
+    convert, to_float32, convert_x2, FORMATS -- cvt to/from bf16, f16, e4m3, e5m2, see :mod:`.cvt`
     flush_subnormal, canonicalize_nan, to_bits, from_bits -- bit helpers, see :mod:`.bits`
 """
 
@@ -15,7 +15,7 @@ from .bits import (
     require_float32,
     to_bits,
 )
-from .convert import FORMATS, convert, convert_x2, to_float32
+from .cvt import FORMATS, convert, convert_x2, to_float32
 from .float32 import fadd, ffma, fmax, fmin, fmul, fsub
 
 __all__ = [

@@ -43,12 +43,12 @@ def require_float32(name: str, x) -> np.ndarray:
 
 def to_bits(x: np.ndarray) -> np.ndarray:
     """View a float32 array as uint32 bit patterns (no copy)."""
-    return np.ascontiguousarray(x).view(np.uint32)
+    return np.asarray(x, order="C").view(np.uint32)
 
 
 def from_bits(u: np.ndarray) -> np.ndarray:
     """View a uint32 array as float32 values (no copy)."""
-    return np.ascontiguousarray(u, dtype=np.uint32).view(np.float32)
+    return np.asarray(u, dtype=np.uint32, order="C").view(np.float32)
 
 
 def is_subnormal(x: np.ndarray) -> np.ndarray:

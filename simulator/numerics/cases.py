@@ -9,6 +9,10 @@ A block of ``size`` cases mixes, in fixed proportions: uniform random bit patter
 close exponents (rounding of every kind); near-cancellation; exact rounding ties; the subnormal
 range and its boundary with the normal range (where ``.ftz`` acts); the overflow boundary; and
 special values (+-0, +-inf, NaNs with several payloads, extreme subnormals and normals).
+
+The recorded device digests (``simulator/data/device/numerics_digests.npz``) were made from
+these exact blocks: any change here, even to the order of random draws, needs a new device
+sweep, and the replay tests fail until it is done.
 """
 
 from __future__ import annotations
@@ -139,8 +143,11 @@ def _near_min_normal_product(rng: _Bits, n: int, exp_sum: int):
     ea = rng.ints(n, 40, 100)
     eb = exp_sum + 254 - ea
     a = _pack(rng.sign(n), ea, j)
-    # b = 2^(eb-127) * (1 - j * 2^-23), written with the next lower exponent
-    b = _pack(rng.sign(n), eb - 1, (np.uint32(1 << 23) - np.uint32(2) * j) + rng.ints(n, -1, 1).astype(np.uint32))
+    # b = 2^(eb-127) * (1 - j * 2^-23), written with the next lower exponent; +-1 ulp jitter
+    # (draw order matters: the recorded device digests were made with sign drawn first)
+    sign_b = rng.sign(n)
+    mant_b = (np.uint32(1 << 23) - np.uint32(2) * j) + rng.ints(n, -1, 1).astype(np.uint32)
+    b = _pack(sign_b, eb - 1, mant_b)
     return a, b
 
 

@@ -127,12 +127,14 @@ def ffma(a, b, c, *, ftz: bool = False) -> np.ndarray:
     """
     a, b, c = _prepare(ftz, a=a, b=b, c=c)
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
-    s = np.empty(shape, dtype=np.float64)
+    # broadcast views (no copies); 0-d operands become 1-d so that indexing below is uniform
+    a, b, c = (np.broadcast_to(x, shape or (1,)) for x in (a, b, c))
+    s = np.empty(shape or (1,), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         np.multiply(a, b, out=s, dtype=np.float64)  # exact: 48 significant bits
         np.add(s, c, out=s, dtype=np.float64)
     tiny = _fix_double_rounding(a, b, c, s)
-    return _finish(_round64(s), ftz, tiny)
+    return _finish(_round64(s), ftz, tiny).reshape(shape)
 
 
 def _fix_double_rounding(a, b, c, s: np.ndarray):
@@ -142,17 +144,17 @@ def _fix_double_rounding(a, b, c, s: np.ndarray):
     magnitude up to float32's smallest normal; everything else already rounds correctly.
     Returns a boolean mask of exact results below 2^-126 in magnitude (or None if none).
     """
-    bits = s.view(np.uint64)
-    scratch = bits & _LOW29
+    shape = s.shape
+    bits = s.reshape(-1).view(np.uint64)
+    scratch = np.bitwise_and(bits, _LOW29)
     candidate = scratch == _HALF29
     np.bitwise_and(bits, _EXP64, out=scratch)
     candidate |= scratch <= _TINY_EXP64
     if not candidate.any():
         return None
-    idx = np.nonzero(candidate)
-    shape = s.shape
-    ps = np.broadcast_to(a, shape)[idx].astype(np.float64) * np.broadcast_to(b, shape)[idx]
-    cs = np.broadcast_to(c, shape)[idx].astype(np.float64)
+    idx = np.unravel_index(np.flatnonzero(candidate), shape)
+    ps = a[idx].astype(np.float64) * b[idx]
+    cs = c[idx].astype(np.float64)
     ss = s[idx]
     with np.errstate(invalid="ignore", over="ignore"):
         # TwoSum: ss + err == ps + cs exactly (no overflow is possible for float32 operands).
@@ -173,8 +175,8 @@ def _fix_double_rounding(a, b, c, s: np.ndarray):
 
 def _select_extreme(a: np.ndarray, b: np.ndarray, take_max: bool) -> np.ndarray:
     a, b = np.broadcast_arrays(a, b)
-    ua = np.ascontiguousarray(a).view(np.uint32)
-    ub = np.ascontiguousarray(b).view(np.uint32)
+    ua = np.asarray(a, order="C").view(np.uint32)
+    ub = np.asarray(b, order="C").view(np.uint32)
     a_wins = (a > b) if take_max else (a < b)
     # Equal values differ only for +0/-0: AND of the bits picks +0 (max), OR picks -0 (min).
     tie = ua & ub if take_max else ua | ub

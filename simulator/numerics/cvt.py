@@ -169,7 +169,7 @@ def to_float32(x) -> np.ndarray:
         )
     f = _BY_DTYPE[x.dtype]
     if f.name == "bf16":
-        return (np.ascontiguousarray(x).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return (np.asarray(x, order="C").view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     out = x.astype(np.float32)
     bits = to_bits(out)
     nan = (bits & ~SIGN_MASK) > 0x7F800000

@@ -1,0 +1,85 @@
+"""Command line: ``python -m simulator <command>`` (also installed as ``fa3sim``).
+
+Exit codes: 0 success; 1 the emulator disagrees with recorded or live device bits; 2 usage or
+input error (a one-line message, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import __version__
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's default exit code is already 2; keep one line
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _cmd_verify(args) -> int:
+    from .verify import format_table, run_checks
+
+    rows = run_checks(args.topic or None, quick=args.quick)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(format_table(rows))
+    return EXIT_OK if all(r["mismatches"] == 0 for r in rows) else EXIT_MISMATCH
+
+
+def _cmd_sweep(args) -> int:
+    from .device import numerics_sweep
+
+    argv = ["--out", args.out, "--blocks", str(args.blocks)]
+    if args.skip_conversions:
+        argv.append("--skip-conversions")
+    return numerics_sweep.main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m simulator",
+        description="Bit-exact emulator of a Hopper (sm_90) warpgroup running the "
+        "FlashAttention-3 forward online softmax, with its CUDA twin.",
+        epilog="Exit codes: 0 ok, 1 emulator/device mismatch, 2 usage or input error.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
+                       "(no GPU needed)")
+    v.add_argument("--topic", action="append", help="only this topic (repeatable), e.g. numerics")
+    v.add_argument("--quick", action="store_true", help="fewer cases, a few seconds")
+    v.add_argument("--json", action="store_true", help="print rows as JSON")
+    v.set_defaults(func=_cmd_verify)
+
+    s = sub.add_parser("sweep", help="on a GPU: measure the device against the emulator and "
+                       "record the evidence")
+    s.add_argument("what", choices=["numerics"], help="which sweep")
+    s.add_argument("--out", required=True, help="output folder")
+    s.add_argument("--blocks", type=int, default=96, help="arithmetic case blocks of 2^20")
+    s.add_argument("--skip-conversions", action="store_true")
+    s.set_defaults(func=_cmd_sweep)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as exc:  # DeviceUnavailable, NVRTC failures
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

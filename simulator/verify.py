@@ -1,0 +1,55 @@
+"""Replay the recorded H200 outputs against the emulator: ``python -m simulator verify``.
+
+Each topic contributes rows ``{"check", "cases", "mismatches", "detail"}``; the command prints
+them as a table and exits 1 if any check has a mismatch. The recorded data and its provenance
+(GPU, driver, toolkit, date, kernel source hash) live in ``simulator/data/device/``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .device import numerics_evidence
+
+#: topic name -> function(quick: bool) -> list of result rows
+TOPICS: dict[str, Callable[[bool], list[dict]]] = {
+    "numerics": lambda quick: numerics_evidence.check_all(quick=quick),
+}
+
+
+def run_checks(topics: list[str] | None = None, quick: bool = False) -> list[dict]:
+    """Run the checks of ``topics`` (all when None) and return their rows, each tagged with
+    its topic and elapsed seconds.
+
+    Raises:
+        ValueError: an unknown topic, listing the known ones.
+    """
+    names = list(TOPICS) if topics is None else topics
+    unknown = [t for t in names if t not in TOPICS]
+    if unknown:
+        raise ValueError(f"unknown topic(s) {unknown}; known: {', '.join(TOPICS)}")
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        topic_rows = TOPICS[name](quick)
+        elapsed = time.perf_counter() - t0
+        for r in topic_rows:
+            rows.append({"topic": name, **r})
+        rows.append({"topic": name, "check": "(elapsed)", "cases": 0, "mismatches": 0,
+                     "detail": f"{elapsed:.1f} s"})
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """Human-readable table of check rows."""
+    lines = [f"{'topic':9s} {'check':52s} {'cases':>13s} {'mismatches':>10s}"]
+    for r in rows:
+        if r["check"] == "(elapsed)":
+            continue
+        mark = "" if r["mismatches"] == 0 else "  <-- " + (r["detail"] or "MISMATCH")
+        lines.append(f"{r['topic']:9s} {r['check']:52s} {r['cases']:13,d} {r['mismatches']:10,d}{mark}")
+    total = sum(r["cases"] for r in rows)
+    bad = sum(r["mismatches"] for r in rows)
+    lines.append(f"total: {total:,} device results replayed, {bad:,} mismatches")
+    return "\n".join(lines)

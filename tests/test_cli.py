@@ -1,0 +1,34 @@
+"""The command line end to end, in a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_help_lists_commands():
+    r = _run("--help")
+    assert r.returncode == 0
+    assert "verify" in r.stdout and "Exit codes" in r.stdout
+
+
+def test_verify_quick_replays_device_bits():
+    r = _run("verify", "--quick", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert sum(row["cases"] for row in rows) > 10_000_000
+    assert all(row["mismatches"] == 0 for row in rows)
+
+
+def test_usage_errors_exit_2_without_traceback():
+    for args in (["bogus"], ["verify", "--topic", "nope"], ["sweep"]):
+        r = _run(*args)
+        assert r.returncode == 2, (args, r.returncode)
+        assert "Traceback" not in r.stderr
+        assert r.stderr.strip(), args
