@@ -26,7 +26,7 @@ from ..mma.probes import PROBES, emulate_probe
 from .runtime import device_info, load_module, require_gpu, source_sha256
 
 KERNEL = "probes/mma.cu"
-DESCRIPTOR_CHOICES = [(128, 256), (256, 128)]
+DESCRIPTOR_CHOICES = [(128, 256)]  # K-adjacent core matrices 128 B apart, N-adjacent 256 B
 _SHARED: dict = {}
 
 

@@ -1,0 +1,249 @@
+"""Tensor-core arithmetic of sm_90: wgmma and mma.sync, bit for bit.
+
+Entry points (PTX's own shape/type spelling):
+
+    wgmma("m64n64k16.f32.bf16.bf16", A, B, C)       # one warpgroup instruction
+    mma_sync("m16n8k16.f32.bf16.bf16.f32", A, B, C)  # one warp instruction
+    gemm(A, B, C, instruction="wgmma.m64n64k16.f32.bf16.bf16")  # chained over K
+
+A: [..., M, K] and B: [..., K, N] as ml_dtypes.bfloat16, numpy.float16,
+ml_dtypes.float8_e4m3fn or ml_dtypes.float8_e5m2 arrays; C: [..., M, N] float32; leading axes
+broadcast. The arithmetic is the fused dot-add of :mod:`simulator.mma.fused` with the
+parameters of :mod:`simulator.mma.instructions`, measured on the H200
+(``simulator/data/device/mma_report.json``; findings in ``docs/mma.md``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..numerics import FORMATS, to_float32
+from .fused import FusedDotAdd, fused_dot_add
+from .instructions import EXACT, PARAMS, params_for
+
+__all__ = ["EXACT", "PARAMS", "Instruction", "gemm", "mma_sync", "mma_sync_fragments", "parse",
+           "wgmma", "wgmma_fragments"]
+
+_WGMMA_RE = re.compile(r"^m64n(\d+)k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)$")
+_MMA_RE = re.compile(r"^m16n8k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)\.f32$")
+SUPPORTED = (
+    "wgmma m64nNk16.f32.{bf16,f16}.<same> (N = 8..256, step 8); "
+    "wgmma m64nNk32.f32.{e4m3,e5m2}.<same>; "
+    "mma.sync m16n8k16.f32.{bf16,f16}.<same>.f32; mma.sync m16n8k32.f32.{e4m3,e5m2}.<same>.f32"
+)
+# Chunk size (elements of the [rows, N, K+1] term tensor) that bounds the working memory.
+_TERMS_PER_CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """A parsed tensor-core instruction.
+
+    Attributes:
+        kind: ``"wgmma"`` or ``"mma_sync"``.
+        m, n, k: the shape.
+        fmt: operand format (A and B have the same one).
+        params: the fused dot-add parameters measured for this family.
+        exact: whether the model reproduced every recorded device output of the family.
+    """
+
+    kind: str
+    m: int
+    n: int
+    k: int
+    fmt: str
+    params: FusedDotAdd
+    exact: bool
+
+    @property
+    def ptx(self) -> str:
+        if self.kind == "wgmma":
+            return f"wgmma.mma_async.sync.aligned.m64n{self.n}k{self.k}.f32.{self.fmt}.{self.fmt}"
+        return f"mma.sync.aligned.m16n8k{self.k}.row.col.f32.{self.fmt}.{self.fmt}.f32"
+
+
+def parse(kind: str, shape: str) -> Instruction:
+    """Parse a PTX shape/type string of ``kind`` (``"wgmma"`` or ``"mma_sync"``).
+
+    Raises:
+        ValueError: unsupported string, listing the supported ones.
+    """
+    match = (_WGMMA_RE if kind == "wgmma" else _MMA_RE).match(shape) if isinstance(shape, str) else None
+    if kind == "wgmma" and match:
+        n, k, fa, fb = int(match[1]), int(match[2]), match[3], match[4]
+        m = 64
+        ok = n % 8 == 0 and 8 <= n <= 256
+    elif kind == "mma_sync" and match:
+        m, n, k, fa, fb = 16, 8, int(match[1]), match[2], match[3]
+        ok = True
+    else:
+        raise ValueError(f"unsupported {kind} shape/type {shape!r}; supported: {SUPPORTED}")
+    half = fa in ("bf16", "f16")
+    if not ok or fa != fb or (half and k != 16) or (not half and k != 32):
+        raise ValueError(f"unsupported {kind} shape/type {shape!r}; supported: {SUPPORTED} "
+                         "(mixed A/B types are not probed on the device yet)")
+    return Instruction(kind, m, n, k, fa, params_for(kind, fa), (kind, fa) in EXACT)
+
+
+def _operand(name: str, x, fmt: str) -> np.ndarray:
+    dtype = FORMATS[fmt].dtype
+    if not isinstance(x, np.ndarray) or x.dtype != dtype:
+        got = x.dtype if isinstance(x, np.ndarray) else type(x).__name__
+        raise TypeError(f"{name}: expected an array of dtype {dtype} for {fmt} operands, got {got}")
+    if x.ndim < 2:
+        raise ValueError(f"{name}: expected shape [..., rows, cols], got {x.shape}")
+    return to_float32(x).astype(np.float64)
+
+
+def _accumulator(c, shape_mn: tuple[int, int]) -> np.ndarray:
+    if c is None:
+        return np.zeros(shape_mn, dtype=np.float32)
+    if not isinstance(c, np.ndarray) or c.dtype != np.float32:
+        got = c.dtype if isinstance(c, np.ndarray) else type(c).__name__
+        raise TypeError(f"C: expected a float32 array, got {got}")
+    if c.ndim < 2 or c.shape[-2:] != shape_mn:
+        raise ValueError(f"C: expected shape [..., {shape_mn[0]}, {shape_mn[1]}], got {c.shape}")
+    return c
+
+
+def _chunked(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+    """fused_dot_add over broadcast leading axes, in row chunks to bound memory."""
+    lead = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2], c.shape[:-2])
+    m, k = a64.shape[-2:]
+    n = b64.shape[-1]
+    a64 = np.broadcast_to(a64, lead + (m, k))
+    b64 = np.broadcast_to(b64, lead + (k, n))
+    c = np.broadcast_to(c, lead + (m, n))
+    rows = max(1, _TERMS_PER_CHUNK // (n * (k + 1)))
+    out = np.empty(lead + (m, n), dtype=np.float32)
+    for r0 in range(0, m, rows):  # a few chunks per call: bounds memory, not a per-element loop
+        out[..., r0:r0 + rows, :] = fused_dot_add(a64[..., r0:r0 + rows, :], b64,
+                                                   c[..., r0:r0 + rows, :], p)
+    return out
+
+
+def _one(kind: str, shape: str, A, B, C) -> np.ndarray:
+    ins = parse(kind, shape)
+    a64 = _operand("A", A, ins.fmt)
+    b64 = _operand("B", B, ins.fmt)
+    if a64.shape[-2:] != (ins.m, ins.k):
+        raise ValueError(f"A: expected shape [..., {ins.m}, {ins.k}] for {shape}, got {A.shape}")
+    if b64.shape[-2:] != (ins.k, ins.n):
+        raise ValueError(f"B: expected shape [..., {ins.k}, {ins.n}] for {shape}, got {B.shape}")
+    c = _accumulator(C, (ins.m, ins.n))
+    return _chunked(a64, b64, c, ins.params)
+
+
+def wgmma(shape: str, A, B, C=None) -> np.ndarray:
+    """One ``wgmma.mma_async`` (D = A B + C with scale-d = 1) of a warpgroup, as matrices.
+
+    Args:
+        shape: e.g. ``"m64n64k16.f32.bf16.bf16"`` or ``"m64n128k32.f32.e4m3.e4m3"``.
+        A: [..., 64, K] operand array (bf16 / f16 / e4m3 / e5m2, matching ``shape``).
+        B: [..., K, N] operand array of the same format.
+        C: [..., 64, N] float32 accumulator, or None for zeros (scale-d = 0 gives the same).
+    Returns:
+        D: float32 [..., 64, N].
+    Raises:
+        ValueError: unsupported shape string or operand shapes; TypeError: operand dtypes.
+    """
+    return _one("wgmma", shape, A, B, C)
+
+
+def mma_sync(shape: str, A, B, C=None) -> np.ndarray:
+    """One ``mma.sync.aligned`` of a warp (row.col), as matrices.
+
+    Args:
+        shape: ``"m16n8k16.f32.bf16.bf16.f32"``, ``"m16n8k16.f32.f16.f16.f32"``,
+            ``"m16n8k32.f32.e4m3.e4m3.f32"`` or ``"m16n8k32.f32.e5m2.e5m2.f32"``.
+        A: [..., 16, K]; B: [..., K, 8]; C: [..., 16, 8] float32 or None.
+    Returns:
+        D: float32 [..., 16, 8]. For the fp8 shapes the model is not exact on data whose
+        products span many binades (``parse(...).exact`` is False; see docs/mma.md).
+    Raises:
+        ValueError, TypeError: as for :func:`wgmma`.
+    """
+    return _one("mma_sync", shape, A, B, C)
+
+
+def gemm(A, B, C=None, *, instruction: str = "wgmma.m64n64k16.f32.bf16.bf16") -> np.ndarray:
+    """A GEMM on tensor cores: K split into the instruction's k-steps, issued in ascending k.
+
+    The result of each k-step is the C of the next (the accumulator stays in registers, as in
+    FlashAttention-3's QK^T and PV GEMMs). M and N tiling does not change the arithmetic of an
+    output element, so any M, N is accepted.
+
+    Args:
+        A: [..., M, K]; B: [..., K, N] (same format); C: [..., M, N] float32 or None.
+        instruction: ``"wgmma.<shape>"`` or ``"mma_sync.<shape>"``; only k and the format matter.
+    Returns:
+        float32 [..., M, N].
+    Raises:
+        ValueError: K not a multiple of the instruction's k, bad instruction, shape mismatch.
+        TypeError: operand dtypes.
+    """
+    kind, _, shape = instruction.partition(".")
+    if kind not in ("wgmma", "mma_sync"):
+        raise ValueError(f"instruction: expected 'wgmma.<shape>' or 'mma_sync.<shape>', got {instruction!r}")
+    ins = parse(kind, shape)
+    a64 = _operand("A", A, ins.fmt)
+    b64 = _operand("B", B, ins.fmt)
+    m, k = a64.shape[-2:]
+    if b64.shape[-2] != k:
+        raise ValueError(f"B: expected shape [..., {k}, N] to match A's K = {k}, got {B.shape}")
+    if k % ins.k:
+        raise ValueError(f"A: K = {k} is not a multiple of the instruction's k = {ins.k}")
+    d = _accumulator(C, (m, b64.shape[-1]))
+    for k0 in range(0, k, ins.k):  # the kernel's sequential k-steps (K / k of them)
+        d = _chunked(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], d, ins.params)
+    return d
+
+
+def _same_layout(x, y) -> bool:
+    return x is y or (x.row.shape == y.row.shape and np.array_equal(x.row, y.row)
+                      and np.array_equal(x.col, y.col))
+
+
+def _fragment_call(kind: str, shape: str, A, B, C):
+    from ..hw import Fragment, a_operand_layout, accumulator_layout
+
+    ins = parse(kind, shape)
+    geometry = f"m{ins.m}n{ins.n}k{ins.k}"
+    acc = accumulator_layout(geometry)
+    if isinstance(A, Fragment):
+        if not _same_layout(A.layout, a_operand_layout(geometry)):
+            raise ValueError(f"A: fragment layout {A.layout!r} is not the A-operand layout of {geometry}")
+        A = A.to_matrix()
+    c = None
+    if C is not None:
+        if not isinstance(C, Fragment) or not _same_layout(C.layout, acc):
+            raise ValueError(f"C: expected a Fragment in the accumulator layout of {geometry}")
+        c = C.to_matrix()
+    return Fragment.from_matrix(_one(kind, shape, A, B, c), acc)
+
+
+def wgmma_fragments(shape: str, A, B, C=None):
+    """:func:`wgmma` on register fragments, as a warpgroup holds them.
+
+    Args:
+        shape: as for :func:`wgmma`.
+        A: a :class:`simulator.hw.Fragment` in ``a_operand_layout("m64nNkK")`` (A from
+            registers; data [..., 128, regs] of the operand dtype) or a matrix [..., 64, K]
+            (A from shared memory).
+        B: matrix [..., K, N] (B always comes from shared memory).
+        C: a Fragment in ``accumulator_layout("m64nNkK")`` (float32 [..., 128, N/2]) or None.
+    Returns:
+        D as a Fragment in the accumulator layout.
+    Raises:
+        ValueError: a fragment in the wrong layout; otherwise as :func:`wgmma`.
+    """
+    return _fragment_call("wgmma", shape, A, B, C)
+
+
+def mma_sync_fragments(shape: str, A, B, C=None):
+    """:func:`mma_sync` on a warp's fragments (32 threads); arguments as for
+    :func:`wgmma_fragments` with the m16n8k16 / m16n8k32 layouts."""
+    return _fragment_call("mma_sync", shape, A, B, C)

@@ -85,7 +85,8 @@ def _category_values(cat: str, fmt: str, rng: _Rng, shape_a, shape_b, shape_c):
         a[..., -1] *= 2.0**-9  # the one product left uncancelled is small
         return a, b, rng.normal(shape_c) * 2.0**-12
     if cat == "c_big":
-        return rng.normal(shape_a), rng.normal(shape_b), rng.normal(shape_c) * np.exp2(rng.ints(shape_c, 5, 24))
+        a, b = rng.normal(shape_a), rng.normal(shape_b)
+        return a, b, rng.normal(shape_c) * np.exp2(rng.ints(shape_c, 5, 24))
     if cat == "c_small":
         return rng.normal(shape_a), rng.normal(shape_b), rng.normal(shape_c) * 2.0**-30
     if cat == "subnormal":

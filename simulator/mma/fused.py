@@ -17,7 +17,7 @@ Non-finite terms follow IEEE rules (inf*0 and inf-inf give NaN); every NaN resul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,6 +33,12 @@ class FusedDotAdd:
         product_exponent: ``"normalized"`` aligns to floor(log2|a*b|); ``"sum"`` aligns to
             ea + eb (the product before its normalisation shift).
         c_in_sum: whether c joins the fused sum (else d = round(round(sum) + c)).
+        emin: smallest normal exponent of the operand format; a subnormal operand's exponent
+            counts as ``emin`` when ``product_exponent == "sum"`` (its significand is 0.f).
+        subnormal_inputs: ``"keep"`` or ``"flush"`` (read subnormal operands as zero).
+        c_round: rounding of the separate ``+ c`` when ``c_in_sum`` is False.
+        k_chunk: when set, K is processed in consecutive chunks of this size, each a fused
+            dot-add whose C is the previous chunk's float32 result (0 = one fused step).
     """
 
     frac_bits: int = 25
@@ -40,6 +46,10 @@ class FusedDotAdd:
     out_round: str = "rz"
     product_exponent: str = "normalized"
     c_in_sum: bool = True
+    emin: int = -126
+    subnormal_inputs: str = "keep"
+    k_chunk: int = 0
+    c_round: str = "rn"
 
 
 def _floor_log2(x: np.ndarray) -> np.ndarray:
@@ -48,9 +58,9 @@ def _floor_log2(x: np.ndarray) -> np.ndarray:
     return e.astype(np.int64) - 1
 
 
-def _exponent_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """ea + eb with each exponent floor(log2|.|) of the (nonzero) operand."""
-    return _floor_log2(a) + _floor_log2(b)
+def _exponent_sum(a: np.ndarray, b: np.ndarray, emin: int) -> np.ndarray:
+    """ea + eb with each exponent max(floor(log2|.|), emin) of the (nonzero) operand."""
+    return np.maximum(_floor_log2(a), emin) + np.maximum(_floor_log2(b), emin)
 
 
 def round_to_float32(x: np.ndarray, mode: str, bits: int = 24) -> np.ndarray:
@@ -58,7 +68,7 @@ def round_to_float32(x: np.ndarray, mode: str, bits: int = 24) -> np.ndarray:
 
     ``mode`` is ``"rz"`` (toward zero) or ``"rn"`` (nearest even). For ``bits`` < 24 the value is
     first rounded in float64 to ``bits`` bits (below float32's normal range the float32 quantum
-    applies). Overflow gives +-MAX (rz) or +-inf (rn).
+    applies). Magnitudes of 2^128 and above give +-inf in both modes.
     """
     x = np.asarray(x, dtype=np.float64)
     if bits < 24:
@@ -71,7 +81,9 @@ def round_to_float32(x: np.ndarray, mode: str, bits: int = 24) -> np.ndarray:
         r = x.astype(np.float32)
     if mode == "rz":
         too_big = np.abs(r.astype(np.float64)) > np.abs(x)
-        r = np.where(too_big, np.nextafter(r, np.float32(0)), r)
+        # truncation inside the float32 range; a sum of 2^128 or more still overflows to inf
+        # (measured: bf16 dot products beyond float32's range give +-inf on the H200)
+        r = np.where(too_big & (np.abs(x) < 2.0**128), np.nextafter(r, np.float32(0)), r)
     return r
 
 
@@ -86,18 +98,103 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
     Returns:
         float32 array [..., M, N].
     """
-    prods = a[..., :, None, :] * np.swapaxes(b, -1, -2)[..., None, :, :]  # [..., M, N, K] exact
+    if not p.c_in_sum:
+        # products first (from a zero accumulator), then a separate float32 add of c
+        zero = np.zeros(np.broadcast_shapes(a.shape[:-1] + (b.shape[-1],), np.shape(c)), np.float32)
+        s = fused_dot_add(a, b, zero, replace(p, c_in_sum=True))
+        with np.errstate(invalid="ignore"):
+            d = round_to_float32(s.astype(np.float64) + np.asarray(c, dtype=np.float64), p.c_round)
+        return _canonical_nan(d)
+    k = a.shape[-1]
+    if p.k_chunk and p.k_chunk < k:
+        d = np.asarray(c, dtype=np.float32)
+        for k0 in range(0, k, p.k_chunk):  # the hardware's sequential steps, a handful
+            d = _fused_step(a[..., k0:k0 + p.k_chunk], b[..., k0:k0 + p.k_chunk, :], d, p)
+        return d
+    if p.product_exponent == "sum" and p.subnormal_inputs == "keep":
+        return _fused_step_fast(a, b, c, p)
+    return _fused_step(a, b, c, p)
+
+
+_NO_EXP = -(1 << 20)  # exponent given to zero operands: never the largest
+
+
+def _operand_exponents(x: np.ndarray, emin: int) -> np.ndarray:
+    """max(floor(log2|x|), emin) per element as int32; zeros and non-finite get _NO_EXP."""
+    ok = (x != 0) & np.isfinite(x)
+    e = np.maximum(_floor_log2(np.where(ok, x, 1.0)), emin)
+    return np.where(ok, e, _NO_EXP).astype(np.int32)
+
+
+def _fused_step_fast(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+    """The same arithmetic as :func:`_fused_step` for ``product_exponent="sum"``, organised as
+    a loop over the K terms (16 or 32) vectorised over all outputs: exponents are summed in
+    int32, products formed, scaled to the common fixed point 2^(E - F), truncated and summed in
+    float64 (exact: every partial sum is an integer below 2^40). Outputs touching a non-finite
+    value, or an exact zero with a -0 accumulator, are recomputed by :func:`_fused_step`.
+    """
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], np.shape(c)[:-2])
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    a = np.broadcast_to(a, lead + (m, k))
+    b = np.broadcast_to(b, lead + (k, n))
+    c64 = np.broadcast_to(np.asarray(c, dtype=np.float64), lead + (m, n))
+    ea = _operand_exponents(a, p.emin)
+    eb = _operand_exponents(b, p.emin)
+    c_ok = (c64 != 0) & np.isfinite(c64)
+    big_e = np.where(c_ok, _floor_log2(np.where(c_ok, c64, 1.0)), _NO_EXP).astype(np.int32)
+    tmp_e = np.empty_like(big_e)
+    for kk in range(k):  # K is 16 or 32: the terms of one fused step
+        np.add(ea[..., :, kk, None], eb[..., kk, None, :], out=tmp_e)
+        np.maximum(big_e, tmp_e, out=big_e)
+    big_e[big_e == _NO_EXP] = 0
+    scale = np.ldexp(1.0, (p.frac_bits - big_e))
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = np.trunc(np.where(c_ok, c64, 0.0) * scale)
+        term = np.empty(total.shape, dtype=np.float64)
+        for kk in range(k):
+            np.multiply(a[..., :, kk, None], b[..., kk, None, :], out=term)  # exact product
+            term *= scale
+            np.trunc(term, out=term)
+            total += term
+        total /= scale
+    d = round_to_float32(total, p.out_round, p.out_bits)
+    # outputs the fast path does not cover: anything non-finite, and signed-zero results
+    bad_a = ~np.isfinite(a).all(axis=-1)            # [..., M]
+    bad_b = ~np.isfinite(b).all(axis=-2)            # [..., N]
+    slow = bad_a[..., :, None] | bad_b[..., None, :] | ~np.isfinite(c64)
+    slow |= (total == 0) & np.signbit(c64)
+    if slow.any():
+        idx = np.nonzero(slow)                       # (batch..., m, n) of each such output
+        a_rows = a[idx[:-1]]                         # [S, K]
+        b_cols = np.swapaxes(b, -1, -2)[idx[:-2] + (idx[-1],)]  # [S, K]
+        sub = _fused_step(a_rows[:, None, :], b_cols[:, :, None],
+                          c64[idx].astype(np.float32)[:, None, None], p)
+        d = d.copy()
+        d[idx] = sub[:, 0, 0]
+    return _canonical_nan(d)
+
+
+def _fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+    """One fused dot-add step (see :func:`fused_dot_add`)."""
+    if p.subnormal_inputs == "flush":
+        tiny = 2.0**p.emin
+        a = np.where(np.abs(a) < tiny, np.copysign(0.0, a), a)
+        b = np.where(np.abs(b) < tiny, np.copysign(0.0, b), b)
+    with np.errstate(invalid="ignore"):  # inf * 0 -> NaN, handled with the other specials
+        prods = a[..., :, None, :] * np.swapaxes(b, -1, -2)[..., None, :, :]  # [M, N, K] exact
     c64 = np.asarray(c, dtype=np.float64)
-    terms = np.concatenate([prods, c64[..., None]], axis=-1) if p.c_in_sum else prods
+    terms = np.concatenate([prods, np.broadcast_to(c64, prods.shape[:-1])[..., None]], axis=-1)
     finite = np.isfinite(terms)
     nonzero = (terms != 0) & finite
     safe = np.where(nonzero, terms, 1.0)
     if p.product_exponent == "sum":
         safe_a = np.where(a != 0, a, 1.0)
         safe_b = np.where(b != 0, b, 1.0)
-        exps = _exponent_sum(safe_a[..., :, None, :], np.swapaxes(safe_b, -1, -2)[..., None, :, :])
-        if p.c_in_sum:
-            exps = np.concatenate([exps, _floor_log2(np.where(c64 != 0, c64, 1.0))[..., None]], -1)
+        exps = _exponent_sum(safe_a[..., :, None, :], np.swapaxes(safe_b, -1, -2)[..., None, :, :],
+                             p.emin)
+        c_exp = _floor_log2(np.where(c64 != 0, c64, 1.0))
+        exps = np.concatenate([exps, np.broadcast_to(c_exp, exps.shape[:-1])[..., None]], -1)
     else:
         exps = _floor_log2(safe)
     exps = np.where(nonzero, exps, np.iinfo(np.int64).min // 2)
@@ -111,14 +208,16 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
     all_neg_zero = np.all(np.signbit(terms) & (terms == 0), axis=-1)
     total = np.where((total == 0) & all_neg_zero, -0.0, total)
     d = round_to_float32(total, p.out_round, p.out_bits)
-    if not p.c_in_sum:
-        d = round_to_float32(d.astype(np.float64) + c64, p.out_round, p.out_bits)
     # non-finite terms: IEEE semantics of the exact sum, NaN canonical
     special = ~finite.all(axis=-1)
     if special.any():
         with np.errstate(invalid="ignore"):
             s = np.where(finite, 0.0, terms).sum(axis=-1)
         d = np.where(special, s.astype(np.float32), d)
+    return _canonical_nan(d)
+
+
+def _canonical_nan(d: np.ndarray) -> np.ndarray:
     nan = np.isnan(d)
     if nan.any():
         d = d.copy()

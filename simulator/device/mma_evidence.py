@@ -1,0 +1,75 @@
+"""Replay of the recorded H200 tensor-core outputs (``simulator/data/device/mma_*``).
+
+``mma_report.json`` holds provenance and the mismatch counts of the last validation
+(``python -m simulator.device.mma_probe validate``: 40 blocks x 262,144 outputs per probed
+instruction); ``mma_digests.npz`` holds, per instruction, the BLAKE2b-128 digest of the
+device's output bits of each block and the raw bits of the first 8,192 outputs of block 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from ..mma.cases import mma_block
+from ..mma.instructions import EXACT, params_for
+from ..mma.probes import PROBES, emulate_probe
+from .numerics_evidence import DATA_DIR
+
+REPORT = DATA_DIR / "mma_report.json"
+DIGESTS = DATA_DIR / "mma_digests.npz"
+KERNEL = "probes/mma.cu"
+REGENERATE = ("python -m simulator.device.mma_probe validate --out DIR` on a GPU, then copy "
+              "DIR/mma_digests.npz and DIR/mma_validate_report.json (as mma_report.json)")
+
+
+def load_recorded() -> tuple[dict, dict]:
+    """Return ``(report, digests)``.
+
+    Raises:
+        FileNotFoundError: a recorded file is missing, naming the command that regenerates it.
+    """
+    for path in (REPORT, DIGESTS):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing; regenerate it with `{REGENERATE}")
+    with np.load(DIGESTS) as d:
+        return json.loads(REPORT.read_text()), {k: d[k] for k in d.files}
+
+
+def tiles_per_block(name: str, report: dict) -> int:
+    return int(report[name]["tiles_per_block"])
+
+
+def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dict]:
+    """Digest rows for ``blocks`` blocks and the raw head of block 0 of one instruction."""
+    kind, m, n, k, fmt = PROBES[name]
+    tiles = tiles_per_block(name, report)
+    params = params_for(kind, fmt)
+    rows, bad_blocks = [], []
+    head_bad = 0
+    for blk in range(blocks):
+        emu = emulate_probe(name, *mma_block(fmt, m, n, k, blk, tiles), params)
+        if blk == 0:
+            head = digests[f"{name}_head"]
+            head_bad = int(np.count_nonzero(emu.reshape(-1)[: head.size] != head))
+        if hashlib.blake2b(emu.tobytes(), digest_size=16).digest() != digests[name][blk].tobytes():
+            bad_blocks.append(blk)
+    note = "" if (kind, fmt) in EXACT else " [model known inexact]"
+    rows.append({"check": f"{name} raw head{note}", "cases": int(digests[f'{name}_head'].size),
+                 "mismatches": head_bad, "detail": ""})
+    rows.append({"check": f"{name} digests of {blocks} blocks{note}",
+                 "cases": blocks * tiles * m * n, "mismatches": len(bad_blocks) * tiles * m * n,
+                 "detail": f"blocks with differing digest: {bad_blocks}" if bad_blocks else ""})
+    return rows
+
+
+def check_all(quick: bool = False, include_inexact: bool = False) -> list[dict]:
+    """Rows for every probed instruction whose model is exact (and the others if asked)."""
+    report, digests = load_recorded()
+    rows = []
+    for name, (kind, *_rest, fmt) in PROBES.items():
+        if (kind, fmt) in EXACT or include_inexact:
+            rows += check_probe(name, report, digests, blocks=1 if quick else 3)
+    return rows
