@@ -42,6 +42,12 @@ def _cmd_sweep(args) -> int:
     return numerics_sweep.main(argv)
 
 
+def _cmd_calibrate(args) -> int:
+    from .device import mufu_calibrate
+
+    return mufu_calibrate.main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m simulator",
@@ -66,10 +72,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--blocks", type=int, default=96, help="arithmetic case blocks of 2^20")
     s.add_argument("--skip-conversions", action="store_true")
     s.set_defaults(func=_cmd_sweep)
+
+    c = sub.add_parser("calibrate", help="on a GPU: measure the MUFU models (ex2, rcp, lg2, tanh) "
+                       "over all 2^32 inputs and write tables + provenance", add_help=False)
+    c.add_argument("rest", nargs=argparse.REMAINDER,
+                   help="options of simulator.device.mufu_calibrate (see calibrate --help)")
+    c.set_defaults(func=_cmd_calibrate)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["calibrate"]:  # its own options and --help live in mufu_calibrate
+        try:
+            return _cmd_calibrate(argparse.Namespace(rest=argv[1:]))
+        except RuntimeError as exc:  # DeviceUnavailable, NVRTC failures
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .device import mma_evidence, numerics_evidence
+from .device import mma_evidence, mufu_evidence, numerics_evidence
 
 #: topic name -> function(quick: bool) -> list of result rows
 TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "numerics": lambda quick: numerics_evidence.check_all(quick=quick),
+    "mufu": lambda quick: mufu_evidence.check_all(quick=quick),
     "mma": lambda quick: mma_evidence.check_all(quick=quick),
 }
 

@@ -4,6 +4,8 @@ Public API:
     fadd, fsub, fmul, ffma, fmax, fmin  -- float32 ops (``ftz=`` keyword), see :mod:`.float32`
     convert, to_float32, convert_x2, FORMATS -- cvt to/from bf16, f16, e4m3, e5m2, see :mod:`.cvt`
     flush_subnormal, canonicalize_nan, to_bits, from_bits -- bit helpers, see :mod:`.bits`
+    ex2, rcp, lg2, tanh, exp2f_fast, expf_fast, logf_fast, recip_fast, mufu_archs -- MUFU
+        approximations of sm_90 (arch="sm90") or correctly rounded (arch="ideal"), see :mod:`.mufu`
 """
 
 from .bits import (
@@ -17,10 +19,22 @@ from .bits import (
 )
 from .cvt import FORMATS, convert, convert_x2, to_float32
 from .float32 import fadd, ffma, fmax, fmin, fmul, fsub
+from .mufu import MufuDataError, ex2, exp2f_fast, expf_fast, lg2, logf_fast, rcp, recip_fast, tanh
+from .mufu import archs as mufu_archs
 
 __all__ = [
     "CANONICAL_NAN_BITS",
     "FORMATS",
+    "MufuDataError",
+    "ex2",
+    "exp2f_fast",
+    "expf_fast",
+    "lg2",
+    "logf_fast",
+    "mufu_archs",
+    "rcp",
+    "recip_fast",
+    "tanh",
     "canonicalize_nan",
     "convert",
     "convert_x2",

@@ -1,0 +1,358 @@
+"""Bit-exact MUFU (special function unit) approximations of sm_90, and their CUDA-level forms.
+
+PTX instructions (PTX ISA, "Floating Point Instructions": ex2, rcp, lg2, tanh)::
+
+    ex2(x, arch, ftz)    ex2.approx{.ftz}.f32    2**x
+    rcp(x, arch, ftz)    rcp.approx{.ftz}.f32    1/x
+    lg2(x, arch, ftz)    lg2.approx{.ftz}.f32    log2(x)  (base 2, not ln)
+    tanh(x, arch)        tanh.approx.f32         (PTX has no .ftz form)
+
+CUDA-level forms under ``--use_fast_math`` (the instruction sequences nvcc/NVRTC 13.0 emit for
+sm_90a; SASS in docs/mufu.md)::
+
+    exp2f_fast(x)   exp2f(x)   MUFU.EX2
+    expf_fast(x)    __expf(x)  FMUL.FTZ x, 0x3fb8aa3b (log2 e); MUFU.EX2
+    logf_fast(x)    __logf(x)  MUFU.LG2; FMUL.FTZ by 0x3f317218 (ln 2)
+    recip_fast(x)   1.f / x    MUFU.RCP
+
+``arch="sm90"`` emulates the H200 bit for bit from the tables measured by
+``python -m simulator calibrate`` (``simulator/data/mufu/sm90.npz``; exhaustive device evidence
+in ``simulator/data/device/mufu_report.json``). ``arch="ideal"`` gives correctly rounded results
+(:mod:`.mufu_ideal`) with the same special values and ``.ftz`` handling, to show what the
+approximation costs.
+
+Models (structure measured on the H200; see docs/mufu.md):
+
+* The MUFU unit itself always flushes: a subnormal input reads as zero of the same sign and a
+  subnormal result is written as zero. The non-``.ftz`` PTX forms are instruction sequences
+  around it that ptxas emits for sm_90, emulated with the bit-exact :mod:`.float32` ops:
+  ``ex2``: for ``x < -126``, ``r = MUFU.EX2(x * 0.5); r * r``;
+  ``rcp``: ``s * MUFU.RCP(x * s)`` with ``s = 2^24`` for ``|x| < 2^-126``, ``0.25`` for
+  ``|x| > 2^126``, else 1; ``lg2``: for ``|x| < 2^-126``, ``MUFU.LG2(x * 2^24) + (-24)``.
+* MUFU.EX2: ``|x|`` is truncated to fixed point with 23 fractional bits, ``|x| = i + k 2^-23``;
+  the result is ``2^i * ex2_pos[k]`` for x >= 0 and ``2^-i * ex2_neg[k]`` for x < 0.
+* MUFU.RCP: ``rcp(+-m 2^e) = +-2^-e * rcp[mantissa bits]``.
+* MUFU.LG2: for ``x = m 2^e``, exponents 0 and -1 read the tables ``lg2_e0``, ``lg2_em1``;
+  every other exponent gives ``RZ(e + L)``, where L is the unit's internal log2(m), of which the
+  two tables determine everything that matters: ``floor(L * 2^23)`` and whether L has bits below
+  2^-23 (a sticky bit). RZ = rounding toward zero to float32.
+* MUFU.TANH: odd; ``tanh(x) = x`` for ``|x| < 2^-8`` (subnormals included), ``+-1`` for
+  ``|x| >= 8``; in between a table over ``|x|`` with the low 2..6 mantissa bits ignored (the
+  count depends on the binade and is part of the calibrated data).
+
+Every function takes a float32 array (or numpy.float32 scalar) of any shape and returns a new
+float32 array of the same shape; NaN results are the canonical 0x7fffffff.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import mufu_data
+from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, from_bits, require_float32
+from .float32 import fadd, fmul
+from .mufu_ideal import ideal_ex2, ideal_lg2, ideal_rcp, ideal_tanh
+
+IDEAL = "ideal"
+LOG2E_F32 = np.uint32(0x3FB8AA3B).view(np.float32)  # 1.44269502f, the FMUL constant of __expf
+LN2_F32 = np.uint32(0x3F317218).view(np.float32)  # 0.693147182f, the FMUL constant of __logf
+_MANT = np.uint32(0x7FFFFF)
+_INF = np.uint32(0x7F800000)
+_NEG_INF = np.uint32(0xFF800000)
+_ONE = np.uint32(0x3F800000)
+
+MufuDataError = mufu_data.MufuDataError
+
+
+def archs() -> list[str]:
+    """Architectures accepted by ``arch=``: ``'ideal'`` plus every calibrated one."""
+    return [IDEAL, *mufu_data.available_archs()]
+
+
+def _check_arch(arch: str) -> str:
+    if arch == IDEAL:
+        return arch
+    known = mufu_data.available_archs()
+    if arch not in known:
+        raise ValueError(f"unknown arch {arch!r}: calibrated architectures are {known} "
+                         f"(plus {IDEAL!r}); calibrate another GPU with {mufu_data.REGENERATE}")
+    return arch
+
+
+@functools.lru_cache(maxsize=8)
+def _model(arch: str) -> dict:
+    """Tables in the layout the emulation uses (built once per process)."""
+    t = mufu_data.load(arch)
+    # ex2c[lo] = ex2_pos[lo]; ex2c[2^23 | lo] = 2 * ex2_neg[2^23 - lo] (lo > 0), ex2_neg[0] (lo = 0)
+    neg = t["ex2_neg"].astype(np.int32)
+    neg2 = np.empty_like(neg)
+    neg2[0] = neg[0]
+    neg2[1:] = neg[:0:-1] + (1 << 23)
+    ex2c = np.concatenate([t["ex2_pos"].astype(np.int32), neg2])
+    t0 = t["lg2_e0"].view(np.float32).astype(np.float64)
+    c = 1.0 + t["lg2_em1"].view(np.float32).astype(np.float64)  # exact
+    floor23 = np.floor(t0 * 2.0**23)
+    sticky = (t0 * 2.0**23 != floor23) | (c != t0)
+    lg2_s = (floor23 * 2.0 + sticky) * 2.0**-24  # L rounded to odd at 2^-24, exact in float64
+    kind = t["tanh_kind"].astype(np.uint8)
+    shift = t["tanh_shift"].astype(np.uint32)
+    sizes = np.where(kind == mufu_data.TANH_TABLE, 1 << (23 - shift.astype(np.int64)), 0)
+    offset = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint32)
+    return {"ex2c": ex2c, "rcp": t["rcp"], "lg2_e0": t["lg2_e0"], "lg2_em1": t["lg2_em1"],
+            "lg2_s": lg2_s, "tanh": t["tanh"], "tanh_kind": kind, "tanh_shift": shift,
+            "tanh_offset": offset}
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(np.uint32)
+
+
+def _nan_fix(x: np.ndarray, out_bits: np.ndarray) -> np.ndarray:
+    np.putmask(out_bits, np.isnan(x), CANONICAL_NAN_BITS)
+    return out_bits
+
+
+# ---- MUFU cores (always .ftz) ---------------------------------------------------------------
+def _ex2_core(x: np.ndarray, m: dict) -> np.ndarray:
+    # Sign-magnitude truncation to 23 fractional bits, then a two's complement split of the
+    # signed fixed-point value f = trunc(x * 2^23): hi = f & ~(2^23 - 1) is (floor(f/2^23)) << 23,
+    # which added to a float32 bit pattern scales it by 2^floor(f/2^23); "ex2c" holds, at
+    # [lo | sign << 23], the device result for the matching fraction with the floor/trunc
+    # difference folded in (see _model).
+    f = np.fmin(x, np.float32(128.0))  # NaN -> 128, fixed at the end
+    np.fmax(f, np.float32(-130.0), out=f)
+    np.multiply(f, np.float32(2.0**23), out=f)  # exact
+    fx = f.astype(np.int32)  # truncation toward zero; subnormals and tiny |x| -> 0
+    idx = fx >> np.int32(8)
+    idx &= np.int32(0x800000)  # sign of the fixed-point value
+    lo = fx & np.int32(0x7FFFFF)
+    idx |= lo
+    fx &= np.int32(~0x7FFFFF)
+    r = m["ex2c"].take(idx, mode="clip")  # idx < 2^24 by construction
+    r += fx  # int32: exponent field += floor(f / 2^23); x = 128 gives exactly +inf
+    low = r < np.int32(0x00800000)  # below 2^-126 (or wrapped below zero): flushed
+    if low.any():
+        r[low] = 0
+    r = r.view(np.uint32)
+    nan = np.isnan(x)
+    if nan.any():
+        r[nan] = CANONICAL_NAN_BITS
+    return r
+
+
+def _rcp_core(x: np.ndarray, m: dict) -> np.ndarray:
+    u = _bits(x)
+    e = (u >> np.uint32(23)) & np.uint32(0xFF)
+    r = m["rcp"].take(u & _MANT).view(np.int32)
+    r = r + ((np.int32(127) - e.view(np.int32)) << np.int32(23))
+    r = r.view(np.uint32)
+    np.putmask(r, r.view(np.int32) < 0x00800000, np.uint32(0))  # subnormal result: flushed
+    np.putmask(r, e == 0, _INF)  # +-0 and subnormal inputs (read as zero)
+    np.putmask(r, e == 0xFF, np.uint32(0))  # +-inf -> +-0 (NaN fixed below)
+    r |= u & SIGN_MASK
+    return _nan_fix(x, r)
+
+
+def _lg2_core(x: np.ndarray, m: dict) -> np.ndarray:
+    u = _bits(x)
+    e = ((u >> np.uint32(23)) & np.uint32(0xFF)).view(np.int32) - np.int32(127)
+    j = u & _MANT
+    v = m["lg2_s"].take(j)
+    v += e
+    b = v.view(np.uint64)
+    b &= np.uint64(0xFFFF_FFFF_E000_0000)  # RZ to 24 significant bits (|v| >= 1 here)
+    r = v.astype(np.float32).view(np.uint32)
+    e0 = e == 0
+    if e0.any():
+        r[e0] = m["lg2_e0"][j[e0]]
+    em1 = e == -1
+    if em1.any():
+        r[em1] = m["lg2_em1"][j[em1]]
+    np.putmask(r, e == -127, _NEG_INF)  # +-0 and subnormals (read as zero)
+    np.putmask(r, e == 128, _INF)  # +inf (NaN and -inf fixed below)
+    np.putmask(r, (u > SIGN_MASK) & (e != -127), CANONICAL_NAN_BITS)  # x < 0
+    return _nan_fix(x, r)
+
+
+def _tanh_core(x: np.ndarray, m: dict) -> np.ndarray:
+    u = _bits(x)
+    a = u & ~SIGN_MASK
+    e = a >> np.uint32(23)
+    kind = m["tanh_kind"].take(e)
+    r = a.copy()  # identity binades
+    t = kind == mufu_data.TANH_TABLE
+    if t.any():
+        et, at = e[t], a[t]
+        idx = m["tanh_offset"].take(et) + ((at & _MANT) >> m["tanh_shift"].take(et))
+        r[t] = m["tanh"].take(idx)
+    np.putmask(r, kind == mufu_data.TANH_ONE, _ONE)
+    np.putmask(r, a == _INF, _ONE)
+    r |= u & SIGN_MASK
+    return _nan_fix(x, r)
+
+
+# ---- PTX instructions -------------------------------------------------------------------------
+def _prep(x, name="x"):
+    x = require_float32(name, x)
+    return x, np.ascontiguousarray(x.reshape(-1))
+
+
+def ex2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
+    """``ex2.approx{.ftz}.f32``: 2**x as the sm_90 MUFU.EX2 computes it.
+
+    Args:
+        x: float32 array (any shape) or numpy.float32.
+        arch: ``"sm90"`` (calibrated H200 tables) or ``"ideal"`` (correctly rounded); see
+            :func:`archs`.
+        ftz: True for ``.ftz`` (MUFU.EX2 alone). False adds the sm_90 subnormal fix-up
+            (``x < -126``: ``r = MUFU.EX2(x/2)``, result ``r*r`` rounded to nearest, so results
+            down to 2^-149 survive).
+    Returns:
+        float32 array of ``x``'s shape. Error vs correctly rounded: -2..+1 ulp (H200).
+    Raises:
+        TypeError: ``x`` is not float32.  ValueError: unknown ``arch``.
+        MufuDataError: the calibrated tables are missing or fail their checksum.
+    Source: PTX ISA "ex2"; device evidence simulator/data/device/mufu_report.json.
+    """
+    x, flat = _prep(x)
+    arch = _check_arch(arch)
+    if arch == IDEAL:
+        return ideal_ex2(x, ftz=ftz)
+    m = _model(arch)
+    r = _ex2_core(flat, m)
+    if not ftz:
+        low = flat < np.float32(-126.0)
+        if low.any():
+            h = from_bits(_ex2_core(fmul(flat[low], np.float32(0.5)), m))
+            r[low] = fmul(h, h).view(np.uint32)
+    return r.view(np.float32).reshape(x.shape)
+
+
+def rcp(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
+    """``rcp.approx{.ftz}.f32``: 1/x as the sm_90 MUFU.RCP computes it.
+
+    Args:
+        x: float32 array (any shape) or numpy.float32.
+        arch: ``"sm90"`` or ``"ideal"``.
+        ftz: True for ``.ftz`` (MUFU.RCP alone; subnormal x gives +-inf, |x| > 2^126 gives
+            +-0 or a flushed result). False: ``s * MUFU.RCP(x * s)`` with the scale ``s`` of the
+            sm_90 sequence (2^24 for subnormal x, 0.25 for |x| > 2^126), both FMULs rounded.
+    Returns:
+        float32 array of ``x``'s shape. Error vs correctly rounded: -1..+1 ulp (H200).
+    Raises:
+        TypeError, ValueError, MufuDataError: as :func:`ex2`.
+    Source: PTX ISA "rcp"; simulator/data/device/mufu_report.json.
+    """
+    x, flat = _prep(x)
+    arch = _check_arch(arch)
+    if arch == IDEAL:
+        return ideal_rcp(x, ftz=ftz)
+    m = _model(arch)
+    r = _rcp_core(flat, m)
+    if not ftz:
+        a = np.abs(flat)
+        small = a < np.float32(2.0**-126)
+        large = a > np.float32(2.0**126)
+        sel = small | large
+        if sel.any():
+            s = np.where(small[sel], np.float32(2.0**24), np.float32(0.25))
+            core = from_bits(_rcp_core(fmul(flat[sel], s), m))
+            r[sel] = fmul(s, core).view(np.uint32)
+    return r.view(np.float32).reshape(x.shape)
+
+
+def lg2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
+    """``lg2.approx{.ftz}.f32``: log2(x) (base 2; multiply by ln 2 for ln) as MUFU.LG2 computes it.
+
+    Args:
+        x: float32 array (any shape) or numpy.float32.
+        arch: ``"sm90"`` or ``"ideal"``.
+        ftz: True for ``.ftz`` (MUFU.LG2 alone: subnormal x gives -inf). False: for
+            ``|x| < 2^-126``, ``MUFU.LG2(x * 2^24) + (-24)`` (FADD rounded to nearest).
+    Returns:
+        float32 array of ``x``'s shape; +-0 -> -inf, x < 0 -> NaN, +inf -> +inf. The sm_90 result
+        is an absolute-error approximation (about 2^-22 near x = 1), so its relative error
+        is large where log2(x) is near 0.
+    Raises:
+        TypeError, ValueError, MufuDataError: as :func:`ex2`.
+    Source: PTX ISA "lg2"; simulator/data/device/mufu_report.json.
+    """
+    x, flat = _prep(x)
+    arch = _check_arch(arch)
+    if arch == IDEAL:
+        return ideal_lg2(x, ftz=ftz)
+    m = _model(arch)
+    r = _lg2_core(flat, m)
+    if not ftz:
+        sel = np.abs(flat) < np.float32(2.0**-126)
+        if sel.any():
+            core = from_bits(_lg2_core(fmul(flat[sel], np.float32(2.0**24)), m))
+            r[sel] = fadd(core, np.float32(-24.0)).view(np.uint32)
+    return r.view(np.float32).reshape(x.shape)
+
+
+def tanh(x, arch: str = "sm90") -> np.ndarray:
+    """``tanh.approx.f32``: tanh(x) as the sm_90 MUFU.TANH computes it (no .ftz form exists).
+
+    Args:
+        x: float32 array (any shape) or numpy.float32.
+        arch: ``"sm90"`` or ``"ideal"``.
+    Returns:
+        float32 array of ``x``'s shape. sm_90: x itself for |x| < 2^-8 (subnormals kept), +-1 for
+        |x| >= 8, error up to about +-134 ulp in between (H200).
+    Raises:
+        TypeError, ValueError, MufuDataError: as :func:`ex2`.
+    Source: PTX ISA "tanh"; simulator/data/device/mufu_report.json.
+    """
+    x, flat = _prep(x)
+    arch = _check_arch(arch)
+    if arch == IDEAL:
+        return ideal_tanh(x, ftz=False)
+    return _tanh_core(flat, _model(arch)).view(np.float32).reshape(x.shape)
+
+
+# ---- CUDA-level forms under --use_fast_math ---------------------------------------------------
+def exp2f_fast(x, arch: str = "sm90") -> np.ndarray:
+    """``exp2f(x)`` under ``--use_fast_math``: MUFU.EX2 alone, i.e. ``ex2(x, ftz=True)``."""
+    return ex2(x, arch=arch, ftz=True)
+
+
+def expf_fast(x, arch: str = "sm90") -> np.ndarray:
+    """``__expf(x)`` (and ``expf`` under ``--use_fast_math``): ``FMUL.FTZ t, x, 0x3fb8aa3b``
+    then MUFU.EX2. Natural exponent; float32 in, float32 out, shape kept."""
+    x = require_float32("x", x)
+    return ex2(fmul(x, LOG2E_F32, ftz=True), arch=arch, ftz=True)
+
+
+def logf_fast(x, arch: str = "sm90") -> np.ndarray:
+    """``__logf(x)`` (and ``logf`` under ``--use_fast_math``): MUFU.LG2 then
+    ``FMUL.FTZ`` by 0x3f317218. Natural log; float32 in, float32 out, shape kept."""
+    x = require_float32("x", x)
+    return fmul(lg2(x, arch=arch, ftz=True), LN2_F32, ftz=True)
+
+
+def recip_fast(x, arch: str = "sm90") -> np.ndarray:
+    """``1.f / x`` under ``--use_fast_math``: MUFU.RCP alone, i.e. ``rcp(x, ftz=True)``."""
+    return rcp(x, arch=arch, ftz=True)
+
+
+#: PTX/CUDA form name -> emulator function taking (x, arch); the names of kernels/probes/mufu.cu
+FORMS = {
+    "ex2": lambda x, arch="sm90": ex2(x, arch, ftz=False),
+    "ex2_ftz": lambda x, arch="sm90": ex2(x, arch, ftz=True),
+    "rcp": lambda x, arch="sm90": rcp(x, arch, ftz=False),
+    "rcp_ftz": lambda x, arch="sm90": rcp(x, arch, ftz=True),
+    "lg2": lambda x, arch="sm90": lg2(x, arch, ftz=False),
+    "lg2_ftz": lambda x, arch="sm90": lg2(x, arch, ftz=True),
+    "tanh": tanh,
+    "exp2f_fast": exp2f_fast,
+    "expf_fast": expf_fast,
+    "logf_fast": logf_fast,
+    "recip_fast": recip_fast,
+}
+
+__all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "archs", "ex2",
+           "exp2f_fast", "expf_fast", "lg2", "logf_fast", "rcp", "recip_fast", "tanh"]
+_ = EXP_MASK  # re-exported constant kept for readers of the bit layout
