@@ -180,3 +180,15 @@ def test_agrees_with_mmasim_where_installed():
                  torch.from_numpy(C[t].view(np.float32).copy())).numpy()
         ours = mma.wgmma("m64n8k16.f32.bf16.bf16", A[t].view(BF16), B[t].view(BF16), C[t].view(np.float32))
         assert np.array_equal(ref.view(np.uint32), ours.view(np.uint32))
+
+
+def test_all_zero_operands_give_signed_zero():
+    a = np.zeros((64, 16), BF16)
+    b = np.zeros((16, 8), BF16)
+    d = mma.wgmma("m64n8k16.f32.bf16.bf16", a, b, np.zeros((64, 8), np.float32))
+    assert np.all(d.view(np.uint32) == 0)
+    # IEEE sums of signed zeros: -0 only when every term is -0 (products +0 * -0 = -0)
+    neg_b = np.full((16, 8), -0.0, np.float32).astype(BF16)
+    minus = np.full((64, 8), -0.0, np.float32)
+    assert np.all(mma.wgmma("m64n8k16.f32.bf16.bf16", a, neg_b, minus).view(np.uint32) == 0x80000000)
+    assert np.all(mma.wgmma("m64n8k16.f32.bf16.bf16", a, b, minus).view(np.uint32) == 0)

@@ -147,7 +147,7 @@ def _fused_step_fast(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd
     for kk in range(k):  # K is 16 or 32: the terms of one fused step
         np.add(ea[..., :, kk, None], eb[..., kk, None, :], out=tmp_e)
         np.maximum(big_e, tmp_e, out=big_e)
-    big_e[big_e == _NO_EXP] = 0
+    big_e[big_e < _NO_EXP // 2] = 0  # no nonzero finite term at all: any scale works
     scale = np.ldexp(1.0, (p.frac_bits - big_e))
     with np.errstate(invalid="ignore", over="ignore"):
         total = np.trunc(np.where(c_ok, c64, 0.0) * scale)

@@ -1,0 +1,367 @@
+"""The FlashAttention-3 forward on emulated Hopper warpgroups (docs/forward.md, step by step).
+
+CTAs that visit the same K/V blocks (same ``n_block_min .. n_block_max``) are emulated together:
+one array axis holds them, the next their warpgroups, then the 64 rows (matrix form, for the
+tensor-core GEMMs) or the 128 threads (row/column form, for the softmax). The Python loops run
+over groups of CTAs and over K/V blocks, the sequential structure of the kernel; never over
+threads or elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .. import mma
+from ..hw import accumulator_layout, rowcol_view
+from ..numerics import convert, fmul
+from ..numerics.mufu import tanh
+from ..trace import Trace
+from .constants import MAX_OFFSET, host_constants
+from .masks import allowed, block_range, normalize_window
+from .softmax import Softmax, rescale_o
+
+DTYPES = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16",
+          np.dtype(ml_dtypes.float8_e4m3fn): "e4m3"}
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+SCHEDULES = ("plain", "intra_wg_overlap")
+ARCHS = ("sm90", "ideal")
+_NEG_INF = np.float32(-np.inf)
+
+
+@dataclass
+class ForwardResult:
+    """Output of :func:`forward`: ``out`` [B, Sq, H, d], ``lse`` [B, H, Sq] float32 (natural log),
+    ``trace`` (a :class:`simulator.trace.Trace` or None). Unpacks as ``out, lse = result``."""
+
+    out: np.ndarray
+    lse: np.ndarray
+    trace: Trace | None = None
+
+    def __iter__(self):
+        return iter((self.out, self.lse))
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated parameters of one forward call (shared with ``simulator.device.forward``)."""
+
+    fmt: str
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    heads_kv: int
+    head_dim: int
+    window: tuple[int, int]
+    softcap: float
+    kblock_m: int
+    kblock_n: int
+    schedule: str
+    arch: str
+    consts: dict
+    seqlens_k: np.ndarray
+    q_descale: np.ndarray
+    k_descale: np.ndarray
+    v_descale: np.ndarray
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(ml_dtypes.bfloat16) if self.fmt == "e4m3" else {
+            "bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16)}[self.fmt]
+
+    @property
+    def k_step(self) -> int:
+        return 32 if self.fmt == "e4m3" else 16
+
+    @property
+    def rescale_before_gemm(self) -> bool:
+        """FA3's RescaleOBeforeGemm for the overlapped mainloop: head_dim > 128 and not FP8."""
+        return self.head_dim > 128 and self.fmt != "e4m3"
+
+
+def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
+    if x is None:
+        return np.ones((batch, heads_kv), dtype=np.float32)
+    if fmt != "e4m3":
+        raise ValueError(f"{name}: descales apply to e4m3 inputs only, got {fmt} inputs")
+    arr = np.asarray(x)
+    if arr.dtype != np.float32:
+        raise ValueError(f"{name}: expected float32 (a scalar or [batch, heads_kv]), got {arr.dtype}")
+    try:
+        arr = np.broadcast_to(arr, (batch, heads_kv))
+    except ValueError:
+        raise ValueError(f"{name}: expected a scalar or shape [{batch}, {heads_kv}], "
+                         f"got {arr.shape}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: must be finite")
+    return np.ascontiguousarray(arr)
+
+
+def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
+                seqlens_k=None, kblock_m=128, kblock_n=128, schedule="intra_wg_overlap",
+                q_descale=None, k_descale=None, v_descale=None, arch="sm90") -> Config:
+    """Validate every argument of :func:`forward`; raises ValueError naming the argument."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray) or x.ndim != 4:
+            got = x.shape if isinstance(x, np.ndarray) else type(x).__name__
+            raise ValueError(f"{name}: expected a 4-d array [batch, seqlen, heads, head_dim], got {got}")
+        if x.dtype not in DTYPES:
+            raise ValueError(f"{name}: expected dtype bfloat16, float16 or float8_e4m3fn, got {x.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v: dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    fmt = DTYPES[q.dtype]
+    b, sq, h, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k, v: shapes differ ({k.shape} vs {v.shape})")
+    bk, sk, hkv, dk = k.shape
+    if bk != b or dk != d:
+        raise ValueError(f"k: expected [batch={b}, seqlen_k, heads_kv, head_dim={d}], got {k.shape}")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"q: head_dim {d} not supported; accepted: {HEAD_DIMS}")
+    if hkv < 1 or h % hkv:
+        raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
+    if b < 1 or sq < 1:
+        raise ValueError(f"q: batch and seqlen_q must be >= 1, got {q.shape}")
+    if kblock_m not in (64, 128, 192):
+        raise ValueError(f"kblock_m: expected 64, 128 or 192 (1-3 warpgroups), got {kblock_m!r}")
+    step = 32 if fmt == "e4m3" else 16
+    if not isinstance(kblock_n, (int, np.integer)) or kblock_n % step or not step <= kblock_n <= 256:
+        raise ValueError(f"kblock_n: expected a multiple of {step} in {step}..256 for {fmt}, "
+                         f"got {kblock_n!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+    if arch not in ARCHS:
+        raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
+    win = normalize_window(bool(causal), window)
+    if seqlens_k is None:
+        seqlens = np.full(b, sk, dtype=np.int64)
+    else:
+        seqlens = np.asarray(seqlens_k)
+        if seqlens.shape != (b,) or not np.issubdtype(seqlens.dtype, np.integer):
+            raise ValueError(f"seqlens_k: expected {b} integers, got {seqlens_k!r}")
+        if np.any(seqlens < 0) or np.any(seqlens > sk):
+            raise ValueError(f"seqlens_k: values must be in 0..{sk} (k.shape[1]), got {seqlens.tolist()}")
+        seqlens = seqlens.astype(np.int64)
+    consts = host_constants(d, softmax_scale, softcap)
+    return Config(fmt, b, sq, sk, h, hkv, d, win, float(softcap), int(kblock_m), int(kblock_n),
+                  schedule, arch, consts, seqlens,
+                  _descale("q_descale", q_descale, fmt, b, hkv),
+                  _descale("k_descale", k_descale, fmt, b, hkv),
+                  _descale("v_descale", v_descale, fmt, b, hkv))
+
+
+def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
+            seqlens_k=None, kblock_m=128, kblock_n=128, schedule="intra_wg_overlap",
+            q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None) -> ForwardResult:
+    """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
+
+    Args:
+        q: [batch, seqlen_q, heads, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim];
+            dtype ml_dtypes.bfloat16, numpy.float16 or ml_dtypes.float8_e4m3fn (all the same);
+            head_dim in 32, 64, 96, 128, 192, 256; heads_kv divides heads (GQA).
+        softmax_scale: default 1/sqrt(head_dim).
+        causal: bottom-right aligned causal mask (window right = 0).
+        window: (left, right) local window, -1 = unbounded.
+        softcap: > 0 enables ``softcap * tanh(s / softcap)`` (tanh.approx.f32).
+        seqlens_k: [batch] ints, keys per batch (default seqlen_k); later keys are absent.
+        kblock_m: 64, 128 or 192 rows per CTA (1-3 warpgroups); kblock_n: keys per block.
+        schedule: "plain" or "intra_wg_overlap" (FA3's default); see docs/forward.md.
+        q_descale, k_descale, v_descale: FP8 only: float32 scalars or [batch, heads_kv].
+        arch: "sm90" (MUFU models measured on the H200) or "ideal" (correctly rounded).
+        trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record.
+    Returns:
+        :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim] in the input dtype
+        (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
+        for rows that see no key; ``trace`` when requested.
+    Raises:
+        ValueError: any invalid argument, naming it (see :func:`make_config`).
+    """
+    cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
+                      softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
+                      schedule=schedule, q_descale=q_descale, k_descale=k_descale,
+                      v_descale=v_descale, arch=arch)
+    wanted = None if trace is None else {tuple(int(c) for c in cta) for cta in trace}
+    record = Trace() if wanted is not None else None
+    out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim), dtype=cfg.out_dtype)
+    lse = np.full((cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
+    qp, kp, vp = _padded_inputs(cfg, q, k, v)
+    for n_range, ctas in _cta_groups(cfg).items():
+        _run_group(cfg, n_range, ctas, qp, kp, vp, out, lse, wanted, record)
+    return ForwardResult(out, lse, record)
+
+
+# ---- setup ------------------------------------------------------------------------------------
+def _padded_inputs(cfg: Config, q, k, v):
+    """Zero-filled copies padded to whole blocks; keys at or after seqlens_k[b] zeroed (as a
+    bulk copy bounded by the sequence length leaves them)."""
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
+    qp = np.zeros((cfg.batch, m_blocks * cfg.kblock_m, cfg.heads, cfg.head_dim), dtype=q.dtype)
+    qp[:, : cfg.seqlen_q] = q
+    kp = np.zeros((cfg.batch, n_pad, cfg.heads_kv, cfg.head_dim), dtype=k.dtype)
+    vp = np.zeros_like(kp)
+    kp[:, : cfg.seqlen_k] = k
+    vp[:, : cfg.seqlen_k] = v
+    absent = np.arange(n_pad)[None, :] >= cfg.seqlens_k[:, None]  # [batch, keys]
+    kp[absent] = 0
+    vp[absent] = 0
+    return qp, kp, vp
+
+
+def _cta_groups(cfg: Config) -> dict[tuple[int, int], np.ndarray]:
+    """CTAs ``(b, h, m_block)`` grouped by their K/V block range."""
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    groups: dict[tuple[int, int], list] = {}
+    for b in range(cfg.batch):  # per batch and m_block (a handful): the ranges
+        for mb in range(m_blocks):
+            rng = block_range(mb, cfg.seqlen_q, int(cfg.seqlens_k[b]), cfg.kblock_m,
+                              cfg.kblock_n, cfg.window)
+            groups.setdefault(rng, []).extend((b, h, mb) for h in range(cfg.heads))
+    return {rng: np.array(ctas, dtype=np.int64).reshape(-1, 3) for rng, ctas in groups.items()}
+
+
+# ---- one group of CTAs ---------------------------------------------------------------------------
+def _run_group(cfg: Config, n_range, ctas, qp, kp, vp, out, lse, wanted, record):
+    n_min, n_max = n_range
+    b, h, mb = ctas[:, 0], ctas[:, 1], ctas[:, 2]
+    hkv = h // (cfg.heads // cfg.heads_kv)
+    W, N, d = cfg.kblock_m // 64, cfg.kblock_n, cfg.head_dim
+    rows = mb[:, None] * cfg.kblock_m + np.arange(cfg.kblock_m)[None, :]            # [G, kBlockM]
+    if n_max <= n_min:  # nothing to attend: O = 0, LSE = -inf (already in place)
+        _store(cfg, ctas, rows, None, None, out, lse)
+        return
+    qt = qp[b[:, None], rows, h[:, None]].reshape(len(ctas), W, 64, d)             # [G, W, 64, d]
+    scale_log2, softcap_val, final_scale = _cta_scales(cfg, b, hkv)
+    soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
+                   MAX_OFFSET[cfg.fmt], cfg.arch)
+    view = rowcol_view(f"m64n{N}k16")
+    acc_layout_s = accumulator_layout(f"m64n{N}k16")
+    acc_layout_o = accumulator_layout(f"m64n{d}k16")
+    tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
+    qk = f"wgmma.m64n{N}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}"
+    pv = f"wgmma.m64n{d}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}"
+    grow = rows.reshape(len(ctas), W, 64)                                          # global rows
+    acc_o = np.zeros((len(ctas), W, 64, d), dtype=np.float32)
+    pending = None  # (P, V, scores_scale) of the previous block, for the overlapped schedule
+    prev_scale = None
+    for step, n in enumerate(range(n_max - 1, n_min - 1, -1)):
+        keys = n * N + np.arange(N)
+        kt = kp[b[:, None], keys[None, :], hkv[:, None]]                            # [G, N, d]
+        vt = vp[b[:, None], keys[None, :], hkv[:, None]]
+        s = mma.gemm(qt, np.swapaxes(kt, -1, -2)[:, None], np.full((len(ctas), W, 64, N), -0.0,
+                     dtype=np.float32), instruction=qk)
+        tracer.frag("qk_gemm", n, acc_s=s)
+        if cfg.softcap > 0:
+            s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch)
+            tracer.frag("softcap", n, acc_s=s)
+        ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
+                     cfg.seqlens_k[b][:, None, None, None], cfg.window)
+        s = np.where(ok, s, _NEG_INF)
+        tracer.frag("mask", n, acc_s=s)
+        scores = s[..., view.row[:, :, None], view.col[:, None, :]]                # [G,W,128,2,N/4]
+        first = step == 0
+        scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=True)
+        tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
+                    scores_scale=scores_scale)
+        p = soft.online_softmax(scores, is_first=first, check_inf=True)
+        p_mat = np.empty_like(s)
+        p_mat[..., view.row[:, :, None], view.col[:, None, :]] = p
+        tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
+        p_cvt = convert(p_mat, cfg.fmt)
+        scale_rows = _row_values(scores_scale, view)
+        if cfg.schedule == "plain":
+            acc_o = _rescale(tracer, n, acc_o, scale_rows)
+            acc_o = _pv(tracer, n, acc_o, p_cvt, vt, pv)
+        elif first:
+            pending = (p_cvt, vt)
+        elif cfg.rescale_before_gemm:
+            acc_o = _rescale(tracer, n, acc_o, prev_scale)
+            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv)
+            pending = (p_cvt, vt)
+        else:
+            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv)
+            acc_o = _rescale(tracer, n, acc_o, scale_rows)
+            pending = (p_cvt, vt)
+        prev_scale = scale_rows
+    if cfg.schedule == "intra_wg_overlap":
+        if cfg.rescale_before_gemm and n_max - n_min > 1:
+            acc_o = _rescale(tracer, n_min, acc_o, prev_scale)
+        acc_o = _pv(tracer, n_min, acc_o, *pending, pv)
+    final = soft.finalize(final_scale[:, None, None, None])
+    tracer.rows("finalize", None, row_sum=soft.row_sum, scores_scale=final, lse=soft.lse,
+                row_max=soft.row_max)
+    acc_o = rescale_o(acc_o, _row_values(final, view))
+    tracer.frag("epilogue", None, acc_o=acc_o)
+    _store(cfg, ctas, rows, acc_o, _row_values(soft.lse, view), out, lse)
+
+
+def _cta_scales(cfg: Config, b, hkv):
+    """Per-CTA float32 scale_log2, softcap_val and final_scale after folding FP8 descales."""
+    c = cfg.consts
+    qk = fmul(cfg.q_descale[b, hkv], cfg.k_descale[b, hkv], ftz=True)
+    scale_log2 = np.full(len(b), c["scale_log2"], dtype=np.float32)
+    softcap_val = np.full(len(b), c["softcap_val"], dtype=np.float32)
+    if cfg.fmt == "e4m3":
+        if cfg.softcap > 0:
+            softcap_val = fmul(softcap_val, qk, ftz=True)
+        else:
+            scale_log2 = fmul(scale_log2, qk, ftz=True)
+    return scale_log2, softcap_val, cfg.v_descale[b, hkv].astype(np.float32)
+
+
+def _row_values(per_thread: np.ndarray, view) -> np.ndarray:
+    """[..., 128, nrow] values that are identical within each quad -> [..., 64] per matrix row."""
+    rows = np.empty(per_thread.shape[:-2] + (64,), dtype=per_thread.dtype)
+    rows[..., view.row] = per_thread
+    return rows
+
+
+def _rescale(tracer, n, acc_o, scale_rows):
+    acc_o = rescale_o(acc_o, scale_rows)
+    tracer.frag("rescale_o", n, acc_o=acc_o)
+    return acc_o
+
+
+def _pv(tracer, n, acc_o, p_cvt, vt, instruction):
+    acc_o = mma.gemm(p_cvt, vt[:, None], acc_o, instruction=instruction)
+    tracer.frag("pv_gemm", n, acc_o=acc_o)
+    return acc_o
+
+
+def _store(cfg: Config, ctas, rows, acc_o, lse_rows, out, lse):
+    """Epilogue: convert O to the output dtype and write the rows < seqlen_q of every CTA."""
+    b, h = ctas[:, 0], ctas[:, 1]
+    valid = rows < cfg.seqlen_q                                                     # [G, kBlockM]
+    gi, ri = np.nonzero(valid)
+    if acc_o is None:
+        return
+    o = convert(acc_o.reshape(len(ctas), cfg.kblock_m, cfg.head_dim), {
+        np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16"}[cfg.out_dtype])
+    out[b[gi], rows[gi, ri], h[gi]] = o[gi, ri]
+    lse[b[gi], h[gi], rows[gi, ri]] = lse_rows.reshape(len(ctas), cfg.kblock_m)[gi, ri]
+
+
+class _Tracer:
+    """Records the traced CTAs of a group; free when nothing is traced."""
+
+    def __init__(self, ctas, wanted, record, layout_s, layout_o):
+        self.record = record
+        self.layouts = {"acc_s": layout_s, "acc_o": layout_o}
+        self.sel = []
+        if wanted:
+            self.sel = [(i, tuple(int(c) for c in cta)) for i, cta in enumerate(ctas)
+                        if tuple(int(c) for c in cta) in wanted]
+
+    def frag(self, step, n, **arrays):
+        """Matrices [G, W, 64, cols] become fragments [W, 128, regs]; row state passes through."""
+        for i, cta in self.sel:
+            data = {k: (self.layouts[k].from_matrix(v[i]) if k in self.layouts else v[i])
+                    for k, v in arrays.items()}
+            self.record.add(step, cta, n, **data)
+
+    def rows(self, step, n, **arrays):
+        for i, cta in self.sel:
+            self.record.add(step, cta, n, **{k: v[i] for k, v in arrays.items()})

@@ -1,0 +1,130 @@
+"""``Softmax`` of hopper/softmax.h on emulated warpgroups, with the H200's arithmetic.
+
+State per warpgroup thread: ``row_max`` and ``row_sum``, float32 ``[..., 128, kNRows]``
+(``kNRows = 2`` rows per thread for one m64nNk16 accumulator tile). Score tensors are the
+row/column view of the accumulator, ``[..., 128, kNRows, ncol]``
+(:func:`simulator.hw.rowcol_view`). Every float32 operation is the ``.ftz`` instruction that
+``--use_fast_math`` produces, and exp2 / 1/x / log2 are the MUFU models of
+:mod:`simulator.numerics.mufu` (``arch="sm90"``, or ``"ideal"`` for correctly rounded ones).
+The exact sequence is docs/forward.md, steps 4, 5 and "finalize"; the seed
+(../shared/seed, section 4) describes the same methods.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hw import quad_allreduce, thread_reduce
+from ..numerics import ffma, fmul, fsub
+from ..numerics.mufu import ex2, lg2, rcp
+from .constants import LN2_F32
+
+_NEG_INF = np.float32(-np.inf)
+_SUM_SCALE_FP8 = np.float32(2.0**-8)
+
+
+class Softmax:
+    """Online-softmax state of a batch of warpgroups (``Softmax<kNRows, Max_offset>``).
+
+    Args:
+        batch_shape: leading axes (e.g. ``(ctas, warpgroups)``).
+        nrow: kNRows (2 for one m64 tile).
+        scale_log2: float32 ``softmax_scale_log2``, a scalar or an array broadcasting against
+            ``batch_shape + (1, 1)`` (one value per CTA when FP8 descales are folded in).
+        max_offset: 0, or 8 for FP8 (``Max_offset``).
+        arch: MUFU model, ``"sm90"`` or ``"ideal"``.
+    Attributes:
+        row_max, row_sum: float32 ``batch_shape + (128, nrow)``; ``row_sum`` holds thread-local
+            partial sums until :meth:`finalize` reduces it over the quad.
+        lse: after :meth:`finalize`, float32 ``batch_shape + (128, nrow)``, natural log.
+    """
+
+    def __init__(self, batch_shape: tuple[int, ...], nrow: int, scale_log2, max_offset: int = 0,
+                 arch: str = "sm90"):
+        if max_offset not in (0, 8):
+            raise ValueError(f"max_offset: expected 0 or 8, got {max_offset!r}")
+        shape = tuple(batch_shape) + (128, nrow)
+        self.row_max = np.full(shape, _NEG_INF, dtype=np.float32)
+        self.row_sum = np.zeros(shape, dtype=np.float32)
+        self.scale_log2 = np.asarray(scale_log2, dtype=np.float32)
+        self.max_offset = max_offset
+        self.arch = arch
+        self.lse: np.ndarray | None = None
+
+    # ---- max_get_scale -------------------------------------------------------------------------
+    def max_get_scale(self, scores: np.ndarray, is_first: bool, check_inf: bool = True) -> np.ndarray:
+        """Update ``row_max`` with ``scores`` [..., 128, nrow, ncol]; return ``scores_scale``.
+
+        First block: ``row_max`` = quad-allreduced row maximum, scale 1. Later blocks:
+        ``scale = ex2((prev - cur) * scale_log2)`` with ``cur`` = 0 when the new max is -inf
+        and ``check_inf``; ``row_sum *= scale``.
+        """
+        if is_first:
+            self.row_max = quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max")
+            return np.ones_like(self.row_max)
+        prev = self.row_max
+        self.row_max = quad_allreduce(
+            thread_reduce(scores, prev, op="max", zero_init=False), "max")
+        cur = self.row_max
+        if check_inf:
+            cur = np.where(cur == _NEG_INF, np.float32(0), cur)
+        scale = ex2(fmul(fsub(prev, cur, ftz=True), self._scale(), ftz=True), arch=self.arch)
+        self.row_sum = fmul(self.row_sum, scale, ftz=True)
+        return scale
+
+    # ---- online_softmax ------------------------------------------------------------------------
+    def online_softmax(self, scores: np.ndarray, is_first: bool, check_inf: bool = True) -> np.ndarray:
+        """scale_apply_exp2 then a thread-local reduce_sum; returns P (float32, same shape).
+
+        ``p = ex2(ffma(s, scale_log2, -max_scaled))`` with ``max_scaled = fmul(max, scale_log2)``
+        (``ffma(max, scale_log2, -8)`` with Max_offset 8), 0 for a -inf max under ``check_inf``.
+        """
+        scale = self._scale()
+        if self.max_offset:
+            max_scaled = ffma(self.row_max, scale, np.float32(-self.max_offset), ftz=True)
+        else:
+            max_scaled = fmul(self.row_max, scale, ftz=True)
+        if check_inf:
+            max_scaled = np.where(self.row_max == _NEG_INF, np.float32(0), max_scaled)
+        p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True), arch=self.arch)
+        self.row_sum = thread_reduce(p, None if is_first else self.row_sum, op="sum",
+                                     zero_init=is_first)
+        return p
+
+    # ---- finalize ------------------------------------------------------------------------------
+    def finalize(self, final_scale=1.0) -> np.ndarray:
+        """Quad-allreduce ``row_sum``, compute ``lse``; return ``scores_scale`` (1/sum * final).
+
+        ``inv = 0`` when the sum is 0 or NaN, else ``rcp(sum)``; with Max_offset the sum is
+        multiplied by 2^-8 before the LSE; ``lse = ffma(row_max, scale_log2 * ln2,
+        lg2(sum) * ln2)``, -inf when the (scaled) sum is 0 or NaN.
+        """
+        total = quad_allreduce(self.row_sum, "sum")
+        self.row_sum = total
+        empty = (total == 0) | np.isnan(total)
+        inv = np.where(empty, np.float32(0), rcp(np.where(empty, np.float32(1), total), arch=self.arch))
+        scores_scale = fmul(inv, np.asarray(final_scale, dtype=np.float32), ftz=True)
+        if self.max_offset:
+            total = fmul(total, _SUM_SCALE_FP8, ftz=True)
+        empty = (total == 0) | np.isnan(total)
+        ln2_scale = fmul(self._scale(), LN2_F32, ftz=True)
+        log_sum = fmul(lg2(np.where(empty, np.float32(1), total), arch=self.arch), LN2_F32, ftz=True)
+        lse = ffma(self.row_max, ln2_scale, log_sum, ftz=True)
+        self.lse = np.where(empty, _NEG_INF, lse).astype(np.float32)
+        return scores_scale
+
+    def _scale(self) -> np.ndarray:
+        """scale_log2 broadcast to ``[..., 128, nrow]``-compatible shape."""
+        return np.broadcast_to(self.scale_log2, self.row_max.shape) if self.scale_log2.ndim else \
+            np.full(self.row_max.shape, self.scale_log2, dtype=np.float32)
+
+
+def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray) -> np.ndarray:
+    """``acc_o[row, :] *= scores_scale[row]`` with FMUL.FTZ.
+
+    Args:
+        acc_o: float32 accumulator as a matrix ``[..., rows, d]``.
+        scores_scale_rows: float32 ``[..., rows]``: each row's scale (the quad-identical value
+            its owner threads hold).
+    """
+    return fmul(acc_o, scores_scale_rows[..., None], ftz=True)

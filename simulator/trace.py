@@ -1,0 +1,90 @@
+"""Step events of the forward, with per-thread state snapshots (emulator and device alike).
+
+A :class:`Trace` is a list of :class:`Event` s in execution order. Each event names the step
+(``qk_gemm``, ``softcap``, ``mask``, ``max_get_scale``, ``online_softmax``, ``rescale_o``,
+``pv_gemm``, ``finalize``, ``epilogue``), the CTA ``(batch, head, m_block)``, the K/V block
+``n_block`` (None for finalize / epilogue) and a dict of arrays whose leading axes are
+``[warpgroup, thread]``: fragments ``[W, 128, registers]`` (``acc_s``, ``acc_o``) and row
+state ``[W, 128, kNRows]`` (``row_max``, ``row_sum``, ``scores_scale``, ``lse``).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STEPS = ("qk_gemm", "softcap", "mask", "max_get_scale", "online_softmax", "rescale_o",
+         "pv_gemm", "finalize", "epilogue")
+
+
+@dataclass
+class Event:
+    """One step of one CTA. ``data`` maps names to arrays ``[W, 128, ...]``."""
+
+    step: str
+    cta: tuple[int, int, int]
+    n_block: int | None
+    data: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        keys = ", ".join(f"{k}{list(v.shape)}" for k, v in self.data.items())
+        return f"Event({self.step}, cta={self.cta}, n_block={self.n_block}, {keys})"
+
+
+@dataclass
+class Trace:
+    """Events in execution order, per CTA."""
+
+    events: list[Event] = field(default_factory=list)
+
+    def add(self, step: str, cta, n_block, **data) -> None:
+        if step not in STEPS:
+            raise ValueError(f"step: unknown {step!r}; known: {', '.join(STEPS)}")
+        self.events.append(Event(step, tuple(int(c) for c in cta), n_block,
+                                 {k: np.array(v, copy=True) for k, v in data.items()}))
+
+    def for_cta(self, cta) -> list[Event]:
+        """Events of one CTA ``(batch, head, m_block)``, in order."""
+        cta = tuple(int(c) for c in cta)
+        return [e for e in self.events if e.cta == cta]
+
+    def ctas(self) -> list[tuple[int, int, int]]:
+        seen: dict[tuple, None] = {}
+        for e in self.events:
+            seen.setdefault(e.cta, None)
+        return list(seen)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self):
+        return iter(self.events)
+
+    def to_npz_bytes(self) -> bytes:
+        """Serialise (keys ``e{i}__{name}`` plus an index array) for ``np.load``."""
+        arrays, index = {}, []
+        for i, e in enumerate(self.events):
+            index.append([i, STEPS.index(e.step), *e.cta, -1 if e.n_block is None else e.n_block])
+            for k, v in e.data.items():
+                arrays[f"e{i}__{k}"] = v
+        arrays["index"] = np.array(index, dtype=np.int64).reshape(-1, 6)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        return buf.getvalue()
+
+    @classmethod
+    def from_npz(cls, npz) -> Trace:
+        """Inverse of :meth:`to_npz_bytes` (``npz`` is an ``np.load`` result)."""
+        trace = cls()
+        data: dict[int, dict] = {}
+        for key in npz.files:
+            if key == "index":
+                continue
+            i, name = key.split("__", 1)
+            data.setdefault(int(i[1:]), {})[name] = npz[key]
+        for i, step, b, h, m, n in npz["index"]:
+            trace.events.append(Event(STEPS[step], (int(b), int(h), int(m)),
+                                      None if n < 0 else int(n), data.get(int(i), {})))
+        return trace
