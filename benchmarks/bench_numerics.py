@@ -36,10 +36,12 @@ def main() -> None:
         (np.exp2(rng.uniform(-40, 40, args.n)) * rng.choice([-1, 1], args.n)).astype(np.float32)
         for _ in range(3)
     )
+    relu = np.where(rng.random(args.n) < 0.5, np.float32(0), a).astype(np.float32)
     rows = [
         ("numpy a*b+c (float32)", median_time(lambda: a * b + c, args.repeats)),
         ("simulator ffma", median_time(lambda: nm.ffma(a, b, c), args.repeats)),
         ("simulator ffma ftz", median_time(lambda: nm.ffma(a, b, c, ftz=True), args.repeats)),
+        ("simulator ffma, half zeros", median_time(lambda: nm.ffma(relu, b, relu), args.repeats)),
         ("simulator fadd", median_time(lambda: nm.fadd(a, b), args.repeats)),
         ("simulator fmax", median_time(lambda: nm.fmax(a, b), args.repeats)),
     ]

@@ -1,18 +1,21 @@
 """Command line: ``python -m simulator <command>`` (also installed as ``fa3sim``).
 
 Exit codes: 0 success; 1 the emulator disagrees with recorded or live device bits; 2 usage or
-input error (a one-line message, no traceback).
+input error, including missing or unreadable recorded data and a missing GPU (a one-line
+message, no traceback); 3 internal error (a bug: the traceback is printed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 
 from . import __version__
 
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,8 +26,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_verify(args) -> int:
-    from .verify import format_table, run_checks
+    from .verify import TOPICS, format_table, run_checks
 
+    unknown = sorted(set(args.topic or []) - set(TOPICS))
+    if unknown:
+        raise UsageError(f"--topic: unknown {unknown}; known: {', '.join(TOPICS)}")
     rows = run_checks(args.topic or None, quick=args.quick)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -33,9 +39,28 @@ def _cmd_verify(args) -> int:
     return EXIT_OK if all(r["mismatches"] == 0 for r in rows) else EXIT_MISMATCH
 
 
+def _writable_dir(path: str) -> None:
+    """Fail before hours of work if ``path`` cannot receive files."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".write-test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        raise UsageError(f"--out: cannot write to {path!r} ({exc.strerror or exc})") from None
+
+
+class UsageError(Exception):
+    """A user mistake found by the command line itself."""
+
+
 def _cmd_sweep(args) -> int:
     from .device import numerics_sweep
 
+    if args.blocks < 1:
+        raise UsageError(f"--blocks: expected an integer >= 1, got {args.blocks}")
+    _writable_dir(args.out)
     argv = ["--out", args.out, "--blocks", str(args.blocks)]
     if args.skip_conversions:
         argv.append("--skip-conversions")
@@ -53,14 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m simulator",
         description="Bit-exact emulator of a Hopper (sm_90) warpgroup running the "
         "FlashAttention-3 forward online softmax, with its CUDA twin.",
-        epilog="Exit codes: 0 ok, 1 emulator/device mismatch, 2 usage or input error.",
+        epilog="Exit codes: 0 ok, 1 emulator/device mismatch, 2 usage or input error (also "
+        "missing/unreadable recorded data, no GPU), 3 internal error.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
                        "(no GPU needed)")
-    v.add_argument("--topic", action="append", help="only this topic (repeatable), e.g. numerics")
+    v.add_argument("--topic", action="append",
+                   help="only this topic (repeatable): numerics, mufu, mma")
     v.add_argument("--quick", action="store_true", help="fewer cases, a few seconds")
     v.add_argument("--json", action="store_true", help="print rows as JSON")
     v.set_defaults(func=_cmd_verify)
@@ -69,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "record the evidence")
     s.add_argument("what", choices=["numerics"], help="which sweep")
     s.add_argument("--out", required=True, help="output folder")
-    s.add_argument("--blocks", type=int, default=96, help="arithmetic case blocks of 2^20")
+    s.add_argument("--blocks", type=int, default=96,
+                   help="arithmetic case blocks of 2^20 (default: %(default)s)")
     s.add_argument("--skip-conversions", action="store_true")
     s.set_defaults(func=_cmd_sweep)
 
@@ -92,13 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)
+        print("error: a command is required", file=sys.stderr)
         return EXIT_USAGE
+    from .device.runtime import DeviceUnavailable
+    from .errors import RecordedDataError
+
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (UsageError, RecordedDataError, DeviceUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except RuntimeError as exc:  # DeviceUnavailable, NVRTC failures
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except Exception:  # a bug: show everything
+        traceback.print_exc()
+        return EXIT_INTERNAL

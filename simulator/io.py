@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import RecordedDataError
+
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically; parent folders are created. Returns the path."""
@@ -42,3 +44,32 @@ def save_npz_atomic(path: str | os.PathLike, **arrays: np.ndarray) -> Path:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return write_bytes_atomic(path, buf.getvalue())
+
+
+def read_npz(path: str | os.PathLike, regenerate: str) -> dict[str, np.ndarray]:
+    """All arrays of a recorded ``.npz`` file.
+
+    Raises:
+        RecordedDataError: missing or unreadable, naming the file and ``regenerate``.
+    """
+    path = Path(path)
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise RecordedDataError(f"{path} is missing; regenerate it with `{regenerate}`") from None
+    except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError, EOFError ...
+        raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
+                                f"regenerate it with `{regenerate}`") from None
+
+
+def read_json(path: str | os.PathLike, regenerate: str):
+    """A recorded JSON file. Raises RecordedDataError like :func:`read_npz`."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecordedDataError(f"{path} is missing; regenerate it with `{regenerate}`") from None
+    except (OSError, ValueError) as exc:
+        raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
+                                f"regenerate it with `{regenerate}`") from None

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from .device import mma_evidence, mufu_evidence, numerics_evidence
+from .errors import RecordedDataError
 
 #: topic name -> function(quick: bool) -> list of result rows
 TOPICS: dict[str, Callable[[bool], list[dict]]] = {
@@ -26,15 +27,20 @@ def run_checks(topics: list[str] | None = None, quick: bool = False) -> list[dic
 
     Raises:
         ValueError: an unknown topic, listing the known ones.
+        RecordedDataError: recorded data missing, unreadable or incomplete.
     """
-    names = list(TOPICS) if topics is None else topics
+    names = list(TOPICS) if topics is None else list(dict.fromkeys(topics))
     unknown = [t for t in names if t not in TOPICS]
     if unknown:
         raise ValueError(f"unknown topic(s) {unknown}; known: {', '.join(TOPICS)}")
     rows = []
     for name in names:
         t0 = time.perf_counter()
-        topic_rows = TOPICS[name](quick)
+        try:
+            topic_rows = TOPICS[name](quick)
+        except KeyError as exc:  # a recorded file without an expected array
+            raise RecordedDataError(f"recorded data of topic {name!r} lacks the entry {exc}; "
+                                    "regenerate it (see docs/architecture.md)") from None
         elapsed = time.perf_counter() - t0
         for r in topic_rows:
             rows.append({"topic": name, **r})

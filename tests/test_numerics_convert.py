@@ -70,3 +70,12 @@ def test_wrong_dtypes():
         nm.to_float32(np.ones(2, dtype=np.float32))
     with pytest.raises(TypeError, match="satfinite"):
         nm.convert(_f(1), "bf16", satfinite="yes")
+
+
+def test_zero_d_inputs_give_zero_d_arrays():
+    out = nm.convert_x2(np.float32(1), np.float32(1), "bf16")
+    assert isinstance(out, np.ndarray) and out.shape == ()
+    for fmt in ("bf16", "f16", "e4m3"):
+        wide = nm.to_float32(nm.convert(np.asarray(np.float32(1.5)), fmt))
+        assert isinstance(wide, np.ndarray) and wide.shape == () and wide == 1.5
+    assert nm.convert(_f(1e6), "bf16", satfinite=np.True_).dtype == ml_dtypes.bfloat16

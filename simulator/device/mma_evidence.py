@@ -9,7 +9,6 @@ device's output bits of each block and the raw bits of the first 8,192 outputs o
 from __future__ import annotations
 
 import hashlib
-import json
 
 import numpy as np
 
@@ -29,13 +28,12 @@ def load_recorded() -> tuple[dict, dict]:
     """Return ``(report, digests)``.
 
     Raises:
-        FileNotFoundError: a recorded file is missing, naming the command that regenerates it.
+        RecordedDataError: a recorded file is missing or unreadable, naming the command that
+            regenerates it.
     """
-    for path in (REPORT, DIGESTS):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; regenerate it with `{REGENERATE}")
-    with np.load(DIGESTS) as d:
-        return json.loads(REPORT.read_text()), {k: d[k] for k in d.files}
+    from ..io import read_json, read_npz
+
+    return read_json(REPORT, REGENERATE), read_npz(DIGESTS, REGENERATE)
 
 
 def tiles_per_block(name: str, report: dict) -> int:

@@ -127,15 +127,11 @@ def edge_chunks(form: str) -> list[int]:
 def check_all(quick: bool = False) -> list[dict]:
     """Rows for ``python -m simulator verify``: every form's recorded samples and a set of
     exhaustive-digest chunks (its edges; a subset when ``quick``), against the emulator."""
+    from ..io import read_npz
     from ..numerics import mufu
 
-    for path in (SAMPLES, DIGESTS):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; regenerate it with `python -m simulator calibrate`")
-    with np.load(SAMPLES) as z:
-        samples = {k: z[k] for k in z.files}
-    with np.load(DIGESTS) as z:
-        digests = {k: z[k] for k in z.files}
+    regen = "python -m simulator calibrate"
+    samples, digests = read_npz(SAMPLES, regen), read_npz(DIGESTS, regen)
     rows = []
     for form in FORMS:
         x, dev = decode_samples(form, samples)

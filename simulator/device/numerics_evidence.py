@@ -103,23 +103,13 @@ def load_recorded() -> tuple[dict, dict, dict]:
     """Return ``(report, digests, samples)`` from ``simulator/data/device``.
 
     Raises:
-        FileNotFoundError: a recorded file is missing; the message names the command that
-            regenerates it.
+        RecordedDataError: a recorded file is missing or unreadable; the message names the
+            file and the command that regenerates it.
     """
-    import json
+    from ..io import read_json, read_npz
 
-    for path in (REPORT, DIGESTS, SAMPLES):
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} is missing; regenerate it on a GPU with "
-                "`python -m simulator.device.numerics_sweep --out DIR` and copy DIR's files there"
-            )
-    report = json.loads(REPORT.read_text())
-    with np.load(DIGESTS) as d:
-        digests = {k: d[k] for k in d.files}
-    with np.load(SAMPLES) as s:
-        samples = {k: s[k] for k in s.files}
-    return report, digests, samples
+    regen = "python -m simulator sweep numerics --out DIR` on a GPU, then copy DIR's files here"
+    return read_json(REPORT, regen), read_npz(DIGESTS, regen), read_npz(SAMPLES, regen)
 
 
 def _row(name: str, cases: int, mismatches: int, detail: str = "") -> dict:

@@ -30,6 +30,9 @@ def require_float32(name: str, x) -> np.ndarray:
         TypeError: naming ``name``, the expected dtype and what was given.
     """
     if isinstance(x, np.ndarray):
+        if type(x) is not np.ndarray:  # masked arrays, matrices: their extra meaning would be lost
+            raise TypeError(f"{name}: expected a plain numpy float32 array, got {type(x).__name__} "
+                            "(convert explicitly, e.g. np.asarray(x) or x.filled(...))")
         if x.dtype != np.float32:
             raise TypeError(f"{name}: expected a float32 array, got dtype {x.dtype}")
         return x
@@ -41,14 +44,36 @@ def require_float32(name: str, x) -> np.ndarray:
     )
 
 
+def require_bool(name: str, value) -> bool:
+    """``value`` as a bool (Python or NumPy bool only).
+
+    Raises:
+        TypeError: anything else, naming ``name``.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name}: expected True or False, got {value!r}")
+
+
 def to_bits(x: np.ndarray) -> np.ndarray:
-    """View a float32 array as uint32 bit patterns (no copy)."""
-    return np.asarray(x, order="C").view(np.uint32)
+    """View a float32 array as uint32 bit patterns (no copy when contiguous).
+
+    Raises:
+        TypeError: ``x`` is not a native float32 array or scalar.
+    """
+    return np.asarray(require_float32("x", x), order="C").view(np.uint32)
 
 
 def from_bits(u: np.ndarray) -> np.ndarray:
-    """View a uint32 array as float32 values (no copy)."""
-    return np.asarray(u, dtype=np.uint32, order="C").view(np.float32)
+    """View a uint32 array as float32 values (no copy when contiguous).
+
+    Raises:
+        TypeError: ``u`` is not an unsigned 32-bit integer array or scalar.
+    """
+    arr = np.asarray(u)
+    if arr.dtype != np.uint32:
+        raise TypeError(f"u: expected a uint32 array, got dtype {arr.dtype}")
+    return np.asarray(arr, order="C").view(np.float32)
 
 
 def is_subnormal(x: np.ndarray) -> np.ndarray:
@@ -61,16 +86,23 @@ def flush_subnormal(x: np.ndarray) -> np.ndarray:
     """Replace subnormal float32 values by zero of the same sign (the `.ftz` rule).
 
     Shape and dtype are kept; a new array is returned.
+
+    Raises:
+        TypeError: ``x`` is not float32.
     """
-    out = np.array(x, dtype=np.float32, copy=True)
+    out = np.array(require_float32("x", x), copy=True)
     u = out.view(np.uint32)
     np.putmask(u, (u & EXP_MASK) == 0, u & SIGN_MASK)
     return out
 
 
 def canonicalize_nan(x: np.ndarray) -> np.ndarray:
-    """Replace every NaN (any payload, any sign) by the canonical 0x7fffffff."""
-    out = np.array(x, dtype=np.float32, copy=True)
+    """Replace every NaN (any payload, any sign) by the canonical 0x7fffffff.
+
+    Raises:
+        TypeError: ``x`` is not float32.
+    """
+    out = np.array(require_float32("x", x), copy=True)
     u = out.view(np.uint32)
     np.putmask(u, (u & ~SIGN_MASK) > EXP_MASK, CANONICAL_NAN_BITS)
     return out

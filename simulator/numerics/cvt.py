@@ -83,8 +83,9 @@ def get_format(fmt: str) -> Format:
 def _resolve_satfinite(f: Format, satfinite: bool | None) -> bool:
     if satfinite is None:
         return not f.plain
-    if not isinstance(satfinite, bool):
+    if not isinstance(satfinite, (bool, np.bool_)):
         raise TypeError(f"satfinite: expected True, False or None, got {satfinite!r}")
+    satfinite = bool(satfinite)
     if not satfinite and not f.plain:
         raise ValueError(
             f"satfinite: PTX has no non-saturating cvt from f32 to {f.name} "
@@ -141,7 +142,7 @@ def convert_x2(a, b, fmt: str, *, satfinite: bool | None = None) -> np.ndarray:
     lo = convert(b, fmt, satfinite=satfinite).view(f.uint)
     wide = np.uint32 if f.uint is np.uint16 else np.uint16
     shift = wide(np.dtype(f.uint).itemsize * 8)
-    return (hi.astype(wide) << shift) | lo.astype(wide)
+    return np.asarray((hi.astype(wide) << shift) | lo.astype(wide))
 
 
 _BY_DTYPE = {f.dtype: f for f in FORMATS.values()}
@@ -169,7 +170,8 @@ def to_float32(x) -> np.ndarray:
         )
     f = _BY_DTYPE[x.dtype]
     if f.name == "bf16":
-        return (np.asarray(x, order="C").view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        wide = np.asarray(np.asarray(x, order="C").view(np.uint16).astype(np.uint32) << 16)
+        return wide.view(np.float32)
     out = x.astype(np.float32)
     bits = to_bits(out)
     nan = (bits & ~SIGN_MASK) > 0x7F800000

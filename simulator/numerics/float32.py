@@ -27,7 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, flush_subnormal, require_float32
+from .bits import (
+    CANONICAL_NAN_BITS,
+    EXP_MASK,
+    SIGN_MASK,
+    flush_subnormal,
+    require_bool,
+    require_float32,
+)
 
 # In a float64 whose value lies in float32's normal range, these are the 29 significand bits
 # below float32 precision; the pattern 1000...0 marks an exact float32 rounding midpoint.
@@ -36,16 +43,23 @@ _HALF29 = np.uint64(1 << 28)
 # Exact results below this are tiny after rounding to 24 bits with unbounded exponent: it is
 # the midpoint between 2^-126 and 2^-126 * (1 - 2^-24), and a tie goes to the even 2^-126.
 _F32_TINY = 2.0**-126 * (1.0 - 2.0**-25)
-_EXP64 = np.uint64(0x7FF0_0000_0000_0000)
-_TINY_EXP64 = np.uint64((1023 - 126) << 52)  # biased float64 exponent field of 2**-126
+_ABS64 = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+# magnitude bits of 2**-125, minus 1: sums with 0 < |s| < 2**-125 are candidates
+_TINY_LIMIT64 = np.uint64(((1023 - 125) << 52) - 1)
 
 
 def _prepare(ftz: bool, **operands) -> list[np.ndarray]:
-    """Validate operands (by keyword name) and apply the .ftz input flush."""
+    """Validate operands (by keyword name) and apply the .ftz input flush (copying only the
+    operands that hold subnormals)."""
     arrays = [require_float32(name, value) for name, value in operands.items()]
-    if ftz:
-        arrays = [flush_subnormal(a) for a in arrays]
+    if require_bool("ftz", ftz):
+        arrays = [flush_subnormal(a) if _has_subnormal(a) else a for a in arrays]
     return arrays
+
+
+def _has_subnormal(a: np.ndarray) -> bool:
+    u = np.asarray(a, order="C").view(np.uint32)
+    return bool(np.any(((u & EXP_MASK) == 0) & ((u & ~SIGN_MASK) != 0)))
 
 
 def _finish(result: np.ndarray, ftz: bool, tiny=None) -> np.ndarray:
@@ -91,8 +105,10 @@ def fadd(a, b, *, ftz: bool = False) -> np.ndarray:
     """
     a, b = _prepare(ftz, a=a, b=b)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = a.astype(np.float64) + b.astype(np.float64)  # exact whenever the result is tiny
-    return _finish(_round64(s), ftz, _tiny64(s) if ftz else None)
+        s = a.astype(np.float64) + b.astype(np.float64)
+    # a sum of (flushed) float32 values is a multiple of 2^-149: below 2^-126 it is an exact
+    # subnormal, which the output flush already catches; no tininess mask is needed
+    return _finish(_round64(s), ftz)
 
 
 def fsub(a, b, *, ftz: bool = False) -> np.ndarray:
@@ -100,7 +116,7 @@ def fsub(a, b, *, ftz: bool = False) -> np.ndarray:
     a, b = _prepare(ftz, a=a, b=b)
     with np.errstate(invalid="ignore"):
         s = a.astype(np.float64) - b.astype(np.float64)
-    return _finish(_round64(s), ftz, _tiny64(s) if ftz else None)
+    return _finish(_round64(s), ftz)
 
 
 def fmul(a, b, *, ftz: bool = False) -> np.ndarray:
@@ -148,8 +164,12 @@ def _fix_double_rounding(a, b, c, s: np.ndarray):
     bits = s.reshape(-1).view(np.uint64)
     scratch = np.bitwise_and(bits, _LOW29)
     candidate = scratch == _HALF29
-    np.bitwise_and(bits, _EXP64, out=scratch)
-    candidate |= scratch <= _TINY_EXP64
+    # 0 < |s| < 2^-125, as one unsigned compare on the magnitude bits: an exact-zero float64
+    # sum is exact (RN53 gives 0 only for 0) and flushing keeps its bits, so zeros are skipped
+    # (they are common in masked or ReLU data)
+    np.bitwise_and(bits, _ABS64, out=scratch)
+    scratch -= np.uint64(1)
+    candidate |= scratch < _TINY_LIMIT64
     if not candidate.any():
         return None
     idx = np.unravel_index(np.flatnonzero(candidate), shape)
