@@ -217,3 +217,18 @@ def test_live_device_matches_emulator():
         d = cupy.empty_like(dx)
         module.get_function(f"{kname}_list")((256,), (256,), (dx, d, np.int64(x.size)))
         assert np.array_equal(d.get(), mufu.FORMS[form](x.view(np.float32)).view(np.uint32)), form
+
+
+def test_decoded_table_cache(tmp_path, monkeypatch):
+    """Decoded tables are cached under FA3SIM_CACHE, re-verified, and a damaged cache file is
+    ignored (the tables are decoded again from the shipped data)."""
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    mufu_data.load.cache_clear()
+    first = mufu_data.load("sm90")
+    files = list(tmp_path.glob("mufu-tables-*.npz"))
+    assert len(files) == 1
+    files[0].write_bytes(b"not an npz")
+    mufu_data.load.cache_clear()
+    again = mufu_data.load("sm90")
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    mufu_data.load.cache_clear()

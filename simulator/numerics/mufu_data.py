@@ -155,6 +155,41 @@ def save(folder: str | os.PathLike, arch: str, tables: dict[str, np.ndarray], pr
     return prov
 
 
+def cache_dir() -> Path:
+    """Where decoded tables are cached (``$FA3SIM_CACHE``, else ``$XDG_CACHE_HOME`` or
+    ``~/.cache``, under ``fa3-hopper-simulator``). Decoding takes seconds; reading the cache
+    a fraction of one. The cache is keyed by the recorded checksum and re-verified at load."""
+    root = os.environ.get("FA3SIM_CACHE")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fa3-hopper-simulator"
+
+
+def _cache_path(checksum_hex: str) -> Path:
+    return cache_dir() / f"mufu-tables-{FORMAT_VERSION}-{checksum_hex}.npz"
+
+
+def _read_cache(checksum_hex: str) -> dict[str, np.ndarray] | None:
+    path = _cache_path(checksum_hex)
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except Exception:  # absent, unreadable or foreign: decode from the shipped data instead
+        return None
+
+
+def _write_cache(checksum_hex: str, tables: dict[str, np.ndarray]) -> None:
+    from ..io import write_bytes_atomic
+
+    buf = io.BytesIO()
+    np.savez(buf, **tables)  # uncompressed: the point is speed
+    try:
+        write_bytes_atomic(_cache_path(checksum_hex), buf.getvalue())
+    except OSError:  # a read-only home is fine: we just decode next time
+        pass
+
+
 def _fail(path: Path, what: str) -> MufuDataError:
     return MufuDataError(
         f"MUFU data for this architecture is unusable: {path}: {what}. Regenerate it on a machine "
@@ -184,18 +219,31 @@ def load(arch: str) -> dict[str, np.ndarray]:
             raw = {k: z[k] for k in z.files}
     except Exception as exc:  # zipfile/format errors of a damaged file
         raise _fail(npz_path, f"cannot read ({exc})") from exc
-    try:
-        tables = {"tanh_kind": raw["tanh_kind"], "tanh_shift": raw["tanh_shift"]}
-        for name in TABLES:
-            ref = reference_bits(name, table_inputs(name, tables["tanh_kind"], tables["tanh_shift"]))
-            tables[name] = decode_table(raw[f"{name}__res"], raw[f"{name}__exc_idx"],
-                                        raw[f"{name}__exc_bits"], ref)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise _fail(npz_path, f"malformed content ({exc!r})") from exc
-    got = checksum(tables)
+    want_sha = prov.get("npz_sha256")
+    if want_sha:
+        got_sha = hashlib.sha256(npz_path.read_bytes()).hexdigest()
+        if got_sha != want_sha:
+            raise _fail(npz_path, f"file checksum mismatch: sha256 {got_sha}, expected {want_sha} "
+                                  f"(recorded in {json_path.name})")
+    cached = _read_cache(expected)
+    if cached is not None:
+        tables = cached
+    else:
+        try:
+            tables = {"tanh_kind": raw["tanh_kind"], "tanh_shift": raw["tanh_shift"]}
+            for name in TABLES:
+                ref = reference_bits(name, table_inputs(name, tables["tanh_kind"],
+                                                        tables["tanh_shift"]))
+                tables[name] = decode_table(raw[f"{name}__res"], raw[f"{name}__exc_idx"],
+                                            raw[f"{name}__exc_bits"], ref)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise _fail(npz_path, f"malformed content ({exc!r})") from exc
+    got = checksum(tables)  # verified whether decoded now or read from the cache
     if got != expected:
         raise _fail(npz_path, f"checksum mismatch of the reconstructed tables: got {got}, "
                               f"expected {expected} (recorded in {json_path.name})")
+    if cached is None:
+        _write_cache(expected, tables)
     for a in tables.values():
         a.setflags(write=False)
     return tables
