@@ -11,23 +11,12 @@ Run: ``python benchmarks/bench_mma.py [--size 1024]``.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import ml_dtypes
 import numpy as np
+from timing import median_time
 
 from simulator import mma
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def mmasim_instruction(a, b, c):

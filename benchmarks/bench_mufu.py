@@ -8,22 +8,11 @@ Run: ``python benchmarks/bench_mufu.py [--n N] [--repeats R]``.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
+from timing import median_time
 
 from simulator.numerics import mufu
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up (and table load for the emulator)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:

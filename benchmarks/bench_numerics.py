@@ -7,22 +7,11 @@ ratio. Target (issue "Foundation"): ratio <= 10. Run: ``python benchmarks/bench_
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
+from timing import median_time
 
 from simulator import numerics as nm
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up: first touch of the output pages
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
