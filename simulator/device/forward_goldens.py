@@ -1,0 +1,268 @@
+"""Device goldens of the forward: run ``kernels/fa3_forward.cu`` on a matrix of configurations.
+
+Run on a machine with an sm_90 GPU, from the repository root::
+
+    PYTHONUNBUFFERED=1 python3 -m simulator.device.forward_goldens --out OUTDIR
+
+For every configuration of :data:`CONFIGS` (dtype bf16 / f16 / e4m3 x no mask / causal /
+local(64, 32) x both schedules x softcap 0 / 30, head dims 32..256, GQA, seqlens that are and
+are not block multiples, a batch with ``seqlens_k = 0``, FP8 descales), the inputs are made by
+:func:`simulator.flash.inputs.attention_inputs` from the configuration's seed, the kernel runs,
+and the output is first checked against a float64 reference attention (a broken kernel shows up
+here, before any bit comparison). Written atomically to OUTDIR:
+
+* ``forward_goldens.npz``: per configuration ``c{i}_out`` (the bits of O as byte planes, uint8
+  ``[2, batch, seqlen_q, heads, head_dim]``, low byte first) and ``c{i}_lse`` (the bits of LSE,
+  uint8 ``[4, batch, heads, seqlen_q]``), and ``meta`` (JSON text: configurations, seeds,
+  reference errors, provenance: GPU, driver, toolkit, SHA-256 of the kernel source). Byte planes
+  compress about 10% better than whole words; :func:`load_goldens` undoes them;
+* ``forward_report.json``: the same metadata, readable.
+
+Commit both under ``simulator/data/device/``; the emulator's bit comparison regenerates the
+inputs from the recorded configuration and seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import ml_dtypes
+import numpy as np
+
+from ..flash.inputs import attention_inputs
+from ..io import save_npz_atomic, write_json_atomic
+from . import forward as dev
+from . import runtime
+
+GOLDENS_FILE = "forward_goldens.npz"
+REPORT_FILE = "forward_report.json"
+MAX_FILE_BYTES = 4_000_000
+#: sanity thresholds against the float64 reference: relative Frobenius error of O, |LSE| error
+REL_TOL = {"bf16": 3e-2, "f16": 1e-2, "e4m3": 1.5e-1}
+LSE_TOL = 2e-2
+
+_MASKS = {"none": (False, (-1, -1)), "causal": (True, (-1, -1)), "local": (False, (64, 32))}
+
+
+def _cfg(name, dtype, mask, schedule, softcap, d, *, sq=160, sk=200, heads_kv=4,
+         seqlens_k=None, kblock_m=128, kblock_n=128, descales=False, seed=None):
+    causal, window = _MASKS[mask]
+    return {"name": name, "dtype": dtype, "mask": mask, "causal": causal, "window": list(window),
+            "schedule": schedule, "softcap": float(softcap), "head_dim": d, "batch": 2,
+            "seqlen_q": sq, "seqlen_k": sk, "heads": 4, "heads_kv": heads_kv,
+            "seqlens_k": seqlens_k, "kblock_m": kblock_m, "kblock_n": kblock_n,
+            "descales": descales, "seed": seed}
+
+
+def _matrix() -> list[dict]:
+    """The configurations; seeds are 20261200 + index."""
+    cfgs = []
+    P, O = "plain", "intra_wg_overlap"
+    for dt in ("bf16", "f16", "e4m3"):
+        fp8 = dt == "e4m3"
+        cfgs += [
+            # every (mask, schedule) once per dtype; each mask and each schedule with both
+            # softcaps; head dims 64 and 128; seqlens (and seqlens_k) that are and are not block
+            # multiples, batches with seqlens_k = 0; GQA; FP8 descales
+            _cfg(f"{dt}_none_plain", dt, "none", P, 0, 64, sq=160, sk=200),
+            _cfg(f"{dt}_none_overlap_softcap", dt, "none", O, 30, 128, sq=160, sk=256,
+                 seqlens_k=[256, 0], descales=fp8),
+            _cfg(f"{dt}_causal_plain_softcap", dt, "causal", P, 30, 64, sq=256 if dt == "bf16" else 176,
+                 sk=256, heads_kv=2),
+            _cfg(f"{dt}_causal_overlap", dt, "causal", O, 0, 128, sq=160, sk=300,
+                 seqlens_k=[300, 137], descales=fp8),
+            _cfg(f"{dt}_local_plain", dt, "local", P, 0, 64, sq=160, sk=256, heads_kv=2,
+                 seqlens_k=[0, 229]),
+            _cfg(f"{dt}_local_overlap_softcap", dt, "local", O, 30, 64, sq=176, sk=280,
+                 kblock_n=96 if fp8 else 64),
+        ]
+    cfgs += [
+        # other head dims (RescaleOBeforeGemm: d > 128 with bf16/f16), block shapes, descales
+        _cfg("bf16_d32_causal_overlap_m64_n80", "bf16", "causal", O, 0, 32, sq=200, sk=272,
+             kblock_m=64, kblock_n=80),
+        _cfg("f16_d96_local_overlap_softcap_n96", "f16", "local", O, 30, 96, sq=160, sk=240,
+             heads_kv=2, kblock_n=96),
+        _cfg("bf16_d256_none_overlap_m64_n80", "bf16", "none", O, 0, 256, sq=160, sk=200,
+             heads_kv=2, kblock_m=64, kblock_n=80, seqlens_k=[200, 0]),
+        _cfg("e4m3_d256_causal_plain_softcap_m64_n64", "e4m3", "causal", P, 30, 256, sq=160,
+             sk=224, kblock_m=64, kblock_n=64, seqlens_k=[0, 224], descales=True),
+        _cfg("bf16_none_overlap_m192_n176", "bf16", "none", O, 0, 64, sq=200, sk=300,
+             kblock_m=192, kblock_n=176, seqlens_k=[300, 181]),
+        _cfg("e4m3_local_plain_softcap_m192_n160", "e4m3", "local", P, 30, 64, sq=192, sk=288,
+             kblock_m=192, kblock_n=160, descales=True),
+    ]
+    for i, c in enumerate(cfgs):
+        c["seed"] = 20261200 + i
+    return cfgs
+
+
+CONFIGS = _matrix()
+
+
+def to_planes(bits: np.ndarray) -> np.ndarray:
+    """uint16 / uint32 array -> uint8 byte planes ``[itemsize, ...]``, least significant first."""
+    b = np.ascontiguousarray(bits)
+    return np.stack([((b >> (8 * i)) & 0xFF).astype(np.uint8) for i in range(b.dtype.itemsize)])
+
+
+def from_planes(planes: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`to_planes`: 2 planes -> uint16, 4 planes -> uint32."""
+    dt = {2: np.uint16, 4: np.uint32}[planes.shape[0]]
+    out = np.zeros(planes.shape[1:], dtype=dt)
+    for i in range(planes.shape[0]):
+        out |= planes[i].astype(dt) << dt(8 * i)
+    return out
+
+
+def load_goldens(path: str) -> tuple[dict, list[tuple[dict, np.ndarray, np.ndarray]]]:
+    """Read a goldens file: ``(meta, [(config, out, lse), ...])`` with ``out`` in the output
+    dtype (bf16 for bf16/e4m3 inputs, float16 for f16) and ``lse`` float32; configurations
+    that failed on the device (an ``error`` entry) are skipped."""
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+        rows = []
+        for rec in meta["configs"]:
+            key = f"c{rec['index']}"
+            if f"{key}_out" not in z:
+                continue
+            out = from_planes(z[f"{key}_out"]).view(np.dtype(ml_dtypes.bfloat16) if rec["dtype"] in ("bf16", "e4m3") else np.dtype(np.float16))
+            lse = from_planes(z[f"{key}_lse"]).view(np.float32)
+            rows.append((rec, out, lse))
+    return meta, rows
+
+
+def make_inputs(cfg: dict) -> dict:
+    """The inputs of one configuration (regenerated identically by CI)."""
+    return attention_inputs(cfg["seed"], batch=cfg["batch"], seqlen_q=cfg["seqlen_q"],
+                            seqlen_k=cfg["seqlen_k"], heads=cfg["heads"], heads_kv=cfg["heads_kv"],
+                            head_dim=cfg["head_dim"], dtype=cfg["dtype"], descales=cfg["descales"])
+
+
+def call_kwargs(cfg: dict, inputs: dict) -> dict:
+    """Keyword arguments of ``forward`` (device or emulator) for one configuration."""
+    return {"causal": cfg["causal"], "window": tuple(cfg["window"]), "softcap": cfg["softcap"],
+            "seqlens_k": None if cfg["seqlens_k"] is None else np.array(cfg["seqlens_k"]),
+            "kblock_m": cfg["kblock_m"], "kblock_n": cfg["kblock_n"], "schedule": cfg["schedule"],
+            "q_descale": inputs["q_descale"], "k_descale": inputs["k_descale"],
+            "v_descale": inputs["v_descale"]}
+
+
+def options_of(cfg: dict) -> tuple[str, ...]:
+    return dev.kernel_options(cfg["dtype"], cfg["head_dim"], cfg["kblock_m"], cfg["kblock_n"],
+                              cfg["softcap"] > 0, cfg["schedule"])
+
+
+def reference_errors(cfg: dict, inputs: dict, out: np.ndarray, lse: np.ndarray) -> dict:
+    """Relative Frobenius error of O and max |LSE| error against the float64 reference; whether
+    the -inf rows agree and whether everything is finite."""
+    kw = call_kwargs(cfg, inputs)
+    for key in ("kblock_m", "kblock_n", "schedule"):
+        kw.pop(key)
+    o_ref, lse_ref = dev.reference(inputs["q"], inputs["k"], inputs["v"], **kw)
+    o = out.astype(np.float64)
+    rel = float(np.linalg.norm(o - o_ref) / max(np.linalg.norm(o_ref), 1e-300))
+    fin = np.isfinite(lse_ref)
+    lse_err = float(np.max(np.abs(lse[fin] - lse_ref[fin]))) if fin.any() else 0.0
+    return {"rel_err_out": rel, "max_abs_err_lse": lse_err,
+            "neg_inf_rows_agree": bool(np.array_equal(np.isneginf(lse), ~fin)),
+            "all_finite_out": bool(np.all(np.isfinite(o))),
+            "empty_rows": int((~fin).sum())}
+
+
+def _warm_compile(options: tuple[str, ...]) -> tuple[tuple[str, ...], float, str]:
+    """Compile one configuration in a worker (fills CuPy's on-disk kernel cache)."""
+    t0 = time.time()
+    try:
+        runtime.load_module(dev.KERNEL, tuple(options))
+        return options, time.time() - t0, ""
+    except Exception as exc:  # reported, the main loop then reports it per configuration
+        return options, time.time() - t0, f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def precompile(cfgs: list[dict], workers: int, progress) -> None:
+    """Compile the distinct configurations in parallel processes (spawned, CUDA-safe)."""
+    opts = sorted({options_of(c) for c in cfgs})
+    if workers <= 1 or len(opts) <= 1:
+        return
+    import multiprocessing as mp
+
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=min(workers, len(opts)),
+                             mp_context=mp.get_context("spawn")) as ex:
+        for options, dt, err in ex.map(_warm_compile, opts):
+            tag = " ".join(o for o in options if o.startswith("-D"))
+            progress(f"  compiled {tag} in {dt:.1f} s" + (f"  ERROR {err}" if err else ""))
+    progress(f"precompiled {len(opts)} modules in {time.time() - t0:.1f} s")
+
+
+def run(out_dir: str, only: str | None = None, workers: int = 16, progress=print) -> int:
+    """Run the matrix (or the configurations whose name contains ``only``); returns the number
+    of configurations that failed (exception or sanity check)."""
+    cfgs = [c for c in CONFIGS if only is None or only in c["name"]]
+    info = runtime.device_info()
+    info["kernel"] = f"kernels/{dev.KERNEL}"
+    info["kernel_sha256"] = runtime.source_sha256(dev.KERNEL)
+    info["nvrtc_options"] = list(runtime.DEFAULT_OPTIONS)
+    progress(f"device: {info['gpu']} driver {info['driver']} runtime {info['cuda_runtime']} "
+             f"nvrtc {info['nvrtc']}; kernel sha256 {info['kernel_sha256'][:16]}")
+    precompile(cfgs, workers, progress)
+    arrays: dict[str, np.ndarray] = {}
+    records = []
+    failures = 0
+    for i, cfg in enumerate(cfgs):
+        rec = {"index": i, **cfg, "options": [o for o in options_of(cfg) if o.startswith("-D")]}
+        t0 = time.time()
+        try:
+            inputs = make_inputs(cfg)
+            out, lse = dev.forward(inputs["q"], inputs["k"], inputs["v"], **call_kwargs(cfg, inputs))
+            rec["seconds"] = round(time.time() - t0, 3)
+            rec["reference"] = errs = reference_errors(cfg, inputs, out, lse)
+            ok = (errs["rel_err_out"] <= REL_TOL[cfg["dtype"]] and errs["max_abs_err_lse"] <= LSE_TOL
+                  and errs["neg_inf_rows_agree"] and errs["all_finite_out"])
+            rec["sanity_ok"] = bool(ok)
+            arrays[f"c{i}_out"] = to_planes(np.ascontiguousarray(out).view(np.uint16))
+            arrays[f"c{i}_lse"] = to_planes(np.ascontiguousarray(lse).view(np.uint32))
+            progress(f"[{i:2d}] {cfg['name']:40s} rel_err(O) {errs['rel_err_out']:.3e}  "
+                     f"max|dLSE| {errs['max_abs_err_lse']:.3e}  empty rows {errs['empty_rows']:4d}  "
+                     f"{'ok' if ok else 'FAILED SANITY'}  ({rec['seconds']:.2f} s)")
+        except Exception as exc:
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:4000]
+            rec["sanity_ok"] = False
+            progress(f"[{i:2d}] {cfg['name']:40s} ERROR {rec['error'][:1500]}")
+        failures += not rec["sanity_ok"]
+        records.append(rec)
+    meta = {"provenance": info, "configs": records, "failures": failures,
+            "generator": "simulator.flash.inputs.attention_inputs(seed, ...)",
+            "layout": "c{i}_out: byte planes uint8 [2, batch, seqlen_q, heads, head_dim] of the "
+                      "uint16 bits of O (bf16 for bf16/e4m3 inputs, f16 for f16), low byte "
+                      "first; c{i}_lse: byte planes uint8 [4, batch, heads, seqlen_q] of the "
+                      "float32 bits of LSE; see forward_goldens.load_goldens"}
+    os.makedirs(out_dir, exist_ok=True)
+    path = save_npz_atomic(os.path.join(out_dir, GOLDENS_FILE),
+                           meta=np.array(json.dumps(meta)), **arrays)
+    size = os.path.getsize(path)
+    meta["file_bytes"] = size
+    write_json_atomic(os.path.join(out_dir, REPORT_FILE), meta)
+    progress(f"wrote {path} ({size / 1e6:.2f} MB{' > 4 MB!' if size > MAX_FILE_BYTES else ''}); "
+             f"{len(records) - failures}/{len(records)} configurations passed the sanity check")
+    return failures
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--only", default=None, help="run the configurations whose name contains this")
+    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1),
+                    help="parallel NVRTC compiles")
+    args = ap.parse_args(argv)
+    failures = run(args.out, args.only, args.workers)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
