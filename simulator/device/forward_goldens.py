@@ -130,7 +130,8 @@ def load_goldens(path: str) -> tuple[dict, list[tuple[dict, np.ndarray, np.ndarr
             key = f"c{rec['index']}"
             if f"{key}_out" not in z:
                 continue
-            out = from_planes(z[f"{key}_out"]).view(np.dtype(ml_dtypes.bfloat16) if rec["dtype"] in ("bf16", "e4m3") else np.dtype(np.float16))
+            out_dtype = np.float16 if rec["dtype"] == "f16" else ml_dtypes.bfloat16  # e4m3 -> bf16
+            out = from_planes(z[f"{key}_out"]).view(out_dtype)
             lse = from_planes(z[f"{key}_lse"]).view(np.float32)
             rows.append((rec, out, lse))
     return meta, rows
