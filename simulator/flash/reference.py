@@ -18,7 +18,8 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
     Args: as :func:`simulator.flash.forward` (block sizes and schedule do not apply).
     Returns:
         ``(out, lse)``: float64 [batch, seqlen_q, heads, head_dim] and [batch, heads, seqlen_q]
-        (natural log); rows that see no key give 0 and -inf.
+        (natural log); rows that see no key give 0 and -inf; rows with a NaN among their visible
+        scores give NaN in both (exact math; the kernel gives NaN O but LSE -inf there).
     Raises:
         ValueError: invalid arguments, as :func:`simulator.flash.forward`.
     """
@@ -48,4 +49,7 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
         p = np.where(total > 0, e / total, 0.0)
         lse = np.where(total[..., 0] > 0, m_safe[..., 0] + np.log(total[..., 0]), -np.inf)
     out = np.einsum("bhqk,bkhd->bqhd", p, vd) * descale_v[:, None, :, None]
+    nan_rows = np.isnan(s).any(axis=-1)                          # [B, H, Sq]
+    lse = np.where(nan_rows, np.nan, lse)
+    out = np.where(nan_rows.transpose(0, 2, 1)[..., None], np.nan, out)
     return out, lse

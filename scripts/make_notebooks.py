@@ -1,0 +1,1304 @@
+"""Write the teaching notebooks under notebooks/ from the cell sources in this file.
+
+The notebooks are generated, not edited by hand, so that a review reads Python instead of JSON
+and so that the committed .ipynb files carry no outputs (CI executes them; see
+tests/test_notebooks.py and docs/notebooks.md).
+
+    python scripts/make_notebooks.py            # (re)write every notebook
+    python scripts/make_notebooks.py --check    # exit 1 if a committed notebook is out of date
+
+Cell ids are derived from the notebook name and the cell position, so the output is
+byte-for-byte reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
+SEED = "the seed (`shared/seed/000_cee6ab8e43e321ff.txt`)"
+
+
+def md(text: str) -> tuple[str, str]:
+    return "md", textwrap.dedent(text).strip("\n")
+
+
+def code(text: str) -> tuple[str, str]:
+    return "code", textwrap.dedent(text).strip("\n")
+
+
+# Shared first code cell: imports, a bit-view helper, the static/interactive switch.
+SETUP = code(r'''
+    %matplotlib inline
+    import os
+    import time
+
+    import matplotlib.pyplot as plt
+    import ml_dtypes
+    import numpy as np
+
+    from simulator import compare, flash, hw, mma
+    from simulator import numerics as nm
+    from simulator.numerics import mufu
+
+    T0 = time.perf_counter()
+    BF16, E4M3 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
+    # CI (tests/test_notebooks.py) sets this: no widgets, static figures only
+    STATIC = bool(os.environ.get("SIMULATOR_NOTEBOOK_STATIC"))
+    UINT = {4: np.uint32, 2: np.uint16, 1: np.uint8}
+
+
+    def bits(x):
+        """The bit patterns of a float array (float32 -> uint32, bf16/f16 -> uint16, fp8 -> uint8)."""
+        a = np.asarray(x)
+        return a.view(UINT[a.dtype.itemsize])
+
+
+    def ulp_distance(a, b):
+        """Signed distance in float32 ulps (count of representable values from b to a)."""
+        def ordered(x):
+            u = bits(np.asarray(x, dtype=np.float32)).astype(np.int64)
+            return np.where(u >= 2**31, -(u - 2**31), u)
+        return ordered(a) - ordered(b)
+''')
+
+FOOTER = code(r'''
+    print(f"notebook ran in {time.perf_counter() - T0:.1f} s; every assertion above holds")
+''')
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Three softmax strategies
+# ----------------------------------------------------------------------------------------------
+NB1 = [
+    md(rf'''
+    # 1. Three ways to compute softmax(QK^T)V: passes over memory, and the results side by side
+
+    Following section 2 of {SEED}: the *safe* softmax reads the scores three times (max, sum,
+    normalise), the *online* softmax (Milakov and Gimelshein, 2018) folds the max into the sum
+    and needs two passes, and FlashAttention fuses the online softmax with the `P V` product so
+    that K and V are read **once** (section 2.3, the recurrence of section 1).
+
+    In attention the score matrix `S = Q K^T` is never stored (it is `seqlen_q x seqlen_k`), so
+    every pass over the scores means loading K again from HBM. Below, each strategy runs on the
+    same data through a small `HBM` object that counts every block it hands out. All three are
+    written in plain NumPy float32 (the *algorithm*, not the hardware); at the end the emulated
+    H200 kernel (`simulator.flash.forward`, which is strategy 3 on tensor cores and MUFU) joins
+    them.
+    '''),
+    SETUP,
+    md('''
+    ## Data
+
+    8 query rows, 512 keys in 8 blocks of 64, head dimension 64, in bf16 so that the emulated
+    kernel sees exactly the same numbers. `flash.reference` is float64 attention on those values.
+    '''),
+    code(r'''
+    rng = np.random.default_rng(2024)
+    N_ROWS, N_KEYS, D, BLOCK = 8, 512, 64, 64
+    N_BLOCKS = N_KEYS // BLOCK
+    q = (1.5 * rng.standard_normal((1, N_ROWS, 1, D))).astype(np.float32).astype(BF16)
+    k = (1.5 * rng.standard_normal((1, N_KEYS, 1, D))).astype(np.float32).astype(BF16)
+    v = rng.standard_normal((1, N_KEYS, 1, D)).astype(np.float32).astype(BF16)
+    scale = np.float32(1 / np.sqrt(D))
+    Q, K, V = (x[0, :, 0].astype(np.float32) for x in (q, k, v))   # exact widening of bf16
+    ref_out, ref_lse = flash.reference(q, k, v)
+    ref_out, ref_lse = ref_out[0, :, 0], ref_lse[0, 0]
+    print("scores: std", float(np.std(Q @ K.T * scale)), " reference LSE of row 0:", ref_lse[0])
+    '''),
+    code(r'''
+    class HBM:
+        """Hands out blocks of K and V and records every load (which pass, which block)."""
+
+        def __init__(self, **arrays):
+            self.arrays = arrays
+            self.log = []          # (pass, name, block)
+            self.current_pass = 0
+
+        def load(self, name, j):
+            self.log.append((self.current_pass, name, j))
+            return self.arrays[name][j * BLOCK:(j + 1) * BLOCK]
+
+        def loads(self, name):
+            return sum(1 for _, n, _ in self.log if n == name)
+
+        def passes(self, name):
+            return len({p for p, n, _ in self.log if n == name and p})
+
+
+    f32 = np.float32
+
+
+    def safe_three_pass(hbm):
+        """Section 2.1: max, then sum, then normalise and multiply by V; S recomputed each pass."""
+        m = np.full(N_ROWS, -np.inf, f32)
+        hbm.current_pass = 1
+        for j in range(N_BLOCKS):
+            s = (Q @ hbm.load("K", j).T) * scale
+            m = np.maximum(m, s.max(axis=1))
+        hbm.current_pass = 2
+        l = np.zeros(N_ROWS, f32)
+        for j in range(N_BLOCKS):
+            s = (Q @ hbm.load("K", j).T) * scale
+            l = l + np.exp(s - m[:, None]).sum(axis=1, dtype=f32)
+        hbm.current_pass = 3
+        o = np.zeros((N_ROWS, D), f32)
+        for j in range(N_BLOCKS):
+            s = (Q @ hbm.load("K", j).T) * scale
+            o = o + (np.exp(s - m[:, None]) / l[:, None]) @ hbm.load("V", j)
+        return o, m, l
+
+
+    def online_two_pass(hbm):
+        """Section 2.2: running max and rescaled running sum, then one pass for P V."""
+        m = np.full(N_ROWS, -np.inf, f32)
+        l = np.zeros(N_ROWS, f32)
+        hbm.current_pass = 1
+        for j in range(N_BLOCKS):
+            s = (Q @ hbm.load("K", j).T) * scale
+            m_new = np.maximum(m, s.max(axis=1))
+            l = np.exp(m - m_new) * l + np.exp(s - m_new[:, None]).sum(axis=1, dtype=f32)
+            m = m_new
+        hbm.current_pass = 2
+        o = np.zeros((N_ROWS, D), f32)
+        for j in range(N_BLOCKS):
+            s = (Q @ hbm.load("K", j).T) * scale
+            o = o + (np.exp(s - m[:, None]) / l[:, None]) @ hbm.load("V", j)
+        return o, m, l
+
+
+    def fused_one_pass(hbm):
+        """Section 2.3: the FlashAttention loop; O is rescaled, normalised once at the end."""
+        m = np.full(N_ROWS, -np.inf, f32)
+        l = np.zeros(N_ROWS, f32)
+        o = np.zeros((N_ROWS, D), f32)
+        hbm.current_pass = 1
+        for j in range(N_BLOCKS):
+            s = (Q @ hbm.load("K", j).T) * scale
+            m_new = np.maximum(m, s.max(axis=1))
+            corr = np.exp(m - m_new)
+            p = np.exp(s - m_new[:, None])
+            l = corr * l + p.sum(axis=1, dtype=f32)
+            o = corr[:, None] * o + p @ hbm.load("V", j)
+            m = m_new
+        return o / l[:, None], m, l
+
+
+    results, memories = {}, {}
+    for name, fn in [("safe (3 passes)", safe_three_pass), ("online (2 passes)", online_two_pass),
+                     ("fused (1 pass)", fused_one_pass)]:
+        memories[name] = HBM(K=K, V=V)
+        results[name] = fn(memories[name])
+    for name, mem in memories.items():
+        print(f"{name:18s}: K blocks loaded {mem.loads('K'):2d} (passes over K: {mem.passes('K')}), "
+              f"V blocks loaded {mem.loads('V'):2d}")
+    '''),
+    md('''
+    ## Passes over memory
+
+    The claim of section 2.4, counted: K is read 3, 2 and 1 times, V once in every strategy.
+    The picture shows the order of the loads (each dot is one block handed out by `HBM`).
+    '''),
+    code(r'''
+    for (name, mem), k_passes in zip(memories.items(), (3, 2, 1)):
+        assert mem.loads("K") == k_passes * N_BLOCKS and mem.passes("K") == k_passes, name
+        assert mem.loads("V") == N_BLOCKS, name
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [1, 2.2]})
+    names = list(memories)
+    axes[0].bar(np.arange(3) - 0.2, [memories[n].loads("K") for n in names], 0.4, label="K blocks")
+    axes[0].bar(np.arange(3) + 0.2, [memories[n].loads("V") for n in names], 0.4, label="V blocks")
+    axes[0].set_xticks(range(3), names, rotation=15)
+    axes[0].set_ylabel("blocks loaded from HBM")
+    axes[0].legend()
+    for row, name in enumerate(names):
+        for i, (p, what, j) in enumerate(memories[name].log):
+            axes[1].scatter(i, row + (0.15 if what == "V" else -0.15), s=12,
+                            color=f"C{p - 1}", marker="s" if what == "V" else "o")
+    axes[1].set_yticks(range(3), names)
+    axes[1].set_xlabel("load number (o = K block, square = V block; colour = pass 1/2/3)")
+    axes[1].invert_yaxis()
+    fig.tight_layout()
+    '''),
+    md('''
+    ## The results side by side
+
+    The three strategies compute the same mathematical function with different roundings.
+
+    * The row **max is exact** (a maximum never rounds), so all three find the same bits.
+    * The sum `l` is accumulated in different orders and, in the online forms, rescaled by
+      `exp(m_old - m_new)`; its bits may differ, but each is within a few float32 roundings per
+      term of the float64 value.
+    * `O` agrees with the float64 reference to float32 accuracy in all three.
+
+    The bounds asserted below are deliberately generous multiples of float32's unit roundoff
+    `u = 2^-24` for 512 terms.
+    '''),
+    code(r'''
+    u32 = 2.0**-24
+    m_bits = [bits(m) for _, m, _ in results.values()]
+    assert all(np.array_equal(m_bits[0], mb) for mb in m_bits[1:]), "max must agree bit for bit"
+
+    l_ref = np.exp(ref_lse - results["safe (3 passes)"][1].astype(np.float64))   # sum at the same max
+    for name, (o, m, l) in results.items():
+        l_err = np.max(np.abs(l / l_ref - 1))
+        o_err = np.max(np.abs(o - ref_out))
+        lse = m.astype(np.float64) + np.log(l.astype(np.float64))
+        print(f"{name:18s}: max rel. error of l {l_err:.2e}, max |O - O_ref| {o_err:.2e}, "
+              f"max |LSE - LSE_ref| {np.max(np.abs(lse - ref_lse)):.2e}")
+        assert l_err < 4 * N_KEYS * u32
+        assert o_err < 4 * N_KEYS * u32 * np.abs(V).max()
+        assert np.max(np.abs(lse - ref_lse)) < 1e-5
+
+    differ = {n: int(np.count_nonzero(bits(o) != bits(results["safe (3 passes)"][0])))
+              for n, (o, _, _) in results.items()}
+    print("elements of O whose float32 bits differ from the safe strategy:", differ)
+    '''),
+    md('''
+    ## The emulated H200 kernel is strategy 3
+
+    `flash.forward` runs the fused loop as FlashAttention-3 does on the H200 (docs/forward.md):
+    bf16 tensor-core GEMMs, `exp2` through FFMA + MUFU.EX2, `P` rounded to bf16 before `P V`,
+    the output rounded to bf16. Its error is therefore bounded by the bf16 roundings of `P`
+    and `O` (unit roundoff `2^-9`), not float32's: about 2^-8 of `max|V|` is the bound asserted.
+    Its LSE stays at float32 accuracy because `l` and `m` are float32 throughout.
+    '''),
+    code(r'''
+    emu = flash.forward(q, k, v, kblock_m=64, kblock_n=BLOCK)
+    emu_out = emu.out[0, :, 0].astype(np.float32)
+    emu_err = np.max(np.abs(emu_out - ref_out))
+    emu_lse_err = np.max(np.abs(emu.lse[0, 0] - ref_lse))
+    print(f"emulated H200: max |O - O_ref| = {emu_err:.2e}, max |LSE - LSE_ref| = {emu_lse_err:.2e}")
+    assert emu_err < 2.0**-8 * np.abs(V).max()
+    assert emu_lse_err < 1e-5
+    fused_o = results["fused (1 pass)"][0]
+    assert np.max(np.abs(emu_out - fused_o)) < 2.0**-8 * np.abs(V).max()
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+    dims = np.arange(16)
+    axes[0].plot(dims, ref_out[0, :16], "k-", lw=3, alpha=0.3, label="float64 reference")
+    for i, (name, (o, _, _)) in enumerate(results.items()):
+        axes[0].plot(dims, o[0, :16], "o:x+"[i], ms=5, label=name, fillstyle="none")
+    axes[0].plot(dims, emu_out[0, :16], "s", ms=7, fillstyle="none", label="emulated H200 (bf16)")
+    axes[0].set_title("row 0 of O, first 16 dims")
+    axes[0].legend(fontsize=7)
+    errs = {**{n: np.abs(o - ref_out).ravel() for n, (o, _, _) in results.items()},
+            "emulated H200 (bf16)": np.abs(emu_out - ref_out).ravel()}
+    axes[1].boxplot([np.maximum(e, 1e-12) for e in errs.values()], whis=(0, 100))
+    axes[1].set_xticks(range(1, 5), list(errs), rotation=12, fontsize=8)
+    axes[1].set_yscale("log")
+    axes[1].set_title("|O - O_ref| over all elements")
+    fig.tight_layout()
+    '''),
+    FOOTER,
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Fragments and quads
+# ----------------------------------------------------------------------------------------------
+NB2 = [
+    md(rf'''
+    # 2. Fragments and quads: who owns what in m64nNk16, and how a row is reduced
+
+    A `wgmma.m64nNk16` leaves its `64 x N` float32 result spread over the 128 threads of a
+    warpgroup, `N/2` registers each (PTX ISA, "Register Fragments"; docs/hw.md). FlashAttention-3
+    reduces rows of that fragment in two stages (section 4.2 of {SEED}):
+    `thread_reduce_` folds each thread's own columns, then `quad_allreduce_` combines the four
+    threads of a **quad** with two butterfly shuffles. This notebook draws both, and checks the
+    pictures against the layout API.
+    '''),
+    SETUP,
+    md('''
+    ## The accumulator layout
+
+    Thread `t` is warp `w = t // 32`, lane `t % 32`, quad `g = lane >> 2`, lane in quad
+    `q = lane % 4`. Register `i` of thread `t` holds
+
+    `row = 16 w + g + 8 ((i >> 1) & 1)`, `col = 8 (i >> 2) + 2 q + (i & 1)`.
+
+    So a quad owns exactly two rows (`16w + g` and `16w + g + 8`), and each of its four lanes
+    holds a pair of adjacent columns in every group of 8.
+    '''),
+    code(r'''
+    N = 32
+    layout = hw.accumulator_layout(f"m64n{N}k16")
+    ti = hw.thread_index()
+    t, i = np.meshgrid(np.arange(128), np.arange(layout.registers), indexing="ij")
+    w, g, qq = ti.warp[:, None], ti.quad[:, None], ti.lane_in_quad[:, None]
+    assert np.array_equal(layout.row, 16 * w + g + 8 * ((i >> 1) & 1))
+    assert np.array_equal(layout.col, 8 * (i >> 2) + 2 * qq + (i & 1))
+
+    # every matrix row is owned by the 4 threads of one quad, and no other thread
+    owner_quad = ti.quad_in_warpgroup[layout.thread_of]                      # [64, N]
+    assert np.all(owner_quad == owner_quad[:, :1])
+    rows = np.arange(64)
+    assert np.array_equal(owner_quad[:, 0], (rows // 16) * 8 + rows % 8)
+    assert all(len(np.unique(layout.thread_of[r])) == 4 for r in rows)
+    print(layout, "| registers per thread:", layout.registers)
+    '''),
+    md('''
+    ## The picture
+
+    Left: `Fragment.plot` of the whole tile coloured by quad (32 quads, one colour per quad).
+    Right: a zoom on warp 0, rows 0..15 and columns 0..15, drawn here from `layout.thread_of`
+    and `layout.reg_of`; each cell says `thread/register`. The assert after the figure reads
+    every label of the zoom back through `layout.locate` (thread, register -> row, col) and
+    `Fragment.to_matrix`: the picture and the API say the same thing.
+    '''),
+    code(r'''
+    frag_coords = hw.Fragment.from_matrix(
+        (np.arange(64)[:, None] * 1000 + np.arange(N)[None, :]).astype(np.float32), layout)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [1, 1.1]})
+    frag_coords.plot(color_by="quad", annotate=False, ax=axes[0], cmap="tab20")
+    zoom_t, zoom_r = layout.thread_of[:16, :16], layout.reg_of[:16, :16]
+    qcol = ti.quad_in_warpgroup[zoom_t]
+    axes[1].imshow(qcol % 20, cmap="tab20", vmin=0, vmax=19)
+    for r, c in np.ndindex(16, 16):
+        axes[1].text(c, r, f"t{zoom_t[r, c]}\nr{zoom_r[r, c]}", ha="center", va="center", fontsize=6)
+    axes[1].set_title("warp 0, rows 0-15, cols 0-15: thread / register (colour = quad)")
+    axes[1].set_xlabel("col")
+    axes[1].set_ylabel("row")
+    fig.tight_layout()
+
+    r_back, c_back = layout.locate(zoom_t, zoom_r)
+    assert np.array_equal(r_back, np.arange(16)[:, None] * np.ones(16, int))
+    assert np.array_equal(c_back, np.ones(16, int)[:, None] * np.arange(16))
+    assert np.array_equal(frag_coords.to_matrix()[:16, :16],
+                          frag_coords.data[zoom_t, zoom_r])
+    '''),
+    md('''
+    `dump_quad` prints the same thing as text. To keep it short, an `m64n8k16` tile (4
+    registers per thread) holding `1000 * row + col` in every element, so each value reads as
+    its own coordinates; the assert checks every register of all 128 threads the same way.
+    '''),
+    code(r'''
+    small = hw.accumulator_layout("m64n8k16")
+    coords = np.arange(64)[:, None] * 1000 + np.arange(8)[None, :]
+    frag_small = hw.Fragment.from_matrix(coords.astype(np.float32), small)
+    print(frag_small.dump_quad(0, warp=0))
+    want = small.row.astype(np.int64) * 1000 + small.col.astype(np.int64)     # [128, 4]
+    assert np.array_equal(frag_small.data, want.astype(np.float32))
+    assert np.array_equal(frag_coords.data,
+                          (layout.row.astype(np.int64) * 1000 + layout.col).astype(np.float32))
+    '''),
+    md('''
+    ## The row/column view
+
+    `convert_layout_acc_rowcol` (hopper/utils.h) gives each thread a `(nrow, ncol) = (2, N/4)`
+    tensor; `softmax.h` loops over it. Entry `(mi, ni)` is register
+    `(ni & 1) + 2 mi + 4 (ni >> 1)`: row `mi = 0` walks registers 0, 1, 4, 5, 8, 9, ...
+    '''),
+    code(r'''
+    view = hw.rowcol_view(layout)
+    print("reg[mi, ni] =\n", view.reg)
+    mi, ni = np.meshgrid(np.arange(view.nrow), np.arange(view.ncol), indexing="ij")
+    assert np.array_equal(view.reg, (ni & 1) + 2 * mi + 4 * (ni >> 1))
+    assert np.array_equal(view.row[:, 0], 16 * ti.warp + ti.quad)
+    assert np.array_equal(view.row[:, 1], 16 * ti.warp + ti.quad + 8)
+    print("thread 5 sees rows", view.row[5], "and columns", view.col[5])
+    '''),
+    md('''
+    ## thread_reduce, then the quad allreduce, step by step
+
+    A score tile with random values. Stage 1 (`thread_reduce`, `op="sum"`): each thread adds its
+    8 columns of a row left to right in `ni` order. Stage 2: `x = x + shfl_xor(x, 2)`, then
+    `x = x + shfl_xor(x, 1)` (offsets 2 then 1, `Allreduce<4>` in hopper/utils.h). After the
+    first shuffle, lanes 0 and 2 hold `p0 + p2`, lanes 1 and 3 hold `p1 + p3`; after the second,
+    every lane holds `(p0 + p2) + (p1 + p3)` (float addition commutes, so all four lanes get the
+    same bits, though it does not associate).
+    '''),
+    code(r'''
+    rng = np.random.default_rng(7)
+    S = (4 * rng.standard_normal((64, N))).astype(np.float32)
+    frag = hw.Fragment.from_matrix(S, layout)
+    rc = frag.rowcol()                                                   # [128, 2, N/4]
+    partial = hw.thread_reduce(rc, op="sum")                             # stage 1: [128, 2]
+    step1 = nm.fadd(partial, hw.shfl_xor(partial, 2), ftz=True)          # butterfly, offset 2
+    step2 = nm.fadd(step1, hw.shfl_xor(step1, 1), ftz=True)              # butterfly, offset 1
+
+    assert np.array_equal(bits(step2), bits(hw.quad_allreduce(partial, "sum")))
+    assert np.array_equal(bits(step2), bits(hw.reduce_sum(frag)))
+    quads = step2.reshape(32, 4, 2)
+    assert np.all(bits(quads) == bits(quads[:, :1]))                     # one value per quad row
+
+    # the same order written out by hand in float32, for every row
+    for r in range(64):
+        quad_threads = np.nonzero(view.row[:, 0] == r)[0]
+        mrow = 0
+        if quad_threads.size == 0:
+            quad_threads, mrow = np.nonzero(view.row[:, 1] == r)[0], 1
+        p = []
+        for th in quad_threads:                                          # lanes q = 0..3
+            acc = np.float32(S[r, view.col[th, 0]])
+            for c in view.col[th, 1:]:
+                acc = np.float32(acc + S[r, c])
+            p.append(acc)
+        by_hand = np.float32(np.float32(p[0] + p[2]) + np.float32(p[1] + p[3]))
+        assert bits(step2[quad_threads[0], mrow]) == bits(by_hand), r
+
+    # max is order-independent: it must equal NumPy's row max exactly
+    mx = hw.reduce_max(frag)
+    assert np.array_equal(bits(mx), bits(S.max(axis=1)[view.row]))
+
+    seq = np.array([np.float32(0)] * 64)
+    for c in range(N):
+        seq = (seq + S[:, c]).astype(np.float32)
+    row_sum_emul = np.empty(64, np.float32)
+    row_sum_emul[view.row] = step2
+    n_diff = int(np.count_nonzero(bits(row_sum_emul) != bits(seq)))
+    print(f"rows whose quad-order sum differs in bits from a left-to-right float32 sum: {n_diff} of 64")
+    '''),
+    md('''
+    The picture: quad 0, row 0 (`mi = 0`). Each box is one lane's register; arrows show which
+    lane's value each lane receives in each butterfly step.
+    '''),
+    code(r'''
+    def draw_quad_steps(stages, titles, mrow=0, quad=0):
+        fig, axes = plt.subplots(1, len(stages), figsize=(4.2 * len(stages), 3.2))
+        for s, (ax, x, title) in enumerate(zip(axes, stages, titles)):
+            vals = x[4 * quad:4 * quad + 4, mrow]
+            for lane in range(4):
+                ax.add_patch(plt.Rectangle((0.1, 3 - lane - 0.35), 0.8, 0.7, fc=f"C{lane}", alpha=0.3))
+                ax.text(0.5, 3 - lane, f"lane {lane}\n{vals[lane]:.6f}", ha="center", va="center",
+                        fontsize=9)
+            if s < len(stages) - 1:
+                off = (2, 1)[s]
+                for lane in range(4):
+                    src = lane ^ off
+                    ax.annotate("", xy=(1.05, 3 - lane), xytext=(1.05, 3 - src),
+                                arrowprops=dict(arrowstyle="->", color=f"C{src}",
+                                                connectionstyle="arc3,rad=-0.4"))
+                ax.text(1.35, 1.5, f"shfl_xor\noffset {off}", ha="center", fontsize=9)
+            ax.set_xlim(0, 1.6)
+            ax.set_ylim(-0.6, 3.6)
+            ax.axis("off")
+            ax.set_title(title, fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    draw_quad_steps([partial, step1, step2],
+                    ["after thread_reduce (own columns)", "after + shfl_xor(x, 2)",
+                     "after + shfl_xor(x, 1): the row sum"]);
+    '''),
+    FOOTER,
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. One K/V block, step by step
+# ----------------------------------------------------------------------------------------------
+NB3 = [
+    md(rf'''
+    # 3. One K/V block, step by step, then the whole loop
+
+    Section 3 of {SEED} lists the four phases of the online softmax in the SM90 mainloop, and
+    section 4 their code: `max_get_scale` (4.5), `online_softmax` (4.6, with
+    `scale_apply_exp2`, 4.3), `rescale_o` (4.8) and, after the loop, `finalize` (4.7) with the
+    LSE. Here the emulated kernel records a trace of one CTA; we replay the same steps by hand
+    with the public API (`mma.gemm`, `flash.Softmax`, `flash.rescale_o`, `nm.convert`) and check
+    that every traced register agrees bit for bit. Then we follow one quad through a block.
+    '''),
+    SETUP,
+    code(r'''
+    rng = np.random.default_rng(3)
+    D, SK, BN = 64, 256, 64
+    q = (1.5 * rng.standard_normal((1, 64, 1, D))).astype(np.float32).astype(BF16)
+    k = (1.5 * rng.standard_normal((1, SK, 1, D))).astype(np.float32).astype(BF16)
+    v = rng.standard_normal((1, SK, 1, D)).astype(np.float32).astype(BF16)
+    res = flash.forward(q, k, v, kblock_m=64, kblock_n=BN, schedule="plain", trace=[(0, 0, 0)])
+    events = res.trace.for_cta((0, 0, 0))
+    for e in events[:6]:
+        print(e)
+    print("...", len(events), "events; K/V blocks visited in the order",
+          list(dict.fromkeys(e.n_block for e in events if e.n_block is not None)))
+    '''),
+    md('''
+    ## Replaying the trace with the public API
+
+    Blocks are visited from the last to the first (FA3's order). For each block: `S = Q K^T` on
+    tensor cores (the first k-step adds to `-0.0`, docs/forward.md step 1), the scores as the
+    row/column view, `max_get_scale`, `online_softmax`, then (schedule `"plain"`) `rescale_o`
+    and `O += P V` with `P` rounded to bf16. Finally `finalize` and one last `rescale_o`.
+    '''),
+    code(r'''
+    Qm = q[0, :, 0]
+    acc_s_layout = hw.accumulator_layout(f"m64n{BN}k16")
+    acc_o_layout = hw.accumulator_layout(f"m64n{D}k16")
+    view = hw.rowcol_view(acc_s_layout)
+    consts = flash.host_constants(D, None, 0.0)
+    scale_log2 = consts["scale_log2"]
+    soft = flash.Softmax((), 2, scale_log2)       # one warpgroup, kNRows = 2
+    O = np.zeros((64, D), np.float32)
+    replay = []                                   # (step, n_block, name, array) in trace order
+
+
+    def row_values(per_thread):                   # [128, 2] quad-uniform -> [64] per matrix row
+        out = np.empty(64, np.float32)
+        out[view.row] = per_thread
+        return out
+
+
+    for step, n in enumerate(range(SK // BN - 1, -1, -1)):
+        Kn, Vn = k[0, n * BN:(n + 1) * BN, 0], v[0, n * BN:(n + 1) * BN, 0]
+        S = mma.gemm(Qm, Kn.T.copy(), np.full((64, BN), -0.0, np.float32),
+                     instruction=f"wgmma.m64n{BN}k16.f32.bf16.bf16")
+        replay.append(("qk_gemm", n, "acc_s", acc_s_layout.from_matrix(S)))
+        scores = hw.Fragment.from_matrix(S, acc_s_layout).rowcol()            # [128, 2, BN/4]
+        sc = soft.max_get_scale(scores, is_first=step == 0, check_inf=True)
+        replay += [("max_get_scale", n, "row_max", soft.row_max), ("max_get_scale", n, "row_sum",
+                   soft.row_sum), ("max_get_scale", n, "scores_scale", sc)]
+        p = soft.online_softmax(scores, is_first=step == 0, check_inf=True)
+        P = hw.Fragment(view.unapply(p), acc_s_layout).to_matrix()
+        replay += [("online_softmax", n, "acc_s", acc_s_layout.from_matrix(P)),
+                   ("online_softmax", n, "row_sum", soft.row_sum)]
+        O = flash.rescale_o(O, row_values(sc))
+        replay.append(("rescale_o", n, "acc_o", acc_o_layout.from_matrix(O)))
+        O = mma.gemm(nm.convert(P, "bf16"), Vn.copy(), O, instruction=f"wgmma.m64n{D}k16.f32.bf16.bf16")
+        replay.append(("pv_gemm", n, "acc_o", acc_o_layout.from_matrix(O)))
+    final_scale = soft.finalize()
+    replay += [("finalize", None, "lse", soft.lse), ("finalize", None, "row_sum", soft.row_sum),
+               ("finalize", None, "scores_scale", final_scale)]
+    O = flash.rescale_o(O, row_values(final_scale))
+    replay.append(("epilogue", None, "acc_o", acc_o_layout.from_matrix(O)))
+
+    by_key = {(e.step, e.n_block): e for e in events}
+    for step_name, n, name, arr in replay:
+        traced = by_key[(step_name, n)].data[name][0]          # warpgroup 0
+        assert np.array_equal(bits(traced), bits(arr)), (step_name, n, name)
+    assert np.array_equal(bits(nm.convert(O, "bf16")), bits(res.out[0, :, 0]))
+    assert np.array_equal(bits(row_values(soft.lse)), bits(res.lse[0, 0]))
+    print(f"{len(replay)} traced arrays replayed: all agree bit for bit, and so do out and LSE")
+    '''),
+    md('''
+    ## One quad through one block
+
+    Quad 0 of warp 0 (threads 0..3) owns rows 0 (`mi = 0`) and 8 (`mi = 1`). The table shows its
+    state after each step of the **second** block visited (`n = 2`), where the running max can
+    grow and `scores_scale < 1` appears. What to look for:
+
+    * after `max_get_scale`, `row_max` is the same in all four lanes (it was quad-allreduced);
+    * after `online_softmax`, `row_sum` differs between the lanes: it is each thread's partial
+      sum, rescaled by `scores_scale`; the quad reduction waits for `finalize` (section 4.6:
+      `warp_reduce=false`);
+    * after `finalize`, `row_sum` is again the same in all four lanes.
+    '''),
+    code(r'''
+    def quad_state(event, quad=0):
+        lines = [f"{event.step:15s} n_block={event.n_block}"]
+        for name in ("row_max", "row_sum", "scores_scale", "lse"):
+            if name in event.data:
+                a = event.data[name][0, 4 * quad:4 * quad + 4]                 # [4 lanes, 2 rows]
+                for mrow in range(2):
+                    vals = "  ".join(f"{x:12.6g}" for x in a[:, mrow])
+                    lines.append(f"   {name:12s} row {view.row[4 * quad, mrow]:2d}: {vals}")
+        if "acc_s" in event.data:
+            rcv = view.apply(event.data["acc_s"][0])[4 * quad:4 * quad + 4, 0, :4]
+            lines.append("   acc_s row 0, first 4 columns of each lane: "
+                         + " | ".join(" ".join(f"{x:.3g}" for x in lane) for lane in rcv))
+        return "\n".join(lines)
+
+    second = [e for e in events if e.n_block == 2 or e.step == "finalize"]
+    for e in second:
+        if e.step in ("max_get_scale", "online_softmax", "finalize", "qk_gemm"):
+            print(quad_state(e))
+    '''),
+    code(r'''
+    def quad_uniform(x):                       # [128, 2] -> are the 4 lanes of every quad equal?
+        b = bits(x).reshape(32, 4, 2)
+        return np.all(b == b[:, :1])
+
+    seen_max = np.full(64, -np.inf, np.float32)
+    for step, n in enumerate(range(SK // BN - 1, -1, -1)):
+        mgs, osm = by_key[("max_get_scale", n)].data, by_key[("online_softmax", n)].data
+        S = hw.Fragment(by_key[("qk_gemm", n)].data["acc_s"][0], acc_s_layout).to_matrix()
+        seen_max = np.maximum(seen_max, S.max(axis=1))
+        assert quad_uniform(mgs["row_max"][0])
+        assert np.array_equal(bits(row_values(mgs["row_max"][0])), bits(seen_max))
+        sc = mgs["scores_scale"][0]
+        if step == 0:
+            assert np.all(bits(sc) == bits(np.float32(1.0)))
+        else:
+            prev = by_key[("max_get_scale", n + 1)].data["row_max"][0]
+            same = prev == mgs["row_max"][0]
+            assert np.all(sc[same] == 1.0) and np.all(sc[~same] < 1.0)
+            print(f"block {n}: the max grew in {np.count_nonzero(~same) // 4} of 64 rows")
+        assert not quad_uniform(osm["row_sum"][0])          # partial sums until finalize
+    fin = by_key[("finalize", None)].data
+    assert quad_uniform(fin["row_sum"][0]) and quad_uniform(fin["lse"][0])
+    '''),
+    md('''
+    ## The whole loop: running max, running sum, and the LSE
+
+    Left: the running max of rows 0..7 after each block (it only grows). Middle: the quad total
+    of the running sum, i.e. `sum exp2((s - m_current) * scale_log2)` so far; it jumps down when
+    the max grows (the old sum is rescaled) and up as each block adds its terms. Right: the LSE
+    of all 64 rows, emulator against the float64 reference (section 8: `LSE = m / sqrt(d) +
+    ln l`).
+    '''),
+    code(r'''
+    order = list(range(SK // BN - 1, -1, -1))
+    maxes = np.array([row_values(by_key[("max_get_scale", n)].data["row_max"][0]) for n in order])
+    sums = np.array([row_values(hw.quad_allreduce(by_key[("online_softmax", n)].data["row_sum"][0]))
+                     for n in order])
+    ref_out, ref_lse = flash.reference(q, k, v)
+    lse_err = np.abs(res.lse[0, 0] - ref_lse[0, 0])
+    print(f"max |LSE - LSE_ref| = {lse_err.max():.2e}; max |O - O_ref| = "
+          f"{np.abs(res.out.astype(np.float64) - ref_out).max():.2e}")
+    assert lse_err.max() < 1e-5
+    assert np.abs(res.out.astype(np.float64) - ref_out).max() < 2.0**-8 * np.abs(v.astype(float)).max()
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.5))
+    for r in range(8):
+        axes[0].plot(range(len(order)), maxes[:, r], "o-", ms=3)
+        axes[1].plot(range(len(order)), sums[:, r], "o-", ms=3)
+    for ax, title in zip(axes[:2], ("row_max (rows 0-7)", "quad total of row_sum (rows 0-7)")):
+        ax.set_xticks(range(len(order)), [f"n={n}" for n in order])
+        ax.set_title(title)
+    axes[2].plot(ref_lse[0, 0], res.lse[0, 0], ".")
+    axes[2].set_xlabel("float64 reference LSE")
+    axes[2].set_ylabel("emulated LSE")
+    axes[2].set_title(f"LSE, max error {lse_err.max():.1e}")
+    fig.tight_layout()
+    '''),
+    md('''
+    ## Stepping through the trace
+
+    With a live kernel and `ipywidgets` installed, the slider below walks every event of the
+    trace. Without them (CI, a static render), the same drawing function shows a few steps.
+    '''),
+    code(r'''
+    def draw_event(i, ax=None):
+        e = events[i]
+        ax = ax or plt.subplots(figsize=(6, 3.2))[1]
+        if "acc_s" in e.data or "acc_o" in e.data:
+            name = "acc_s" if "acc_s" in e.data else "acc_o"
+            lay = acc_s_layout if name == "acc_s" else acc_o_layout
+            mat = hw.Fragment(e.data[name][0], lay).to_matrix()
+            im = ax.imshow(mat, aspect="auto", cmap="viridis")
+            plt.colorbar(im, ax=ax)
+            ax.set_ylabel("row")
+        else:                                      # row state: row_max left, the rest right
+            ax.plot(row_values(e.data["row_max"][0]), "k.", label="row_max")
+            ax.set_ylabel("row_max")
+            ax2 = ax.twinx()
+            for j, name in enumerate(x for x in ("row_sum", "scores_scale", "lse") if x in e.data):
+                vals = e.data[name][0]
+                if name == "row_sum" and e.step != "finalize":
+                    vals = hw.quad_allreduce(vals)     # show the quad total of the partial sums
+                ax2.plot(row_values(vals), "x+1"[j], color=f"C{j}", label=name)
+            ax.set_xlabel("row")
+            ax2.legend(fontsize=7, loc="upper right")
+        ax.set_title(f"event {i}: {e.step}, n_block={e.n_block}", fontsize=9)
+        return ax
+
+    try:
+        import ipywidgets
+    except ImportError:
+        ipywidgets = None
+    if ipywidgets is not None and not STATIC:
+        ipywidgets.interact(lambda i: (draw_event(i), plt.show()),
+                            i=ipywidgets.IntSlider(min=0, max=len(events) - 1, value=0))
+    else:
+        picks = [i for i, e in enumerate(events) if e.n_block == 2][:6]
+        fig, axes = plt.subplots(2, 3, figsize=(15, 6))
+        for i, ax in zip(picks, axes.ravel()):
+            draw_event(i, ax)
+        fig.tight_layout()
+    '''),
+    FOOTER,
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. exp2 through FFMA and MUFU.EX2
+# ----------------------------------------------------------------------------------------------
+NB4 = [
+    md(rf'''
+    # 4. exp2 through FFMA and MUFU.EX2: the hardware's error, and what it does to P, O, LSE
+
+    Section 5 of {SEED}: FlashAttention computes `exp(x - m)` as `exp2f(x * scale_log2 -
+    max_scaled)`, which compiles to one **FFMA** (multiply-add, one rounding) and one
+    **MUFU.EX2** (the special function unit's approximate `2^x`). docs/mufu.md describes the
+    model measured on the H200 over all 2^32 inputs; `arch="ideal"` is the correctly rounded
+    `2^x` with the same special cases. Here we measure the error in ulp, look at its structure,
+    and follow it into `P`, `O` and the LSE.
+    '''),
+    SETUP,
+    md('''
+    ## MUFU.EX2 against the correctly rounded 2^x
+
+    A dense sweep over the softmax range [-30, 8] plus random float32 in the same range.
+    docs/mufu.md states the error is -2..+1 ulp, and -1..+1 for `x >= 0`.
+    '''),
+    code(r'''
+    rng = np.random.default_rng(4)
+    x = np.concatenate([np.linspace(-30, 8, 1 << 19, dtype=np.float32),
+                        rng.uniform(-30, 8, 1 << 19).astype(np.float32)])
+    hwv, ideal = mufu.ex2(x, arch="sm90"), mufu.ex2(x, arch="ideal")
+    err = ulp_distance(hwv, ideal)
+    neg, pos = err[x < 0], err[x >= 0]
+    print("ulp error, x < 0:", {int(e): int(np.count_nonzero(neg == e)) for e in np.unique(neg)})
+    print("ulp error, x >= 0:", {int(e): int(np.count_nonzero(pos == e)) for e in np.unique(pos)})
+    print(f"fraction exactly rounded: {np.mean(err == 0):.3f}")
+    assert err.min() >= -2 and err.max() <= 1
+    assert pos.min() >= -1 and pos.max() <= 1
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 3.4))
+    sub = slice(None, 1 << 19, 64)
+    axes[0].plot(x[sub], err[sub], ",", alpha=0.5)
+    axes[0].set_xlabel("x")
+    axes[0].set_ylabel("ulp error")
+    axes[0].set_title("MUFU.EX2 - correctly rounded 2^x (every 64th point of the sweep)")
+    vals, counts = np.unique(err, return_counts=True)
+    axes[1].bar(vals, counts / counts.sum())
+    axes[1].set_xlabel("ulp error")
+    axes[1].set_title("distribution over all 2^20 inputs")
+    fig.tight_layout()
+    '''),
+    md('''
+    ### A structural fact: the unit reads |x| as fixed point with 23 fractional bits
+
+    docs/mufu.md: the result depends only on the sign and `trunc(|x| * 2^23)`. For `|x|` in
+    `[1/4, 1/2)` a float32 has 25 fractional bits, so the two lowest mantissa bits are ignored:
+    clearing them never changes the result (an exact check on the bit patterns).
+    '''),
+    code(r'''
+    xs = rng.uniform(0.25, 0.5, 1 << 16).astype(np.float32) * rng.choice([-1, 1], 1 << 16).astype(np.float32)
+    cleared = (bits(xs) & np.uint32(0xFFFFFFFC)).view(np.float32)
+    assert np.array_equal(bits(mufu.ex2(xs)), bits(mufu.ex2(cleared)))
+    ideal_xs, ideal_cleared = mufu.ex2(xs, arch="ideal"), mufu.ex2(cleared, arch="ideal")
+    changed_ideal = np.count_nonzero(bits(ideal_xs) != bits(ideal_cleared))
+    print(f"the correctly rounded 2^x does see those bits: {changed_ideal} of {xs.size} results change")
+    '''),
+    md('''
+    ## FFMA: one rounding for `x * scale_log2 - max_scaled`
+
+    Section 5.1: writing the argument as `x * scale - max_scaled` lets the compiler emit one
+    FFMA. Against `FMUL` then `FADD` (two roundings), the FFMA result is always within half an
+    ulp of the exact value (computed in float64, where the product of two float32 is exact).
+    The two-instruction form is much worse *in ulps of the argument* near the row max: there
+    the argument is small, but `FMUL` has already rounded `x * scale` at the precision of a
+    number near `max * scale`, and the subtraction cancels the leading bits and keeps that error
+    (catastrophic cancellation). Those are the elements with `P` near 1, the ones that matter
+    most.
+    '''),
+    code(r'''
+    D = 128
+    scale_log2 = flash.host_constants(D, None, 0.0)["scale_log2"]
+    s = (rng.standard_normal(1 << 18) * 12).astype(np.float32)
+    m = s.max()
+    max_scaled = nm.fmul(m, scale_log2, ftz=True)
+    arg_fma = nm.ffma(s, scale_log2, -max_scaled, ftz=True)
+    arg_two = nm.fadd(nm.fmul(s, scale_log2, ftz=True), -max_scaled, ftz=True)
+    exact = s.astype(np.float64) * np.float64(scale_log2) - np.float64(max_scaled)
+    ulp_of = np.spacing(np.abs(arg_fma)).astype(np.float64)
+    abs_fma, abs_two = np.abs(arg_fma - exact), np.abs(arg_two - exact)
+    e_fma, e_two = abs_fma / ulp_of, abs_two / ulp_of
+    print(f"the two forms differ in {np.mean(bits(arg_fma) != bits(arg_two)):.1%} of the arguments")
+    print(f"FFMA     : max error {e_fma.max():.3f} ulp of the argument, max absolute {abs_fma.max():.2e}")
+    print(f"FMUL+FADD: max error {e_two.max():.3g} ulp of the argument, max absolute {abs_two.max():.2e}")
+    assert e_fma.max() <= 0.5 + 1e-6
+    assert e_two.max() > 1 and abs_two.max() > abs_fma.max()
+    '''),
+    md('''
+    ### What the argument's rounding costs in P
+
+    An absolute error `e` in the argument is a relative error `e ln 2` in `2^arg`. Near the row
+    max the argument is small and precise, but for a strongly negative argument (a small
+    probability) its ulp is `2^-19` at `|arg| ~ 16`: the argument's rounding then dominates the
+    MUFU's own 2 ulp. Both are measured below against `exp((s - m) / sqrt(d))` in float64.
+    '''),
+    code(r'''
+    p_hw = mufu.ex2(arg_fma)
+    p_true = np.exp2(s.astype(np.float64) * np.float64(scale_log2) - np.float64(max_scaled))
+    rel_total = np.abs(p_hw / p_true - 1)
+    rel_arg = np.abs(np.exp2(arg_fma.astype(np.float64) - exact) - 1)
+    live = p_true > 2.0**-126
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    ax.semilogy(arg_fma[live][::8], rel_total[live][::8] + 1e-12, ",", label="P: total relative error")
+    ax.semilogy(arg_fma[live][::8], rel_arg[live][::8] + 1e-12, ",", label="from the FFMA rounding alone")
+    ax.axhline(2.0**-23, color="k", lw=0.8, ls="--", label="1 float32 ulp (relative)")
+    ax.set_xlabel("argument of exp2")
+    ax.legend(markerscale=20, fontsize=8)
+    ax.set_title("relative error of P = ex2(ffma(s, scale_log2, -max_scaled))")
+    bound = (0.5 * ulp_of * np.log(2) + 3 * 2.0**-23)[live]
+    assert np.all(rel_total[live] <= bound * 1.001)
+    '''),
+    md('''
+    ## Into P, O and the LSE: the same forward with `arch="sm90"` and `arch="ideal"`
+
+    Both runs use identical GEMMs and float32 arithmetic; only the MUFU models differ (`ex2`,
+    and `rcp`, `lg2` in `finalize`). `compare.diff` gives the bit differences in ulp.
+
+    * `P` (the `online_softmax` output) differs exactly by the ex2 error: the argument is the
+      same FFMA in both runs, so at most 2 ulp.
+    * `O` is rounded to bf16 (8 significant bits): a 1-2 ulp float32 perturbation almost
+      never crosses a bf16 rounding boundary.
+    * The LSE is float32; it moves by at most a few ulp.
+    '''),
+    code(r'''
+    q = (1.5 * rng.standard_normal((1, 128, 2, D))).astype(np.float32).astype(BF16)
+    k = (1.5 * rng.standard_normal((1, 512, 2, D))).astype(np.float32).astype(BF16)
+    v = rng.standard_normal((1, 512, 2, D)).astype(np.float32).astype(BF16)
+    ctas = [(0, h, 0) for h in range(2)]
+    run = {a: flash.forward(q, k, v, kblock_m=128, kblock_n=128, arch=a, trace=ctas)
+           for a in ("sm90", "ideal")}
+
+    def p_of(tr):
+        return np.concatenate([e.data["acc_s"].ravel() for e in tr if e.step == "online_softmax"])
+
+    d_p = compare.diff(p_of(run["sm90"].trace), p_of(run["ideal"].trace))
+    d_o = compare.diff(run["sm90"].out, run["ideal"].out)
+    d_l = compare.diff(run["sm90"].lse, run["ideal"].lse)
+    for name, d in (("P (float32)", d_p), ("O (bf16)", d_o), ("LSE (float32)", d_l)):
+        print(f"--- {name}\n{d}\n")
+    assert d_p.max_ulp <= 2 and d_p.nan_mismatch == 0
+    assert d_o.max_ulp <= 1
+    assert d_l.max_ulp <= 4
+    print(compare.first_divergence(run["sm90"].trace, run["ideal"].trace))
+    '''),
+    code(r'''
+    ref_out, ref_lse = flash.reference(q, k, v)
+    for a, r in run.items():
+        print(f"{a:6s}: max |O - O_ref| {np.abs(r.out.astype(np.float64) - ref_out).max():.3e}, "
+              f"max |LSE - LSE_ref| {np.abs(r.lse - ref_lse).max():.3e}")
+    err_hw = np.abs(run["sm90"].lse - ref_lse)
+    err_id = np.abs(run["ideal"].lse - ref_lse)
+    assert err_hw.max() < 1e-5 and err_id.max() < 1e-5
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
+    pd = ulp_distance(p_of(run["sm90"].trace), p_of(run["ideal"].trace))
+    vals, counts = np.unique(pd, return_counts=True)
+    axes[0].bar(vals, counts)
+    axes[0].set_yscale("log")
+    axes[0].set_title("P: sm90 - ideal, ulp (all traced elements)")
+    ld = ulp_distance(run["sm90"].lse, run["ideal"].lse).ravel()
+    vals, counts = np.unique(ld, return_counts=True)
+    axes[1].bar(vals, counts)
+    axes[1].set_title("LSE: sm90 - ideal, ulp")
+    fig.tight_layout()
+    '''),
+    FOOTER,
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. FP8
+# ----------------------------------------------------------------------------------------------
+NB5 = [
+    md(rf'''
+    # 5. FP8: Max_offset = 8, the E4M3 range, saturation, the sum correction, underflow
+
+    Section 6 of {SEED}: with FP8 inputs, `P` is converted to E4M3 before the `P V` GEMM. A
+    probability in `[0, 1]` would use only part of E4M3's range, so FA3 computes
+    `P' = 2^((s - m) * scale + 8) = 256 P` (`Max_offset = 8`, folded into `max_scaled` with an
+    FFMA, docs/forward.md step 5) and undoes the factor in `finalize`: the LSE's sum is
+    multiplied by `2^-8` (section 6.3), and `O` is divided by the sum of `P'`, in which the 256
+    cancels.
+    '''),
+    SETUP,
+    md('''
+    ## E4M3 in numbers
+
+    `cvt.rn.satfinite.e4m3x2.f32` (docs/numerics.md): 4 exponent bits (bias 7), 3 mantissa bits,
+    no infinities, largest finite value 448 (`0x7e`), NaN `0x7f`; subnormals down to
+    `2^-9` (`0x01`). `.satfinite` clamps numbers and infinities to +-448.
+    '''),
+    code(r'''
+    def e4m3_bits(values):
+        return bits(nm.convert(np.asarray(values, dtype=np.float32), "e4m3"))
+
+    facts = {1.0: 0x38, 256.0: 0x78, 448.0: 0x7E, 2.0**-6: 0x08, 2.0**-9: 0x01,
+             2.0**-10: 0x00,                       # the tie between 0 and 2^-9 rounds to even: 0
+             2.0**-10 * 1.0001: 0x01, 464.0: 0x7E, 1e6: 0x7E, np.inf: 0x7E, np.nan: 0x7F}
+    got = e4m3_bits(list(facts))
+    for (x, want), b in zip(facts.items(), got):
+        print(f"{x!s:>22} -> 0x{int(b):02x}")
+        assert b == want, x
+
+    codes = np.arange(0x7F, dtype=np.uint8).view(E4M3)          # 0x00 .. 0x7e, all finite >= 0
+    values = nm.to_float32(codes)
+    n_unit, n_256 = int(np.count_nonzero(values <= 1)), int(np.count_nonzero(values <= 256))
+    print(f"non-negative finite codes: {values.size}; of them <= 1: {n_unit}; <= 256: {n_256}")
+    assert (n_unit, n_256) == (57, 121)
+    '''),
+    md('''
+    ## The kernel's P' on real data
+
+    An E4M3 forward with a trace. The histogram shows the values of `P'` (the `online_softmax`
+    output, float32, before the conversion) on a log2 scale, and the same values divided by 256
+    (what would be converted without the offset), against E4M3's zones: the offset moves the
+    whole distribution 8 binades up, out of the flush-to-zero and subnormal zones, and still
+    below 448.
+    '''),
+    code(r'''
+    rng = np.random.default_rng(5)
+    D = 64
+    def mk(*shape, std=1.0):
+        return (std * rng.standard_normal(shape)).astype(np.float32).astype(E4M3)
+
+    q, k, v = mk(1, 64, 1, D, std=1.5), mk(1, 512, 1, D, std=1.5), mk(1, 512, 1, D)
+    res = flash.forward(q, k, v, kblock_m=64, kblock_n=128, schedule="plain", trace=[(0, 0, 0)])
+    ev = res.trace.for_cta((0, 0, 0))
+    P = np.concatenate([e.data["acc_s"].ravel() for e in ev if e.step == "online_softmax"])
+    print(f"P': {P.size} elements, max {P.max()!r}, min {P.min()!r}")
+    assert P.max() <= 256 * (1 + 2.0**-16)            # 2^8 up to FFMA rounding: far below 448
+    assert P.max() >= 256 * (1 - 2.0**-16)            # every row's max element gives ~2^8
+
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    edges = np.arange(-28, 10, 0.25)
+    ax.hist(np.log2(P[P > 0]) - 8, bins=edges, histtype="step", lw=1.5, label="P (no offset)")
+    ax.hist(np.log2(P[P > 0]), bins=edges, histtype="stepfilled", alpha=0.4, label="P' = 256 P")
+    ax.axvspan(-28, -10, color="red", alpha=0.08, label="E4M3 rounds to 0 (< 2^-10)")
+    ax.axvspan(-10, -6, color="orange", alpha=0.08, label="E4M3 subnormal (2^-9 .. 2^-6)")
+    ax.axvline(np.log2(448), color="k", ls="--", lw=0.8, label="448: E4M3 max")
+    ax.set_xlabel("log2 of the value converted to E4M3")
+    ax.set_ylabel("elements")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title("the same probabilities, converted without and with Max_offset = 8")
+    fig.tight_layout()
+    '''),
+    md('''
+    ### How much of the range, and what underflows
+
+    The same probabilities, converted with and without the offset (`P = P' * 2^-8`, exact in
+    float32): how many E4M3 codes are used, how many elements flush to 0 (E4M3 cannot hold
+    anything below `2^-10`, the midpoint to `2^-9`), and how much probability mass those
+    zeros carry. Without the offset every `P < 2^-10` vanishes; with it only `P < 2^-18`.
+    '''),
+    code(r'''
+    P_plain = nm.fmul(P, np.float32(2.0**-8))
+    c_off, c_plain = nm.convert(P, "e4m3"), nm.convert(P_plain, "e4m3")
+    stats = {}
+    for name, p, c, factor in (("Max_offset = 8", P, c_off, 256.0), ("no offset", P_plain, c_plain, 1.0)):
+        z = nm.to_float32(c) == 0
+        lost = p[z].astype(np.float64).sum() / p.astype(np.float64).sum()
+        rel = np.abs(nm.to_float32(c).astype(np.float64) / np.maximum(p, 1e-30) - 1)[~z]
+        stats[name] = (len(np.unique(bits(c))), np.mean(z), lost, np.median(rel))
+        print(f"{name:15s}: codes used {stats[name][0]:3d}, flushed to 0: {stats[name][1]:.2%} "
+              f"of elements carrying {lost:.2e} of the mass; median rel. rounding error {stats[name][3]:.3f}")
+    assert stats["Max_offset = 8"][0] > stats["no offset"][0]
+    assert stats["Max_offset = 8"][1] <= stats["no offset"][1]
+    assert stats["Max_offset = 8"][2] <= stats["no offset"][2]
+    assert np.all(nm.to_float32(nm.convert(np.float32([2.0**-10 * 0.999, 2.0**-10]), "e4m3")) == 0)
+    '''),
+    md('''
+    ### Saturation
+
+    With `Max_offset = 8`, `P'` tops out at 256 and never reaches 448: nothing saturates. Had
+    the offset been 9, the row max would give `P' = 512`, which `.satfinite` clamps to 448: the
+    largest probability of every row would be 12.5% too small.
+    '''),
+    code(r'''
+    assert not np.any(bits(c_off) == 0x7E)
+    print("512 -> 0x%02x = %g" % (e4m3_bits(512.0), nm.to_float32(nm.convert(np.float32(512), "e4m3"))))
+    assert e4m3_bits(512.0) == 0x7E
+    '''),
+    md('''
+    ## The sum correction in finalize
+
+    `finalize` reduces `row_sum` (a sum of `P'`, so about 256 times too large) over the quad,
+    takes `1 / sum` for `O` (where the 256 cancels), then multiplies the sum by `2^-8` before
+    `LSE = row_max * (scale_log2 * ln 2) + ln(sum)` (docs/forward.md, "finalize"). Below the
+    traced LSE is recomputed from the traced row state with the public numerics API, bit for
+    bit, and compared with the LSE one would get without the correction: off by `8 ln 2`.
+    Against float64 the FP8 LSE is less accurate than the bf16 one (notebook 3): the E4M3
+    `wgmma` keeps only about 14 significant bits of `S` (docs/mma.md), and that error enters
+    the LSE directly.
+    '''),
+    code(r'''
+    fin = [e for e in ev if e.step == "finalize"][0].data
+    row_sum, row_max, lse = fin["row_sum"][0], fin["row_max"][0], fin["lse"][0]
+    LN2 = np.uint32(0x3F317218).view(np.float32)
+    scale_log2 = flash.host_constants(D, None, 0.0)["scale_log2"]
+    ln2_scale = nm.fmul(scale_log2, LN2, ftz=True)
+
+    def lse_from(total):
+        return nm.ffma(row_max, ln2_scale, nm.fmul(mufu.lg2(total), LN2, ftz=True), ftz=True)
+
+    corrected = lse_from(nm.fmul(row_sum, np.float32(2.0**-8), ftz=True))
+    uncorrected = lse_from(row_sum)
+    assert np.array_equal(bits(corrected), bits(lse))
+    shift = (uncorrected - corrected).astype(np.float64)
+    print(f"uncorrected - corrected LSE: {shift.min():.6f} .. {shift.max():.6f}; "
+          f"8 ln 2 = {8 * np.log(2):.6f}")
+    assert np.all(np.abs(shift - 8 * np.log(2)) < 1e-4)
+
+    ref_out, ref_lse = flash.reference(q, k, v)
+    lse_err = np.abs(res.lse - ref_lse).max()
+    out_err = np.abs(res.out.astype(np.float64) - ref_out).max()
+    vmax = np.abs(v.astype(np.float64)).max()
+    print(f"against float64: max |LSE - LSE_ref| = {lse_err:.2e}, max |O - O_ref| = {out_err:.2e} "
+          f"(max |V| = {vmax})")
+    assert lse_err < 3e-3
+    assert out_err < 2.0**-4 * vmax     # P' keeps 3 mantissa bits: relative rounding <= 2^-4
+    '''),
+    FOOTER,
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Edge cases
+# ----------------------------------------------------------------------------------------------
+NB6 = [
+    md(rf'''
+    # 6. Edge cases: -inf rows and Check_inf, sum = 0 or NaN, huge logits, softcap
+
+    Section 7 of {SEED} explains the guards in `softmax.h`: `Check_inf` replaces a `-inf` row
+    max by 0 before it meets another `-inf` (section 7.1), `finalize` turns a sum of 0 or NaN
+    into `inv_sum = 0` and `LSE = -inf` (7.2, 7.3). Each guard is shown below with and without
+    it, first on `flash.Softmax` directly, then through the whole emulated forward. Then two
+    cases that need no guard: huge logits, and softcapping.
+    '''),
+    SETUP,
+    md('''
+    ## A fully masked row: Check_inf
+
+    Row 0 (quad 0, `mi = 0`) of a score tile is `-inf` everywhere. Without `Check_inf`,
+    `max_scaled = -inf * scale_log2 = -inf`, and the FFMA computes `-inf * scale - (-inf)` =
+    `-inf + inf` = NaN: the whole row of `P` is NaN (`0x7fffffff`). With it, `max_scaled = 0`
+    and `P = ex2(-inf) = +0`.
+    '''),
+    code(r'''
+    rng = np.random.default_rng(6)
+    scale_log2 = flash.host_constants(64, None, 0.0)["scale_log2"]
+    scores = (3 * rng.standard_normal((128, 2, 16))).astype(np.float32)
+    scores[0:4, 0, :] = -np.inf                              # row 0 lives in threads 0..3, mi = 0
+    out = {}
+    for check in (True, False):
+        sm = flash.Softmax((), 2, scale_log2)
+        sm.max_get_scale(scores, is_first=True, check_inf=check)
+        p = sm.online_softmax(scores, is_first=True, check_inf=check)
+        inv = sm.finalize()
+        out[check] = (p, sm, inv)
+        print(f"check_inf={check!s:5}: P of row 0 = 0x{int(bits(p[0, 0, 0])):08x}, row_sum "
+              f"{sm.row_sum[0, 0]}, inv_sum {inv[0, 0]}, LSE {sm.lse[0, 0]}")
+    assert np.all(bits(out[True][0][0:4, 0]) == 0)                      # +0.0
+    assert np.all(bits(out[False][0][0:4, 0]) == 0x7FFFFFFF)           # canonical NaN
+    for check in (True, False):
+        p, sm, inv = out[check]
+        assert inv[0, 0] == 0 and np.isneginf(sm.lse[0, 0])   # finalize's guard catches both
+        assert np.array_equal(bits(p[4:]), bits(out[True][0][4:]))      # other rows unaffected
+    '''),
+    md('''
+    The NaN guard in `finalize` rescues the LSE, but not `O`: without `Check_inf` the NaN row
+    of `P` has already gone through `O += P V`, and `NaN * inv_sum = NaN * 0` is still NaN.
+    `Check_inf` is what keeps a masked row's output at 0.
+
+    The same guard matters in `max_get_scale` of a later block (section 4.5): if a row has been
+    masked in every block so far, `prev = cur = -inf`, and `prev - cur` is NaN unless `cur` is
+    replaced by 0.
+    '''),
+    code(r'''
+    for check in (True, False):
+        sm = flash.Softmax((), 2, scale_log2)
+        sm.max_get_scale(scores, is_first=True, check_inf=check)
+        sm.online_softmax(scores, is_first=True, check_inf=check)
+        sc = sm.max_get_scale(scores, is_first=False, check_inf=check)       # row 0 still all -inf
+        print(f"check_inf={check!s:5}: second block scores_scale of row 0 = {sc[0, 0]}, "
+              f"row_sum = {sm.row_sum[0, 0]}")
+        if check:
+            assert sc[0, 0] == 0 and sm.row_sum[0, 0] == 0
+        else:
+            assert np.isnan(sc[0, 0]) and np.isnan(sm.row_sum[0, 0])
+    '''),
+    md('''
+    ## Through the forward: rows that see no key
+
+    Causal attention with `seqlen_q = 96 > seqlen_k = 32` (bottom-right aligned, docs/forward.md):
+    query row `i` may see key `j <= i - 64`, so rows 0..63 see nothing. With `kblock_m = 128`
+    one CTA holds all 96 rows and visits the single K block, in which rows 0..63 are entirely
+    `-inf` (the `Check_inf` path). A second batch has `seqlens_k = 0`: its CTA visits no block
+    at all and writes `O = 0`, `LSE = -inf` directly. Both must give `O` = +0.0 exactly.
+    '''),
+    code(r'''
+    q = rng.standard_normal((2, 96, 1, 64)).astype(np.float32).astype(BF16)
+    k = rng.standard_normal((2, 32, 1, 64)).astype(np.float32).astype(BF16)
+    v = rng.standard_normal((2, 32, 1, 64)).astype(np.float32).astype(BF16)
+    kw = dict(causal=True, seqlens_k=np.array([32, 0]))
+    res = flash.forward(q, k, v, kblock_m=128, kblock_n=64, trace=[(0, 0, 0)], **kw)
+    ref_out, ref_lse = flash.reference(q, k, v, **kw)
+    mask_event = [e for e in res.trace if e.step == "mask"][0]
+    S = hw.Fragment(mask_event.data["acc_s"][0], "m64n64k16").to_matrix()   # warpgroup 0: rows 0..63
+    assert np.all(np.isneginf(S))                                            # fully masked tile
+    assert np.all(bits(res.out[0, :64]) == 0) and np.all(np.isneginf(res.lse[0, 0, :64]))
+    assert np.all(bits(res.out[1]) == 0) and np.all(np.isneginf(res.lse[1]))
+    seen = np.isfinite(ref_lse)
+    assert np.array_equal(np.isfinite(res.lse), seen)
+    print("rows with a key: max |LSE - LSE_ref| =", np.abs(res.lse[seen] - ref_lse[seen]).max())
+    assert np.abs(res.lse[seen] - ref_lse[seen]).max() < 1e-5
+    '''),
+    md('''
+    ## sum = NaN
+
+    A NaN in one query row makes that row's scores NaN. `fmax` lets a number win over NaN
+    (docs/numerics.md), but here every score of the row is NaN, so the max, `P` and the sum
+    are NaN. `finalize` sets `inv_sum = 0` and `LSE = -inf`, yet `O` is NaN: as above, the
+    NaN reached `O` through `P V` before the guard. (`flash.reference` follows a different
+    convention and returns 0 for such a row; the emulator follows the kernel.)
+    '''),
+    code(r'''
+    qn = q[:1].copy()
+    qn[0, 70, 0, 5] = np.nan
+    rn = flash.forward(qn, k[:1], v[:1], causal=True, kblock_m=128, kblock_n=64, trace=[(0, 0, 0)])
+    fin = [e for e in rn.trace if e.step == "finalize"][0].data
+    thread, mrow = 4 * 6, 0                           # row 70 = warpgroup 1, local row 6: quad 6, mi = 0
+    print("row 70: row_sum", fin["row_sum"][1, thread, mrow], " inv_sum",
+          fin["scores_scale"][1, thread, mrow], " LSE", rn.lse[0, 0, 70], " O[:3]", rn.out[0, 70, 0, :3])
+    assert np.isnan(fin["row_sum"][1, thread, mrow]) and fin["scores_scale"][1, thread, mrow] == 0
+    assert np.isneginf(rn.lse[0, 0, 70]) and np.all(np.isnan(rn.out[0, 70].astype(np.float32)))
+    others = np.arange(96) != 70
+    assert np.array_equal(bits(rn.out[0, others]), bits(res.out[0, others]))
+    assert flash.reference(qn, k[:1], v[:1], causal=True)[0][0, 70, 0, 0] == 0
+    '''),
+    md('''
+    ## Huge logits
+
+    With `q` and `k` scaled by 40 the scores reach tens of thousands; `exp` of them overflows
+    float32 at 88.7. The online softmax never exponentiates a score, only `score - max` (section
+    7), so the kernel is as accurate as with small logits, relative to the LSE's size.
+
+    One subtlety of the FFMA form (section 5): at the row's max element the exponent argument is
+    `ffma(m, scale, -fmul(m, scale))`, the *rounding error* of `m * scale`, not 0. For large `m`
+    that is up to half an ulp of `m * scale` (`2^-10` near 2^13), so `P` at the max is
+    `2^error`, not exactly 1. It is a factor common to the whole row (every element is computed
+    against the same `max_scaled`), so it cancels in `O = P V / sum`.
+    '''),
+    code(r'''
+    qh = (40 * rng.standard_normal((1, 64, 1, 64))).astype(np.float32).astype(BF16)
+    kh = (40 * rng.standard_normal((1, 128, 1, 64))).astype(np.float32).astype(BF16)
+    vh = v[:1, :32].repeat(4, axis=1)
+    rh = flash.forward(qh, kh, vh, kblock_m=64, kblock_n=128, trace=[(0, 0, 0)])
+    oh, lh = flash.reference(qh, kh, vh)
+    qk_event = [e for e in rh.trace if e.step == "qk_gemm"][0]
+    S = hw.Fragment(qk_event.data["acc_s"][0], "m64n128k16").to_matrix()
+    with np.errstate(over="ignore"):
+        naive = np.exp(S * np.float32(0.125))
+    print(f"|score| up to {np.abs(S).max():.0f}; float32 exp overflows for "
+          f"{np.mean(np.isinf(naive)):.0%} of the scaled scores")
+    lse_ulps = np.abs(rh.lse - lh) / np.spacing(np.abs(lh).astype(np.float32))
+    print(f"LSE error: at most {lse_ulps.max():.2f} float32 ulp of the LSE; "
+          f"max |O - O_ref| = {np.abs(rh.out.astype(np.float64) - oh).max():.2e}")
+    assert np.all(np.isfinite(rh.lse)) and np.all(np.isfinite(rh.out.astype(np.float32)))
+    assert lse_ulps.max() <= 4
+    assert np.abs(rh.out.astype(np.float64) - oh).max() < 2.0**-8 * np.abs(vh.astype(np.float64)).max()
+
+    osm = [e for e in rh.trace if e.step == "online_softmax"][0].data["acc_s"][0]
+    P = hw.Fragment(osm, "m64n128k16").to_matrix()
+    p_at_max = P[np.arange(64), S.argmax(axis=1)]
+    m_scaled = nm.fmul(S.max(axis=1), flash.host_constants(64, None, 0.0)["scale_log2"], ftz=True)
+    bound = 0.5 * np.spacing(np.abs(m_scaled)) * np.log(2) + 2.0**-22
+    print("P at the row max - 1: from", (p_at_max - 1).min(), "to", (p_at_max - 1).max())
+    assert np.all(np.abs(p_at_max.astype(np.float64) - 1) <= bound)
+    assert np.any(p_at_max != 1)
+    '''),
+    md('''
+    ## Softcap
+
+    `softcap * tanh(s / softcap)` bounds every score to `(-softcap, softcap)`. FA3 folds the
+    constants (docs/forward.md): `s' = tanh(s * (softmax_scale / softcap))` on MUFU.TANH, and the
+    softmax then uses `scale_log2 = softcap * log2(e)`. So the traced scores after the softcap
+    step lie in [-1, 1], and the huge logits above become harmless even before the max is
+    subtracted.
+    '''),
+    code(r'''
+    cap = 30.0
+    rc = flash.forward(qh, kh, vh, kblock_m=64, kblock_n=128, softcap=cap, trace=[(0, 0, 0)])
+    rc_ideal = flash.forward(qh, kh, vh, kblock_m=64, kblock_n=128, softcap=cap, arch="ideal")
+    oc, lc = flash.reference(qh, kh, vh, softcap=cap)
+    capped = [e for e in rc.trace if e.step == "softcap"][0].data["acc_s"][0]
+    assert np.all(bits(np.abs(capped)) <= bits(np.float32(1.0)))
+    print(f"after softcap: |s'| <= {np.abs(capped).max()}; max |LSE - LSE_ref| = "
+          f"{np.abs(rc.lse - lc).max():.2e}, "
+          f"max |O - O_ref| = {np.abs(rc.out.astype(np.float64) - oc).max():.2e}")
+    assert np.abs(rc.lse - lc).max() < 1e-4
+    assert np.abs(rc.out.astype(np.float64) - oc).max() < 2.0**-7 * np.abs(vh.astype(np.float64)).max()
+    print("MUFU.TANH against a correctly rounded tanh, in the output:", compare.diff(rc.out, rc_ideal.out))
+
+    # the softcap step on moderate raw scores, with the same constants as the kernel
+    softcap_val = flash.host_constants(64, None, cap)["softcap_val"]
+    s_raw = np.linspace(-1200, 1200, 4001, dtype=np.float32)          # raw q.k
+    t_hw = mufu.tanh(nm.fmul(s_raw, softcap_val, ftz=True))
+    t_id = mufu.tanh(nm.fmul(s_raw, softcap_val, ftz=True), arch="ideal")
+    x_scaled = s_raw / np.sqrt(64)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 3.4))
+    axes[0].plot(x_scaled, cap * t_hw, "-", label="softcap * tanh.approx(s * softcap_val)")
+    axes[0].plot(x_scaled, x_scaled, ":", color="grey", label="uncapped s / sqrt(d)")
+    axes[0].set_ylim(-2.5 * cap, 2.5 * cap)
+    axes[0].axhline(cap, color="k", lw=0.5)
+    axes[0].axhline(-cap, color="k", lw=0.5)
+    axes[0].set_xlabel("s / sqrt(d)")
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(f"softcap = {cap:g}")
+    axes[1].plot(x_scaled, ulp_distance(t_hw, t_id), ".", ms=2)
+    axes[1].set_xlabel("s / sqrt(d)")
+    axes[1].set_ylabel("ulp")
+    axes[1].set_title("MUFU.TANH - correctly rounded tanh (docs/mufu.md: up to ~134 ulp)")
+    fig.tight_layout()
+    assert np.all(np.abs(ulp_distance(t_hw, t_id)) <= 134)
+    '''),
+    FOOTER,
+]
+
+
+NOTEBOOKS = {
+    "01_three_softmax_strategies": NB1,
+    "02_fragments_and_quads": NB2,
+    "03_one_block_step_by_step": NB3,
+    "04_exp2_ffma_mufu": NB4,
+    "05_fp8_max_offset": NB5,
+    "06_edge_cases": NB6,
+}
+
+
+def build(name: str, cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
+    """One clean notebook (no outputs, no execution counts, deterministic cell ids)."""
+    nb = new_notebook()
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    for i, (kind, source) in enumerate(cells):
+        cell = new_markdown_cell(source) if kind == "md" else new_code_cell(source)
+        cell.id = f"{name[:2]}-{i:02d}"
+        nb.cells.append(cell)
+    nbformat.validate(nb)
+    return nb
+
+
+def render(name: str) -> str:
+    return nbformat.writes(build(name, NOTEBOOKS[name])) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if a notebook differs from its generated form")
+    args = parser.parse_args(argv)
+    NOTEBOOK_DIR.mkdir(exist_ok=True)
+    stale = []
+    for name in NOTEBOOKS:
+        path = NOTEBOOK_DIR / f"{name}.ipynb"
+        text = render(name)
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print("out of date (run python scripts/make_notebooks.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
