@@ -127,8 +127,8 @@ class Layout:
         operand: ``"C"`` (accumulator, f32), ``"A"`` or ``"B"``.
         threads: 128 (warpgroup) or 32 (warp).
         rows, cols: the matrix shape (M x N for C, M x K for A, K x N for B), tiles included.
-        row, col: int16 arrays ``(threads, registers)``: the element each register holds.
-        thread_of, reg_of: int16 arrays ``(rows, cols)``: the inverse map.
+        row, col: int32 arrays ``(threads, registers)``: the element each register holds.
+        thread_of, reg_of: int32 arrays ``(rows, cols)``: the inverse map.
         packing: elements per 32-bit register (1 for f32 accumulators, 2 for 16-bit operands,
             4 for 8-bit operands); ``registers`` counts elements, not 32-bit registers.
         tiles: ``(MMA_M, MMA_N)`` repeats of the instruction tile (accumulators only).
@@ -166,12 +166,12 @@ class Layout:
                              f"held by zero or several slots)")
         t = np.broadcast_to(np.arange(self.threads)[:, None], row.shape)
         r = np.broadcast_to(np.arange(row.shape[1])[None, :], row.shape)
-        thread_of = np.empty(self.rows * self.cols, np.int16)
-        reg_of = np.empty(self.rows * self.cols, np.int16)
+        thread_of = np.empty(self.rows * self.cols, np.int32)
+        reg_of = np.empty(self.rows * self.cols, np.int32)
         thread_of[flat.ravel()] = t.ravel()
         reg_of[flat.ravel()] = r.ravel()
-        object.__setattr__(self, "row", _frozen(row.astype(np.int16)))
-        object.__setattr__(self, "col", _frozen(col.astype(np.int16)))
+        object.__setattr__(self, "row", _frozen(row.astype(np.int32)))
+        object.__setattr__(self, "col", _frozen(col.astype(np.int32)))
         object.__setattr__(self, "thread_of", _frozen(thread_of.reshape(self.rows, self.cols)))
         object.__setattr__(self, "reg_of", _frozen(reg_of.reshape(self.rows, self.cols)))
 
@@ -278,7 +278,7 @@ def accumulator_layout(shape: str, *, tiles: tuple[int, int] = (1, 1)) -> Layout
             MMA_M times down and MMA_N times across; register ``r = v + V (m + MMA_M n)``
             (V registers per instruction tile; CuTe's compact fragment order).
     Returns:
-        a cached, read-only :class:`Layout`; ``layout.row``, ``layout.col`` are int16 arrays
+        a cached, read-only :class:`Layout`; ``layout.row``, ``layout.col`` are int32 arrays
         ``(128, N/2)`` for a single wgmma tile.
     Raises:
         ValueError: bad shape (N not a multiple of 8, N > 256, ...) or tiles not positive ints.
@@ -368,11 +368,11 @@ class RowColView:
 
     Attributes:
         layout: the accumulator :class:`Layout` it views.
-        reg: int16 ``(nrow, ncol)``: fragment register of entry ``(mi, ni)`` (same for all
+        reg: int32 ``(nrow, ncol)``: fragment register of entry ``(mi, ni)`` (same for all
             threads). ``hopper/softmax.h`` loops ``for ni: for mi:`` (thread_reduce_) or
             ``for mi: for ni:`` (scale_apply_exp2, rescale_o) over it.
-        row: int16 ``(threads, nrow)``: matrix row of ``mi`` for each thread.
-        col: int16 ``(threads, ncol)``: matrix column of ``ni`` for each thread.
+        row: int32 ``(threads, nrow)``: matrix row of ``mi`` for each thread.
+        col: int32 ``(threads, ncol)``: matrix column of ``ni`` for each thread.
     """
 
     layout: Layout
@@ -427,7 +427,7 @@ def _rowcol(layout: Layout) -> RowColView:
         ni = np.arange(2 * mma_n)
         reg = (ni[None, :] % 2 + 2 * (mi[:, None] % 2)
                + 4 * (mi[:, None] // 2 + mma_m * (ni[None, :] // 2)))
-    reg = reg.astype(np.int16)
+    reg = reg.astype(np.int32)
     row = layout.row[:, reg[:, 0]]
     col = layout.col[:, reg[0, :]]
     # the view is only a view if every row of it is one matrix row and every column one column
