@@ -73,6 +73,12 @@ def _cmd_calibrate(args) -> int:
     return mufu_calibrate.main(args.rest)
 
 
+def _cmd_run(args) -> int:
+    from . import run
+
+    return run.main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m simulator",
@@ -83,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    r = sub.add_parser("run", help="the main job: emulate the FA3 forward on real attention "
+                       "inputs (embedded by default), measure it, save O/LSE/trace "
+                       "(see run --help)", add_help=False)
+    r.add_argument("rest", nargs=argparse.REMAINDER, help="options of run (see run --help)")
+    r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
                        "(no GPU needed)")
@@ -117,12 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:  # DeviceUnavailable, NVRTC failures
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        print("error: a command is required", file=sys.stderr)
-        return EXIT_USAGE
+    if argv[:1] == ["run"]:  # its own options, --help and one-line errors live in simulator.run
+        args = argparse.Namespace(func=_cmd_run, rest=argv[1:])
+    else:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            print("error: a command is required", file=sys.stderr)
+            return EXIT_USAGE
     from .device.runtime import DeviceUnavailable
     from .errors import RecordedDataError
 
@@ -131,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, RecordedDataError, DeviceUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        sys.stderr.close()
+        return EXIT_OK
     except Exception:  # a bug: show everything
         traceback.print_exc()
         return EXIT_INTERNAL

@@ -47,17 +47,22 @@ def test_rows_without_keys_and_the_convex_hull(case):
     vis = _visible(case)                                           # [B, Sq, Sk]
     empty = ~vis.any(-1)                                           # [B, Sq]
     o = out.astype(np.float32)
-    assert np.all(o[empty].view(np.uint32) == 0)                   # exact +0
     assert np.all(np.isneginf(lse.transpose(0, 2, 1)[empty]))
+    # O = 0 exactly, unless V holds inf (f16 outliers overflow on purpose): P = 0 times inf is NaN
+    if np.all(np.isfinite(case.v.astype(np.float32))):
+        assert np.all(o[empty].view(np.uint32) == 0)               # exact +0
     # each output coordinate lies within the attended V rows' range (rounding slack)
     heads, kv = case.q.shape[2], case.k.shape[2]
     v = np.repeat(case.v.astype(np.float64), heads // kv, axis=2)  # [B, Sk, H, d]
     vdesc = float(case.kwargs.get("v_descale", 1.0))
+    lse_rows = lse.transpose(0, 2, 1)                              # [B, Sq, H]
     for bi, qi in zip(*np.nonzero(~empty), strict=True):
         rows = v[bi, vis[bi, qi]] * vdesc                          # [keys, H, d]
         got = o[bi, qi].astype(np.float64)
-        if not np.all(np.isfinite(got)):
-            continue  # overflowing logits (edge values) may legitimately give NaN
+        if not (np.all(np.isfinite(got)) and np.all(np.isfinite(lse_rows[bi, qi]))):
+            # huge logits (edge values): P = exp2(FFMA residual) can be 0 for every key (O = 0,
+            # LSE = -inf) or inf (O NaN), as on the device; see test_huge_equal_logits
+            continue
         tol = 2.0**-5 * np.abs(rows).max(axis=0) + 1e-30
         assert np.all(got <= rows.max(axis=0) + tol) and np.all(got >= rows.min(axis=0) - tol)
 

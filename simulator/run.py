@@ -1,0 +1,914 @@
+"""``python -m simulator run``: the FlashAttention-3 forward on real attention inputs.
+
+Loads Q, K, V (by default the embedded all-MiniLM-L6-v2 input of ``simulator/data/inputs/``,
+one layer, every head, bf16), emulates the forward bit for bit (:func:`simulator.flash.forward`),
+measures O and LSE against the float64 reference (:func:`simulator.flash.reference`), prints a
+summary and writes O, LSE, the reference and the trace to an ``.npz`` atomically. Options add a
+per-step table of one quad (``--step``), the H200 kernel and its bit diff (``--device``) and a
+picture (``--plot``). docs/run.md describes the output; ``--help`` the options.
+
+User errors raise :class:`simulator.cli.UsageError` (or RecordedDataError / DeviceUnavailable)
+with a one-line message; :mod:`simulator.cli` turns them into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from .cli import EXIT_MISMATCH, EXIT_OK, UsageError
+from .errors import RecordedDataError
+
+EMBEDDED = Path(__file__).resolve().parent / "data" / "inputs" / "minilm.npz"
+BUNDLE_FORMAT = "fa3sim-inputs/1"
+EXTRACT = "python scripts/extract_minilm.py (see its docstring)"
+DEFAULT_OUT = "out/run.npz"
+FORMATS = ("bf16", "f16", "e4m3")
+DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16),
+          "e4m3": np.dtype(ml_dtypes.float8_e4m3fn)}
+#: significand bits (implicit one included) and smallest normal exponent of the output formats
+_PRECISION = {"bf16": (8, -126), "f16": (11, -14)}
+_E4M3_MAX = 448.0
+_UNITS_TARGET = 8  # forward calls to split the work into (for the progress bar)
+
+
+# ---- the command line --------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"run: {message} (see `python -m simulator run --help`)")
+
+
+def _cta(text: str) -> tuple[int, int, int]:
+    try:
+        parts = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0:
+        raise argparse.ArgumentTypeError(f"expected B,H,M (three integers >= 0), got {text!r}")
+    return parts
+
+
+def _heads(text: str) -> list[int]:
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a list like 0,3,5-7, got {text!r}") from None
+    if not out or min(out) < 0 or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"expected distinct heads >= 0 like 0,3,5-7, got {text!r}")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m simulator run",
+        usage="python -m simulator run [options]",
+        description="Emulate the FlashAttention-3 forward (H200, bit for bit) on real attention "
+        "inputs, measure it against the float64 reference and save O, LSE and the trace. "
+        "Default: the embedded all-MiniLM-L6-v2 input (4 sentences), every head of one layer, bf16.",
+        epilog="Exit codes: 0 ok; 1 the emulator and the device differ (--device); 2 usage or "
+        "input error (a one-line message); 3 internal error. Output: docs/run.md.",
+    )
+    g = p.add_argument_group("input")
+    g.add_argument("--input", metavar="FILE.npz",
+                   help="q, k, v arrays [batch, seqlen, heads, head_dim] (float16/32/64, or bf16 "
+                   "as saved from ml_dtypes), optional seqlens_k [batch] and e4m3 descales; or a "
+                   "file written by scripts/extract_minilm.py (default: the embedded input)")
+    g.add_argument("--layer", type=int, metavar="N", help="layer of an extracted input (default: its default "
+                   "layer; the embedded input has 0, 2 and 5, default 2)")
+    g.add_argument("--dtype", choices=FORMATS, help="input format (default: bf16, or the file's "
+                   "float16)")
+    g.add_argument("--heads", type=_heads, metavar="LIST",
+                   help="only these heads, e.g. 0,3,5-7 (default: all)")
+    g = p.add_argument_group("forward parameters (as simulator.flash.forward)")
+    g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
+    g.add_argument("--window", type=int, nargs=2, metavar=("L", "R"), default=(-1, -1),
+                   help="local window, -1 = unbounded (default: -1 -1)")
+    g.add_argument("--softcap", type=float, default=0.0, metavar="X", help="softcap (default: 0 = off)")
+    g.add_argument("--softmax-scale", type=float, metavar="X", help="default 1/sqrt(head_dim)")
+    g.add_argument("--kblock-m", type=int, default=128, choices=(64, 128, 192))
+    g.add_argument("--kblock-n", type=int, default=128, metavar="N", help="keys per K/V block (default: 128)")
+    g.add_argument("--schedule", choices=("intra_wg_overlap", "plain"), default="intra_wg_overlap")
+    g = p.add_argument_group("what to show and write")
+    g.add_argument("--trace-cta", type=_cta, action="append", metavar="B,H,M",
+                   help="record the trace of this CTA (batch, head, m_block); repeatable "
+                   "(default: the first CTA)")
+    g.add_argument("--step", action="store_true",
+                   help="print each step's state for one quad of the (first) traced CTA")
+    g.add_argument("--quad", type=int, default=0, metavar="Q",
+                   help="which quad for --step: 0..31 in warpgroup 0, 32..63 in warpgroup 1, ... "
+                   "(default: 0, threads 0-3)")
+    g.add_argument("--device", action="store_true",
+                   help="also run the H200 kernel (CuPy) and print the bit diff and first divergence")
+    g.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
+                   help="result .npz, written atomically (default: %(default)s)")
+    g.add_argument("--plot", metavar="PATH.png",
+                   help="per-head error heat map beside the attention pattern (needs matplotlib)")
+    g.add_argument("--plot-batch", type=int, default=0, metavar="B",
+                   help="batch element to plot (default: 0)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+@dataclass
+class Workload:
+    """Everything the forward gets, plus where it came from."""
+
+    source: str
+    fmt: str
+    label: str
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    seqlens_k: np.ndarray | None = None
+    descales: dict = field(default_factory=dict)  # q_descale, k_descale, v_descale or empty
+    heads: list[int] | None = None                # original numbers of the heads in q
+    heads_total: int = 0                          # heads of the input before --heads
+    query_rows: np.ndarray | None = None          # [batch] real (non-padding) query rows
+    notes: list[str] = field(default_factory=list)
+    provenance: dict | None = None
+
+
+def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
+    if not path.exists():
+        raise UsageError(f"{what} {path}: no such file")
+    if path.is_dir():
+        raise UsageError(f"{what} {path}: is a folder, expected an .npz file")
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        if magic == b"\x93NUMPY":
+            raise ValueError("a single .npy array, not an .npz archive of q, k, v")
+        if magic[:4] != b"PK\x03\x04":
+            raise ValueError("not a zip archive, as numpy.savez writes")
+        z = np.load(path, allow_pickle=False)
+        with z:
+            return {k: z[k] for k in z.files}
+    except PermissionError:
+        raise UsageError(f"{what} {path}: permission denied") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise UsageError(f"{what} {path}: not a readable .npz file ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+
+
+def load_workload(args) -> Workload:
+    """The input of a run, in the format it will be emulated in (raises UsageError)."""
+    if args.input is None:
+        return _load_embedded(args)
+    path = Path(args.input)
+    arrays = _read_npz(path, "--input")
+    if "format" in arrays:
+        return _load_bundle(arrays, path, args, embedded=False)
+    return _load_plain(arrays, path, args)
+
+
+def _load_embedded(args) -> Workload:
+    try:
+        with np.load(EMBEDDED, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise RecordedDataError(f"{EMBEDDED} is missing (a broken install?); regenerate it with "
+                                f"`{EXTRACT}`") from None
+    except Exception as exc:  # zipfile / format errors of a damaged file
+        raise RecordedDataError(f"{EMBEDDED} is unreadable ({type(exc).__name__}: {exc}); "
+                                f"regenerate it with `{EXTRACT}`") from None
+    return _load_bundle(arrays, EMBEDDED, args, embedded=True)
+
+
+def _load_bundle(arrays, path: Path, args, *, embedded: bool) -> Workload:
+    """A file written by scripts/extract_minilm.py ([layer, batch, seqlen, heads, head_dim])."""
+    err = RecordedDataError if embedded else UsageError
+    fmt_tag = str(arrays["format"])
+    if fmt_tag != BUNDLE_FORMAT:
+        raise err(f"{path}: unknown input format {fmt_tag!r} (expected {BUNDLE_FORMAT!r})")
+    need = ["layers", "seqlens", "default_layer"] + [f"{t}_{s}" for t in "qkv"
+                                                      for s in ("bf16", "e4m3", "descale")]
+    missing = [n for n in need if n not in arrays]
+    if missing:
+        raise err(f"{path}: missing arrays {missing}; regenerate it with `{EXTRACT}`")
+    layers = [int(x) for x in arrays["layers"]]
+    layer = int(arrays["default_layer"]) if args.layer is None else args.layer
+    if layer not in layers:
+        raise UsageError(f"--layer {layer}: {path.name} holds layers {layers}")
+    li = layers.index(layer)
+    fmt = args.dtype or "bf16"
+    prov = _provenance(path)
+    if fmt == "e4m3":
+        q, k, v = (arrays[f"{t}_e4m3"][li].view(DTYPES["e4m3"]) for t in "qkv")
+        descales = {f"{t}_descale": np.ascontiguousarray(arrays[f"{t}_descale"][li], np.float32)
+                    for t in "qkv"}
+    else:
+        q, k, v = (arrays[f"{t}_bf16"][li].view(DTYPES["bf16"]) for t in "qkv")
+        descales = {}
+    notes = []
+    if fmt == "f16":
+        f32 = [x.astype(np.float32) for x in (q, k, v)]
+        q, k, v = (x.astype(np.float16) for x in f32)
+        changed = sum(int((a.astype(np.float32) != b).sum()) for a, b in zip((q, k, v), f32,
+                                                                            strict=True))
+        notes.append(f"f16: the bf16 values converted ({changed} of {3 * q.size} changed by the "
+                     f"conversion)")
+    model = (prov or {}).get("model", "?")
+    package = (prov or {}).get("package", {})
+    n_sent = len(arrays["seqlens"])
+    where = "embedded" if embedded else str(path)
+    source = (f"{where}: {model} layer {layer} of {layers}"
+              + (f" ({package.get('name')} {package.get('version')})" if package else "")
+              + f", {n_sent} sentences")
+    seqlens = arrays["seqlens"].astype(np.int64)
+    return Workload(source, fmt, "embedded input" if embedded else f"--input {path}",
+                    np.ascontiguousarray(q), np.ascontiguousarray(k),
+                    np.ascontiguousarray(v), seqlens, descales, notes=notes, provenance=prov,
+                    query_rows=seqlens)
+
+
+def _provenance(path: Path) -> dict | None:
+    try:
+        return json.loads(path.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _load_plain(arrays, path: Path, args) -> Workload:
+    """A user file: q, k, v, optional seqlens_k and q/k/v_descale."""
+    missing = [n for n in "qkv" if n not in arrays]
+    if missing:
+        raise UsageError(f"--input {path}: missing array {', '.join(missing)} (found: "
+                         f"{', '.join(sorted(arrays)) or 'none'}); expected q, k, v")
+    if args.layer is not None:
+        raise UsageError(f"--layer applies to files written by scripts/extract_minilm.py; "
+                         f"{path.name} holds plain q, k, v")
+    src = {}
+    for n in "qkv":
+        x = arrays[n]
+        if x.ndim != 4:
+            raise UsageError(f"--input {path}: {n} has {x.ndim} dimensions {list(x.shape)}, "
+                             f"expected 4 [batch, seqlen, heads, head_dim]")
+        if x.dtype.kind == "V" and x.dtype.itemsize == 2:
+            x = x.view(DTYPES["bf16"])  # ml_dtypes.bfloat16 as numpy.save stores it
+        elif x.dtype not in (np.float16, np.float32, np.float64):
+            raise UsageError(f"--input {path}: {n} has dtype {x.dtype}, expected float16, "
+                             f"float32, float64 or bfloat16")
+        src[n] = x
+    kinds = {str(x.dtype) for x in src.values()}
+    if len(kinds) > 1:
+        got = ", ".join(str(src[n].dtype) for n in "qkv")
+        raise UsageError(f"--input {path}: q, k, v dtypes differ ({got})")
+    dt = src["q"].dtype
+    fmt = args.dtype or ("f16" if dt == np.float16 else "bf16")
+    seqlens = arrays.get("seqlens_k")
+    if seqlens is not None and (seqlens.ndim != 1 or seqlens.dtype.kind not in "iu"):
+        raise UsageError(f"--input {path}: seqlens_k must be integers [batch], got "
+                         f"{seqlens.dtype} {list(seqlens.shape)}")
+    given = {n: arrays[n] for n in ("q_descale", "k_descale", "v_descale") if n in arrays}
+    notes: list[str] = []
+    descales: dict = {}
+    if given and fmt != "e4m3":
+        raise UsageError(f"--input {path}: it holds {', '.join(given)}: its q, k, v are FP8-scaled "
+                         f"values for --dtype e4m3, not {fmt}")
+    if fmt == "e4m3":
+        if given:
+            if len(given) != 3:
+                raise UsageError(f"--input {path}: give all of q_descale, k_descale, v_descale "
+                                 f"or none (found {', '.join(given)})")
+            for n, d in given.items():
+                if d.dtype.kind != "f":
+                    raise UsageError(f"--input {path}: {n} has dtype {d.dtype}, expected float32")
+                descales[n] = np.asarray(d, dtype=np.float32)
+            qkv = {n: _round(src[n], "e4m3") for n in "qkv"}
+            notes.append("e4m3: q, k, v rounded (satfinite) with the file's descales")
+        else:
+            qkv, descales = _quantize_fp8(src, seqlens)
+            notes.append("e4m3: per (batch, kv head) descale = amax / 448, values rounded "
+                         "(satfinite) as FP8 attention does")
+    else:
+        qkv = {n: src[n] if src[n].dtype == DTYPES[fmt] else _round(src[n], fmt) for n in "qkv"}
+        if dt != DTYPES[fmt]:
+            notes.append(f"{fmt}: q, k, v rounded from {dt} (to nearest even"
+                         + (", via float32" if dt == np.float64 else "") + ")")
+        inf = sum(int(np.isinf(qkv[n].astype(np.float32)).sum() - np.isinf(src[n]).sum())
+                  for n in "qkv")
+        if inf:
+            notes.append(f"warning: {inf} values overflowed {fmt} to infinity")
+    return Workload(f"{path}", fmt, f"--input {path}", qkv["q"], qkv["k"], qkv["v"],
+                    None if seqlens is None else seqlens.astype(np.int64), descales, notes=notes)
+
+
+def _round(x: np.ndarray, fmt: str) -> np.ndarray:
+    from .numerics import convert
+
+    return np.ascontiguousarray(convert(np.asarray(x, dtype=np.float32), fmt))
+
+
+def _quantize_fp8(src: dict, seqlens) -> tuple[dict, dict]:
+    """Per (batch, kv head) descales ``amax / 448`` (amax of k, v over the present keys)."""
+    out, descales = {}, {}
+    for n in "qkv":
+        x = src[n].astype(np.float64)
+        b, s = x.shape[:2]
+        present = np.ones((b, s), dtype=bool)
+        if n != "q" and seqlens is not None and seqlens.shape == (b,):
+            present = np.arange(s)[None, :] < seqlens[:, None]
+        amax = np.abs(np.where(present[:, :, None, None] & np.isfinite(x), x, 0.0)).max(axis=(1, 3))
+        if n == "q":  # descales are per kv head: fold the query heads of a group together
+            hkv = src["k"].shape[2]
+            if hkv and amax.shape[1] % hkv == 0:
+                amax = amax.reshape(b, hkv, -1).max(axis=2)
+        d = np.where(amax > 0, amax / _E4M3_MAX, 1.0).astype(np.float32)
+        per_head = d if n != "q" else np.repeat(d, max(1, x.shape[2] // d.shape[1]), axis=1)
+        scaled = x / per_head.astype(np.float64)[:, None, :, None]
+        out[n] = _round(scaled, "e4m3")
+        descales[f"{n}_descale"] = d
+    return out, descales
+
+
+def select_heads(work: Workload, heads: list[int] | None) -> None:
+    """Keep only ``heads`` (MHA inputs only); remembers their original numbers."""
+    h, hkv = work.q.shape[2], work.k.shape[2]
+    work.heads_total = h
+    if heads is None:
+        work.heads = list(range(h))
+        return
+    bad = [x for x in heads if x >= h]
+    if bad:
+        raise UsageError(f"--heads: {bad} out of range; the input has heads 0..{h - 1}")
+    if hkv != h:
+        raise UsageError(f"--heads: the input has grouped KV heads ({h} query heads, {hkv} KV "
+                         f"heads); --heads needs as many KV heads as query heads")
+    idx = np.array(heads)
+    work.q, work.k, work.v = (np.ascontiguousarray(x[:, :, idx]) for x in (work.q, work.k, work.v))
+    work.descales = {n: np.ascontiguousarray(np.broadcast_to(d, (work.q.shape[0], h))[:, idx])
+                     for n, d in work.descales.items()}
+    work.heads = list(heads)
+
+
+# ---- the forward, split into units for the progress bar ---------------------------------------------
+def forward_kwargs(args, work: Workload) -> dict:
+    kw = dict(softmax_scale=args.softmax_scale, causal=args.causal, window=tuple(args.window),
+              softcap=args.softcap, seqlens_k=work.seqlens_k, kblock_m=args.kblock_m,
+              kblock_n=args.kblock_n, schedule=args.schedule)
+    kw.update(work.descales)
+    return kw
+
+
+def _units(batch: int, heads: int, heads_kv: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(b, query heads, kv heads) per forward call: whole KV groups, about _UNITS_TARGET calls."""
+    group = heads // heads_kv
+    per_batch = max(1, math.ceil(_UNITS_TARGET / batch))
+    chunk = max(1, math.ceil(heads_kv / per_batch))
+    out = []
+    for b in range(batch):
+        for k0 in range(0, heads_kv, chunk):
+            kvh = np.arange(k0, min(k0 + chunk, heads_kv))
+            qh = np.arange(kvh[0] * group, (kvh[-1] + 1) * group)
+            out.append((b, qh, kvh))
+    return out
+
+
+def emulate(work: Workload, kwargs: dict, trace_ctas, progress=None):
+    """:func:`simulator.flash.forward` over the whole input, one (batch, head chunk) at a time.
+
+    CTAs are independent, so the bits equal a single call's. ``trace_ctas`` and the trace's
+    CTAs use the input's head numbers (``work.heads``). Returns ``(out, lse, trace)``.
+    """
+    from .flash import forward
+    from .trace import Trace
+
+    q, k, v = work.q, work.k, work.v
+    B, _, H, _ = q.shape
+    out = None
+    lse = np.empty((B, H, q.shape[1]), dtype=np.float32)
+    trace = Trace()
+    units = _units(B, H, k.shape[2])
+    for b, qh, kvh in units:
+        sub = dict(kwargs)
+        if kwargs.get("seqlens_k") is not None:
+            sub["seqlens_k"] = np.asarray(kwargs["seqlens_k"])[b: b + 1]
+        for n in ("q_descale", "k_descale", "v_descale"):
+            if kwargs.get(n) is not None:
+                d = np.broadcast_to(np.asarray(kwargs[n], np.float32), (B, k.shape[2]))
+                sub[n] = np.ascontiguousarray(d[b: b + 1, kvh])
+        hs, ks = slice(qh[0], qh[-1] + 1), slice(kvh[0], kvh[-1] + 1)
+        local = {(0, work.heads.index(h) - qh[0], m) for (bb, h, m) in trace_ctas
+                 if bb == b and work.heads.index(h) in qh}
+        r = forward(q[b: b + 1, :, hs], k[b: b + 1, :, ks], v[b: b + 1, :, ks], **sub,
+                    trace=sorted(local) if local else None)
+        if out is None:
+            out = np.empty(q.shape, dtype=r.out.dtype)
+        out[b: b + 1, :, hs] = r.out
+        lse[b: b + 1, hs] = r.lse
+        if r.trace is not None:
+            for e in r.trace:
+                e.cta = (b, work.heads[qh[0] + e.cta[1]], e.cta[2])
+                trace.events.append(e)
+        if progress:
+            progress.update(1)
+    return out, lse, trace
+
+
+class _Progress:
+    """tqdm when installed, else a counter on stderr; only on a terminal."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        self.total, self.done = total, 0
+        self.enabled = enabled and sys.stderr.isatty()
+        if not self.enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self._show()
+            return
+        self.bar = tqdm(total=total, desc="emulating", unit="call", file=sys.stderr, leave=False)
+
+    def _show(self):
+        print(f"\remulating: {self.done}/{self.total} forward calls", end="", file=sys.stderr,
+              flush=True)
+
+    def update(self, n: int):
+        if not self.enabled:
+            return
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        else:
+            self._show()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+
+
+# ---- measurements ----------------------------------------------------------------------------------
+def ulp(ref: np.ndarray, fmt: str) -> np.ndarray:
+    """Spacing of ``fmt`` (bf16 or f16) at each reference value: ``2^(max(e, emin) - p + 1)``
+    with ``e = floor(log2 |ref|)`` (the subnormal spacing at 0)."""
+    p, emin = _PRECISION[fmt]
+    _, ex = np.frexp(np.abs(ref))
+    e = np.where(ref != 0, ex.astype(np.int64) - 1, emin)
+    return np.ldexp(1.0, np.maximum(e, emin) - (p - 1))
+
+
+def measure(out: np.ndarray, lse: np.ndarray, ref_out: np.ndarray, ref_lse: np.ndarray,
+            out_fmt: str) -> dict:
+    """Error of O (in output ulps and relative Frobenius) and LSE (absolute) vs the reference."""
+    o = out.astype(np.float64)
+    fin = np.isfinite(o) & np.isfinite(ref_out)
+    err = np.where(fin, np.abs(o - ref_out), 0.0)
+    eu = np.where(fin, err / ulp(ref_out, out_fmt), 0.0)
+    worst = np.unravel_index(int(np.argmax(eu)), eu.shape)
+    p99 = float(np.percentile(eu[fin], 99)) if fin.any() else 0.0
+    denom = float(np.sqrt(np.sum(np.where(fin, ref_out, 0.0) ** 2)))
+    rel = float(np.sqrt(np.sum(err**2))) / denom if denom > 0 else 0.0
+    lf = np.isfinite(lse) & np.isfinite(ref_lse)
+    le = np.zeros(lse.shape)
+    le[lf] = np.abs(lse[lf].astype(np.float64) - ref_lse[lf])
+    lworst = np.unravel_index(int(np.argmax(le)), le.shape)
+    masked_ref = ~np.isfinite(ref_lse)
+    rows = lse.size
+    return {
+        "out_max_ulp": float(eu.max()), "out_mean_ulp": float(eu[fin].mean()) if fin.any() else 0.0,
+        "out_within_half_ulp": float((eu[fin] <= 0.5).mean()) if fin.any() else 1.0,
+        "out_p99_ulp": p99, "out_worst": tuple(int(i) for i in worst),
+        "out_worst_values": (float(o[worst]), float(ref_out[worst])), "out_rel_frobenius": rel,
+        "lse_max_abs": float(le.max()), "lse_mean_abs": float(le[lf].mean()) if lf.any() else 0.0,
+        "lse_worst": tuple(int(i) for i in lworst),
+        "rows": rows, "masked_rows_ref": int(masked_ref.sum()),
+        "masked_rows_emu": int(np.isneginf(lse).sum()),
+        "masked_rows_agree": bool(np.array_equal(masked_ref, np.isneginf(lse))),
+        "masked_rows_out_zero": bool(np.all(o.transpose(0, 2, 1, 3)[masked_ref] == 0)),
+        "out_nan": int(np.isnan(o).sum()), "out_inf": int(np.isinf(o).sum()),
+        "lse_nan": int(np.isnan(lse).sum()), "lse_posinf": int(np.isposinf(lse).sum()),
+        "lse_neginf": int(np.isneginf(lse).sum()),
+        "per_head_max_ulp": eu.max(axis=(0, 1, 3)).tolist(),
+    }
+
+
+# ---- printing ----------------------------------------------------------------------------------------
+def _f(x) -> str:
+    return str(np.float32(x))
+
+
+def _shape(x) -> str:
+    return "[" + ", ".join(str(s) for s in x.shape) + "]"
+
+
+def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
+    out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
+    B, S, H, d = work.q.shape
+    heads = work.heads
+    lines = [f"input     {work.source}"]
+    lines += [f"          {n}" for n in work.notes]
+    head_text = (f"all {H} heads" if len(heads) == work.heads_total else
+                 f"heads {_ranges(heads)} of {work.heads_total}")
+    lines.append(f"shapes    q {_shape(work.q)}, k/v {_shape(work.k)} {work.fmt} ({head_text}) -> "
+                 f"O {out_fmt} {_shape(work.q)}, LSE float32 [{B}, {H}, {S}]")
+    if work.seqlens_k is not None:
+        lines.append(f"          seqlens_k {work.seqlens_k.tolist()} (later keys are absent)")
+    scale = float(cfg.consts["softmax_scale"])
+    default = math.isclose(scale, 1 / math.sqrt(d), rel_tol=1e-6)
+    win = cfg.window
+    mask = ("causal" if win == (-1, 0) else "no mask" if win == (-1, -1)
+            else f"window ({win[0]}, {win[1]})")
+    lines.append(f"params    softmax_scale {_f(scale)}{f' (1/sqrt({d}))' if default else ''}, "
+                 f"{mask}, softcap {cfg.softcap:g}, kBlockM x kBlockN {cfg.kblock_m} x {cfg.kblock_n}, "
+                 f"{cfg.schedule}")
+    if work.descales:
+        dq = work.descales["q_descale"]
+        lines.append(f"          descales q [{_f(dq.min())} .. {_f(dq.max())}], k "
+                     f"[{_f(work.descales['k_descale'].min())} .. "
+                     f"{_f(work.descales['k_descale'].max())}], v [{_f(work.descales['v_descale'].min())}"
+                     f" .. {_f(work.descales['v_descale'].max())}]")
+    ctas, visits = _work_counts(cfg)
+    lines.append(f"work      {ctas:,} CTAs, {visits:,} K/V block visits, {n_calls} forward calls")
+    wb, wr, wh, wc = m["out_worst"]
+    lines.append(f"error     O vs float64 reference, in {out_fmt} ulps at the reference value:")
+    got, want = m["out_worst_values"]
+    lines.append(f"            max {m['out_max_ulp']:.3g} ulp (batch {wb}, row {wr}, head {heads[wh]}, "
+                 f"dim {wc}: {got:.6g} for {want:.6g})")
+    lines.append(f"            mean {m['out_mean_ulp']:.3g} ulp, 99th percentile {m['out_p99_ulp']:.3g} ulp, "
+                 f"{100 * m['out_within_half_ulp']:.1f}% within 0.5 ulp (correctly rounded)")
+    lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
+    lb, lh, lr = m["lse_worst"]
+    lines.append(f"          LSE: max |error| {m['lse_max_abs']:.3g} (batch {lb}, head {heads[lh]}, "
+                 f"row {lr}), mean {m['lse_mean_abs']:.3g}")
+    per = m["per_head_max_ulp"]
+    lines.append("          max ulp per head: " + " ".join(f"{heads[i]}:{x:.2g}" for i, x in enumerate(per)))
+    text = f"masked    {m['masked_rows_ref']:,} of {m['rows']:,} rows see no key"
+    if not m["masked_rows_agree"]:
+        text += f" -- but the emulator has {m['masked_rows_emu']:,} rows with LSE = -inf"
+    elif m["masked_rows_ref"]:
+        text += (": O = 0 and LSE = -inf on all of them" if m["masked_rows_out_zero"] else
+                 ": LSE = -inf, but O is NOT zero on all of them")
+    lines.append(text)
+    lines.append(f"nonfinite O: {m['out_nan']} NaN, {m['out_inf']} inf; LSE: {m['lse_nan']} NaN, "
+                 f"{m['lse_posinf']} +inf, {m['lse_neginf']} -inf")
+    lines.append(f"time      emulation {times['emulate']:.1f} s (+ {times['setup']:.1f} s loading the "
+                 f"MUFU tables), reference {times['reference']:.2f} s")
+    return "\n".join(lines)
+
+
+def _ranges(xs: list[int]) -> str:
+    parts, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _work_counts(cfg) -> tuple[int, int]:
+    from .flash.masks import block_range
+
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    visits = 0
+    for b in range(cfg.batch):
+        for mb in range(m_blocks):
+            lo, hi = block_range(mb, cfg.seqlen_q, int(cfg.seqlens_k[b]), cfg.kblock_m,
+                                 cfg.kblock_n, cfg.window)
+            visits += max(0, hi - lo)
+    return cfg.batch * cfg.heads * m_blocks, visits * cfg.heads
+
+
+def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int]) -> str:
+    """Each step's state for one quad of one CTA (four threads, their two rows)."""
+    from .hw import rowcol_view
+
+    events = trace.for_cta(cta)
+    W = kblock_m // 64
+    if not 0 <= quad < 32 * W:
+        raise UsageError(f"--quad: expected 0..{32 * W - 1} for kBlockM = {kblock_m}, got {quad}")
+    w, ql = divmod(quad, 32)
+    threads = 4 * ql + np.arange(4)
+    view = rowcol_view("m64n32k16")  # the thread -> row map is the same for every N
+    rows = view.row[threads[0]].astype(int)
+    g0 = cta[2] * kblock_m + 64 * w
+    head = f"CTA (batch {cta[0]}, head {cta[1]}, m_block {cta[2]}), warpgroup {w}, quad {ql}: " \
+           f"threads {w * 128 + threads[0]}-{w * 128 + threads[-1]} hold rows {g0 + rows[0]} " \
+           f"and {g0 + rows[1]}\n(row values as [row {g0 + rows[0]}, row {g0 + rows[1]}]; " \
+           "row_sum is thread-local until finalize; frag = the thread's first two elements of " \
+           f"row {g0 + rows[0]}: columns 2t, 2t+1 of the tile)"
+    table = [("step", "n", "thread", "row_max", "row_sum", "scores_scale", "lse", "frag")]
+    for e in events:
+        for i, t in enumerate(threads):
+            def pair(name, e=e, t=t):
+                if name not in e.data:
+                    return "."
+                return ", ".join(_f(v) for v in np.ravel(e.data[name][w, t])[:2])
+            frag = "."
+            for name in ("acc_s", "acc_o"):
+                if name in e.data:
+                    f = e.data[name][w, t]
+                    vr = rowcol_view(f"m64n{f.shape[-1] * 2}k16")
+                    frag = f"{name} " + ", ".join(_f(f[r]) for r in vr.reg[0, :2])
+            table.append((e.step if i == 0 else "", "" if e.n_block is None or i else
+                          str(e.n_block), str(int(w * 128 + t)), pair("row_max"), pair("row_sum"),
+                          pair("scores_scale"), pair("lse"), frag))
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+    lines = [head] + ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=True)).rstrip()
+                      for row in table]
+    return "\n".join(lines)
+
+
+# ---- the device --------------------------------------------------------------------------------------
+def check_device() -> None:
+    """Raise DeviceUnavailable (exit 2) naming what is missing: CuPy, a GPU, the twin."""
+    from .device import runtime
+
+    runtime.require_gpu()
+
+
+def run_device(work: Workload, kwargs: dict, out, lse, trace, trace_ctas, kblock_m) -> tuple[bool, str]:
+    """The H200 kernel on the same input: ``(identical, report)``."""
+    from . import compare
+    from .device import forward as device_forward
+
+    d_out, d_lse, _ = _device_call(device_forward, work, kwargs)
+    rep_o = compare.diff(out, d_out)
+    rep_l = compare.diff(lse, d_lse)
+    lines = [f"device    O:   {rep_o}", f"          LSE: {rep_l}"]
+    same = rep_o.identical and rep_l.identical
+    if not same:
+        lines.append("          first divergence: " + _first_divergence(
+            work, kwargs, out, lse, d_out, d_lse, trace, trace_ctas, kblock_m))
+    return same, "\n".join(lines)
+
+
+def _device_call(device_forward, work: Workload, kwargs: dict, trace=None):
+    """``(out, lse, trace)`` of the device twin (a tuple or a ForwardResult); its argument
+    errors (e.g. shared memory a configuration would need) are usage errors here."""
+    try:
+        r = device_forward.forward(work.q, work.k, work.v, **kwargs, trace=trace)
+    except ValueError as exc:
+        raise UsageError(f"--device: {exc}") from None
+    parts = list(r)
+    return parts[0], parts[1], getattr(r, "trace", parts[2] if len(parts) > 2 else None)
+
+
+def _first_divergence(work, kwargs, out, lse, d_out, d_lse, trace, trace_ctas, kblock_m) -> str:
+    """In the trace when the device records one for the first differing CTA, else the first
+    differing output element in CTA order."""
+    from . import compare
+    from .device import forward as device_forward
+    from .trace import Trace
+
+    bo = out.view(np.uint16) != d_out.view(np.uint16)                      # [B, S, H, d]
+    bl = lse.view(np.uint32) != d_lse.view(np.uint32)                      # [B, H, S]
+    bad_rows = bo.any(axis=3).transpose(0, 2, 1) | bl                      # [B, H, S]
+    b, h, r = (int(i) for i in np.argwhere(bad_rows)[0])
+    cta = (b, h, r // kblock_m)
+    where = (f"CTA (batch {b}, head {work.heads[h]}, m_block {cta[2]}), row {r}: O "
+             f"{_hex(out[b, r, h])} vs {_hex(d_out[b, r, h])}, LSE {_f(lse[b, h, r])} vs "
+             f"{_f(d_lse[b, h, r])}")
+    emu = trace.for_cta((b, work.heads[h], cta[2])) if trace is not None else []
+    if not emu:
+        return where + f" (rerun with --trace-cta {b},{work.heads[h]},{cta[2]} for the step)"
+    try:
+        _, _, got = _device_call(device_forward, work, kwargs, trace=[cta])
+    except NotImplementedError:
+        got = None
+    if got is None:
+        return where + " (the device records no trace yet)"
+    dev_trace = Trace()
+    for e in got:  # the device numbers the selected heads 0..; the emulator's trace does not
+        e.cta = (e.cta[0], work.heads[e.cta[1]], e.cta[2])
+        dev_trace.events.append(e)
+    return str(compare.first_divergence(Trace(emu), dev_trace)) + "; " + where
+
+
+def _hex(x) -> str:
+    bits = np.asarray(x).view(np.uint16 if x.dtype.itemsize == 2 else np.uint32).ravel()
+    return "0x" + "".join(f"{int(v):04x}" for v in bits[:2]) + ("..." if bits.size > 2 else "")
+
+
+# ---- output ----------------------------------------------------------------------------------------
+def _check_writable(path: Path, what: str) -> None:
+    if path.is_dir():
+        raise UsageError(f"{what} {path}: is a folder, expected a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    probe = parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise UsageError(f"{what} {path}: cannot write into {probe}")
+
+
+def save_result(path: Path, out, lse, ref_out, ref_lse, trace, params: dict) -> None:
+    """O (float32 values and raw bits), LSE, the reference, the trace (keys ``trace__*``) and the
+    parameters (``params``, JSON) in one compressed ``.npz``, written atomically."""
+    from .io import write_bytes_atomic
+
+    bits = out.view(np.uint16)
+    arrays = {"out": out.astype(np.float32), "out_bits": bits, "out_dtype": np.array(str(out.dtype)),
+              "lse": lse, "ref_out": ref_out, "ref_lse": ref_lse,
+              "params": np.array(json.dumps(params))}
+    if trace is not None and len(trace):
+        with np.load(io.BytesIO(trace.to_npz_bytes())) as t:
+            arrays.update({f"trace__{k}": t[k] for k in t.files})
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def load_result(path) -> dict:
+    """Read a file written by ``run``: arrays, ``params`` (dict) and ``trace`` (a Trace)."""
+    from .trace import Trace
+
+    with np.load(path, allow_pickle=False) as z:
+        data = {k: z[k] for k in z.files}
+
+    class _View(dict):
+        @property
+        def files(self):
+            return list(self)
+
+    tr = _View({k[len("trace__"):]: v for k, v in data.items() if k.startswith("trace__")})
+    res = {k: v for k, v in data.items() if not k.startswith("trace__")}
+    res["params"] = json.loads(str(res["params"]))
+    res["out"] = res["out"].astype(DTYPES["bf16"] if str(res["out_dtype"]) == "bfloat16"
+                                   else np.dtype(str(res["out_dtype"])))
+    res["trace"] = Trace.from_npz(tr) if tr else Trace()
+    return res
+
+
+def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int) -> None:
+    """Per head: the reference attention pattern P [Sq, Sk] beside |O - ref| in output ulps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .flash.masks import allowed
+
+    out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
+    B, S, H, d = work.q.shape
+    group = H // work.k.shape[2]
+    kvh = np.arange(H) // group
+    q = work.q[batch].astype(np.float64)
+    k = work.k[batch].astype(np.float64)[:, kvh]
+    s = np.einsum("qhd,khd->hqk", q, k) * float(cfg.consts["softmax_scale"])
+    s *= (cfg.q_descale[batch].astype(np.float64) * cfg.k_descale[batch])[kvh][:, None, None]
+    if cfg.softcap > 0:
+        s = cfg.softcap * np.tanh(s / cfg.softcap)
+    ok = allowed(np.arange(S)[:, None], np.arange(k.shape[0])[None, :], S,
+                 int(cfg.seqlens_k[batch]), cfg.window)
+    s = np.where(ok[None], s, -np.inf)
+    mx = s.max(axis=-1, keepdims=True)
+    mx = np.where(np.isfinite(mx), mx, 0.0)
+    p = np.exp(s - mx)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(p.sum(-1, keepdims=True) > 0, p / p.sum(-1, keepdims=True), 0.0)
+    o = out[batch].astype(np.float64)
+    r = ref_out[batch]
+    note = ""
+    if work.query_rows is not None:  # an extracted input: hide the zero padding rows and keys
+        n = int(work.query_rows[batch])
+        p, o, r = p[:, :n, :n], o[:n], r[:n]
+        note = f" ({n} tokens; padding hidden)"
+    eu = np.where(np.isfinite(o) & np.isfinite(r), np.abs(o - r) / ulp(r, out_fmt), np.nan)
+    from matplotlib.colors import LogNorm, PowerNorm
+
+    pairs = min(H, 3)                      # heads per figure row, each as [P | error]
+    nrow = math.ceil(H / pairs)
+    fig, axes = plt.subplots(nrow, 2 * pairs, figsize=(4.6 * pairs, 2.3 * nrow + 0.8),
+                             squeeze=False, constrained_layout=True)
+    finite = eu[np.isfinite(eu)]
+    top = max(1.0, float(finite.max()) if finite.size else 1.0)
+    norm = LogNorm(vmin=0.01, vmax=top)
+    cmap = plt.get_cmap("magma").copy()
+    cmap.set_under("black")
+    cmap.set_bad("cyan")
+    im_p = im_e = None
+    for h in range(H):
+        r_, c = divmod(h, pairs)
+        ax, ax2 = axes[r_, 2 * c], axes[r_, 2 * c + 1]
+        im_p = ax.imshow(p[h], cmap="viridis", aspect="auto", interpolation="nearest",
+                         norm=PowerNorm(0.4, vmin=0.0, vmax=1.0))
+        ax.set_title(f"head {work.heads[h]}: P (reference)", fontsize=8)
+        im_e = ax2.imshow(np.where(eu[:, h, :] == 0, 1e-30, eu[:, h, :]), cmap=cmap, norm=norm,
+                          aspect="auto", interpolation="nearest")
+        ax2.set_title(f"|O - ref|, max {np.nanmax(eu[:, h]):.3g} ulp", fontsize=8)
+        ax.set_ylabel("query", fontsize=7)
+        if r_ == nrow - 1 or h + pairs >= H:
+            ax.set_xlabel("key", fontsize=7)
+            ax2.set_xlabel("head dim", fontsize=7)
+        for a in (ax, ax2):
+            a.tick_params(labelsize=6)
+    for h in range(H, nrow * pairs):
+        r_, c = divmod(h, pairs)
+        axes[r_, 2 * c].axis("off")
+        axes[r_, 2 * c + 1].axis("off")
+    fig.colorbar(im_p, ax=axes.ravel().tolist(), shrink=0.35, location="bottom", pad=0.04,
+                 label="reference attention probability P")
+    fig.colorbar(im_e, ax=axes.ravel().tolist(), shrink=0.35, location="bottom", pad=0.04,
+                 label=f"|O - ref| in {out_fmt} ulp at the reference value (black: exact)")
+    fig.suptitle(f"{work.source}\nbatch {batch}{note}: reference attention pattern beside the emulated "
+                 f"O's error (cyan: non-finite)", fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=110)
+    plt.close(fig)
+    from .io import write_bytes_atomic
+
+    write_bytes_atomic(path, buf.getvalue())
+
+
+# ---- main ------------------------------------------------------------------------------------------
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from .flash import make_config, reference
+
+    work = load_workload(args)
+    select_heads(work, args.heads)
+    kwargs = forward_kwargs(args, work)
+    try:
+        cfg = make_config(work.q, work.k, work.v, **kwargs)
+    except ValueError as exc:
+        raise UsageError(f"{work.label}: {exc}") from None
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    trace_ctas = args.trace_cta or [(0, work.heads[0], 0)]
+    for c in trace_ctas:
+        if c[0] >= cfg.batch or c[1] not in work.heads or c[2] >= m_blocks:
+            raise UsageError(f"--trace-cta {','.join(map(str, c))}: out of range; batch 0..{cfg.batch - 1}"
+                             f", heads {_ranges(work.heads)}, m_block 0..{m_blocks - 1}")
+    if not 0 <= args.plot_batch < cfg.batch:
+        raise UsageError(f"--plot-batch: expected 0..{cfg.batch - 1}, got {args.plot_batch}")
+    if args.step and not 0 <= args.quad < 32 * (cfg.kblock_m // 64):
+        raise UsageError(f"--quad: expected 0..{32 * (cfg.kblock_m // 64) - 1} for kBlockM = "
+                         f"{cfg.kblock_m}, got {args.quad}")
+    out_path = Path(args.out)
+    _check_writable(out_path, "--out")
+    plot_path = Path(args.plot) if args.plot else None
+    if plot_path is not None:
+        _check_writable(plot_path, "--plot")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install matplotlib (or the project's "
+                             "'notebooks' extra: pip install -e '.[notebooks]')") from None
+    if args.device:
+        check_device()
+
+    t0 = time.perf_counter()
+    from .numerics.mufu import ex2
+
+    ex2(np.zeros(1, np.float32))  # load the H200 MUFU tables (a few seconds, once per process)
+    t1 = time.perf_counter()
+    units = len(_units(cfg.batch, cfg.heads, cfg.heads_kv))
+    bar = _Progress(units, not args.no_progress)
+    try:
+        out, lse, trace = emulate(work, kwargs, trace_ctas, bar)
+    finally:
+        bar.close()
+    t2 = time.perf_counter()
+    ref_out, ref_lse = reference(work.q, work.k, work.v, softmax_scale=kwargs["softmax_scale"],
+                                 causal=args.causal, window=tuple(args.window), softcap=args.softcap,
+                                 seqlens_k=work.seqlens_k, **work.descales)
+    t3 = time.perf_counter()
+    m = measure(out, lse, ref_out, ref_lse, "bf16" if work.fmt == "e4m3" else work.fmt)
+    times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
+    print(summary(work, cfg, m, times, units))
+    if args.step:
+        print()
+        print(step_table(trace, trace_ctas[0], args.quad, cfg.kblock_m, work.heads))
+        print()
+    status = EXIT_OK
+    if args.device:
+        same, text = run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m)
+        print(text)
+        status = EXIT_OK if same else EXIT_MISMATCH
+    params = {"source": work.source, "dtype": work.fmt, "notes": work.notes,
+              "heads": work.heads, "seqlens_k": None if work.seqlens_k is None else
+              work.seqlens_k.tolist(), "softmax_scale": float(cfg.consts["softmax_scale"]),
+              "causal": bool(args.causal), "window": list(cfg.window), "softcap": cfg.softcap,
+              "kblock_m": cfg.kblock_m, "kblock_n": cfg.kblock_n, "schedule": cfg.schedule,
+              "arch": cfg.arch, "trace_ctas": [list(c) for c in trace_ctas],
+              "descales": {k: v.tolist() for k, v in work.descales.items()},
+              "metrics": {k: v for k, v in m.items()}, "times_s": times,
+              "provenance": work.provenance}
+    save_result(out_path, out, lse, ref_out, ref_lse, trace, params)
+    print(f"wrote     {out_path}: out, lse, ref_out, ref_lse, params, trace of "
+          f"{len(trace.ctas())} CTA(s) ({len(trace)} events); read it with "
+          f"simulator.run.load_result")
+    if plot_path is not None:
+        plot(plot_path, work, kwargs, cfg, out, ref_out, args.plot_batch)
+        print(f"wrote     {plot_path}")
+    return status

