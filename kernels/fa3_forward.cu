@@ -28,6 +28,8 @@
 //   FA_SOFTCAP     0 / 1
 //   FA_SCHEDULE    0 = "plain", 1 = "intra_wg_overlap"
 //   FA_MAX_OFFSET  0, or 8 (e4m3)
+//   FA_TRACE       0 (default) / 1: step dump of listed CTAs (docs/kernel.md "Step traces");
+//                  with 0 every hook below expands to nothing and the kernel is the plain one
 // Runtime: shapes, window (left, right; -1 = unbounded), seqlens_k [B] int32, float32 bits of
 // scale_log2 and softcap_val, descale arrays [B, Hkv] float32 (read for e4m3 only).
 
@@ -51,6 +53,9 @@
 #endif
 #ifndef FA_MAX_OFFSET
 #define FA_MAX_OFFSET 0
+#endif
+#ifndef FA_TRACE
+#define FA_TRACE 0
 #endif
 
 typedef unsigned int u32;
@@ -416,13 +421,101 @@ __device__ __forceinline__ void gemm_pv(float (&o)[kORegs], const u32 (&pa)[kPVS
   fence_regs(o);
 }
 
+// ---- step traces (FA_TRACE=1; docs/kernel.md "Step traces") ---------------------------------
+// Each traced CTA owns `trace_slots` records of kTraceRecord u32: a header {kTraceMagic | step,
+// n_block (-1: none), slot, 0} and then kTraceCols words per thread (thread-major, so
+// [W, 128, kTraceCols]); the float32 state is stored as raw bits. The slot of an event is its
+// position in the emulator's event sequence (simulator/flash/forward.py), which is the contract:
+// per K/V block qk_gemm, [softcap], mask, max_get_scale, online_softmax, then rescale_o / pv_gemm
+// in the emulator's order (the overlapped schedule's P V of the previous block, issued by the
+// kernel at the top of the next iteration, lands in the slot after that block's online_softmax),
+// then finalize and epilogue. Step ids are the indices of simulator.trace.STEPS.
+#if FA_TRACE
+constexpr int kTraceColsRaw = kSRegs + 2 > kORegs ? kSRegs + 2 : kORegs;
+constexpr int kTraceCols = kTraceColsRaw > 8 ? kTraceColsRaw : 8;
+constexpr int kTraceRecord = 4 + kThreads * kTraceCols;
+constexpr u32 kTraceMagic = 0xFA300000u;
+constexpr int kSc = kSoftcap ? 1 : 0;
+constexpr int kIterEvents = 6 + kSc;  // qk, [softcap], mask, max_get_scale, online_softmax, 2 on O
+enum TraceStep { kQk = 0, kSoftcapStep, kMask, kMaxGetScale, kOnlineSoftmax, kRescaleO, kPvGemm,
+                 kFinalize, kEpilogue };
+
+// first slot of K/V iteration `it` (the overlapped schedule has no O events in iteration 0)
+__device__ __forceinline__ int trace_base(int it) {
+  return kOverlap ? (it == 0 ? 0 : it * kIterEvents - 2) : it * kIterEvents;
+}
+
+struct Tracer {
+  u32* rec0;  // first record of this CTA, nullptr when the CTA is not traced
+  int slots;
+  // this thread's words of record `slot` (the header is written by thread 0), or nullptr
+  __device__ __forceinline__ u32* at(int slot, int step, int n) const {
+    if (rec0 == nullptr || slot < 0 || slot >= slots) return nullptr;
+    u32* rec = rec0 + (long long)slot * kTraceRecord;
+    if (threadIdx.x == 0) {
+      rec[0] = kTraceMagic | (u32)step;
+      rec[1] = (u32)n;
+      rec[2] = (u32)slot;
+      rec[3] = 0u;
+    }
+    return rec + 4 + threadIdx.x * kTraceCols;
+  }
+};
+template <int R>
+__device__ __forceinline__ void trace_put(u32* p, int col0, const float (&x)[R]) {
+  if (p == nullptr) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) p[col0 + r] = __float_as_uint(x[r]);
+}
+// fragment acc_s (s) or acc_o (o) after a step
+#define FA_TRACE_FRAG(slot, step, n, x) trace_put(tr.at((slot), (step), (n)), 0, (x))
+// max_get_scale: row_max, row_sum, scores_scale; before the first online_softmax row_sum is
+// not yet set in the kernel (the emulator's Softmax starts it at 0): recorded as 0
+#define FA_TRACE_MGS(slot, n)                                                        \
+  do {                                                                               \
+    u32* p_ = tr.at((slot), kMaxGetScale, (n));                                      \
+    const float rs_[2] = {is_first ? 0.0f : row_sum[0], is_first ? 0.0f : row_sum[1]}; \
+    trace_put(p_, 0, row_max);                                                       \
+    trace_put(p_, 2, rs_);                                                           \
+    trace_put(p_, 4, scores_scale);                                                  \
+  } while (0)
+// online_softmax: acc_s (P in float32, before the conversion) and the thread-local row_sum
+#define FA_TRACE_OS(slot, n)                                 \
+  do {                                                       \
+    u32* p_ = tr.at((slot), kOnlineSoftmax, (n));            \
+    trace_put(p_, 0, s);                                     \
+    trace_put(p_, kSRegs, row_sum);                          \
+  } while (0)
+// finalize: row_sum (quad-reduced), scores_scale, lse, row_max
+#define FA_TRACE_FIN(slot)                                   \
+  do {                                                       \
+    u32* p_ = tr.at((slot), kFinalize, -1);                  \
+    trace_put(p_, 0, tr_sum);                                \
+    trace_put(p_, 2, scores_scale);                          \
+    trace_put(p_, 4, lse_row);                               \
+    trace_put(p_, 6, row_max);                               \
+  } while (0)
+#define FA_TRACE_ONLY(...) __VA_ARGS__
+#else
+#define FA_TRACE_FRAG(slot, step, n, x) ((void)0)
+#define FA_TRACE_MGS(slot, n) ((void)0)
+#define FA_TRACE_OS(slot, n) ((void)0)
+#define FA_TRACE_FIN(slot) ((void)0)
+#define FA_TRACE_ONLY(...)
+#endif
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __restrict__ v,
             u16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ seqlens_k,
             const float* __restrict__ q_descale, const float* __restrict__ k_descale,
             const float* __restrict__ v_descale, int seqlen_q, int seqlen_k_max, int heads,
             int heads_kv, int window_left, int window_right, u32 scale_log2_bits,
-            u32 softcap_val_bits) {
+            u32 softcap_val_bits
+#if FA_TRACE
+            , u32* __restrict__ trace_buf, const int* __restrict__ trace_ctas, int trace_count,
+            int trace_slots
+#endif
+            ) {
   extern __shared__ __align__(1024) u8 smem[];
   u8* sQ = smem;
   u8* sK = smem + kSmemQ;
@@ -432,6 +525,12 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
   const int hkv = h / (heads / heads_kv);
   const int seqlen_k = seqlens_k[b];
   const int offset = seqlen_k - seqlen_q;  // bottom-right alignment
+#if FA_TRACE
+  Tracer tr{nullptr, trace_slots};  // traced iff (b, h, m_block) is listed in trace_ctas [count, 3]
+  for (int t = 0; t < trace_count; ++t)
+    if (trace_ctas[3 * t] == b && trace_ctas[3 * t + 1] == h && trace_ctas[3 * t + 2] == m_block)
+      tr.rec0 = trace_buf + (long long)t * trace_slots * kTraceRecord;
+#endif
 
   // ---- block range (docs/forward.md "Block range and order") ----
   int hi = seqlen_k;
@@ -497,12 +596,18 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
 
   for (int n = n_block_max - 1, it = 0; n >= n_block_min; --n, ++it) {
     const bool is_first = it == 0;
+    FA_TRACE_ONLY(const int ev = trace_base(it);)
 
-    // intra_wg_overlap: the previous block's P V, issued one iteration late
+    // intra_wg_overlap: the previous block's P V, issued one iteration late (traced in the
+    // emulator's slots, after this block's online_softmax)
     if constexpr (kOverlap) {
       if (!is_first) {
-        if constexpr (kRescaleBeforeGemm) rescale_o(o, scores_scale);  // previous block's scale
+        if constexpr (kRescaleBeforeGemm) {
+          rescale_o(o, scores_scale);  // previous block's scale
+          FA_TRACE_FRAG(ev + 4 + kSc, kRescaleO, n, o);
+        }
         gemm_pv(o, pa, sV);
+        FA_TRACE_FRAG(ev + (kRescaleBeforeGemm ? 5 : 4) + kSc, kPvGemm, n + 1, o);
       }
     }
 
@@ -528,11 +633,13 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
     wgmma_commit();
     wgmma_wait0();
     fence_regs(s);
+    FA_TRACE_FRAG(ev, kQk, n, s);
 
     // ---- 2. softcap ----
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int r = 0; r < kSRegs; ++r) s[r] = tanh_(fmul(s[r], softcap_val));
+      FA_TRACE_FRAG(ev + 1, kSoftcapStep, n, s);
     }
 
     // ---- 3. mask ----
@@ -545,6 +652,7 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
       if (window_left >= 0) ok = ok && j >= i + offset - window_left;
       if (!ok) s[r] = bits_f32(kNegInfBits);
     }
+    FA_TRACE_FRAG(ev + 1 + kSc, kMask, n, s);
 
     // ---- 4. max_get_scale (Check_inf) ----
     if (is_first) {
@@ -572,6 +680,7 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
         row_sum[mi] = fmul(row_sum[mi], scores_scale[mi]);
       }
     }
+    FA_TRACE_MGS(ev + 2 + kSc, n);
 
     // ---- 5. online_softmax: scale_apply_exp2, then thread-local reduce_sum ----
     float neg_max_scaled[2];
@@ -590,6 +699,7 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
         row_sum[mi] = (is_first && ni == 0) ? s[reg_of(mi, 0)] : fadd(row_sum[mi], s[reg_of(mi, ni)]);
+    FA_TRACE_OS(ev + 3 + kSc, n);
 
     // ---- 6. P = cvt(p) into the A-operand registers of the PV wgmma ----
     if constexpr (!kFp8) {
@@ -623,30 +733,44 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
     // ---- 7. rescale_o and P V ----
     if constexpr (!kOverlap) {
       rescale_o(o, scores_scale);
+      FA_TRACE_FRAG(ev + 4 + kSc, kRescaleO, n, o);
       gemm_pv(o, pa, sV);
+      FA_TRACE_FRAG(ev + 5 + kSc, kPvGemm, n, o);
     } else if constexpr (!kRescaleBeforeGemm) {
-      if (!is_first) rescale_o(o, scores_scale);
+      if (!is_first) {
+        rescale_o(o, scores_scale);
+        FA_TRACE_FRAG(ev + 5 + kSc, kRescaleO, n, o);
+      }
     }
   }
+  FA_TRACE_ONLY(int ev_end = trace_base(n_block_max - n_block_min);)
   if constexpr (kOverlap) {  // the last block's P V
-    if constexpr (kRescaleBeforeGemm) rescale_o(o, scores_scale);
+    if constexpr (kRescaleBeforeGemm) {
+      rescale_o(o, scores_scale);  // with a single block a multiply of +0 by 1, not traced
+      FA_TRACE_ONLY(if (n_block_max - n_block_min > 1) FA_TRACE_FRAG(ev_end++, kRescaleO, n_block_min, o);)
+    }
     gemm_pv(o, pa, sV);
+    FA_TRACE_FRAG(ev_end++, kPvGemm, n_block_min, o);
   }
 
   // ---- finalize(final_scale) ----
   const float ln2 = bits_f32(kLn2Bits);
   const float ln2_scale = fmul(scale_log2, ln2);
   float lse_row[2];
+  FA_TRACE_ONLY(float tr_sum[2];)
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
     float sum = quad_allreduce_sum(row_sum[mi]);
+    FA_TRACE_ONLY(tr_sum[mi] = sum;)
     const float inv = (sum == 0.0f || sum != sum) ? 0.0f : rcp(sum);
     scores_scale[mi] = fmul(inv, final_scale);
     if constexpr (kMaxOffset != 0) sum = fmul(sum, bits_f32(kSumScaleFp8Bits));
     lse_row[mi] = (sum == 0.0f || sum != sum) ? bits_f32(kNegInfBits)
                                               : ffma(row_max[mi], ln2_scale, fmul(lg2(sum), ln2));
   }
+  FA_TRACE_FIN(ev_end);
   rescale_o(o, scores_scale);
+  FA_TRACE_FRAG(ev_end + 1, kEpilogue, -1, o);
 
   // ---- epilogue: cvt.rn to the output dtype, rows < seqlen_q ----
 #pragma unroll

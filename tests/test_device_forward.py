@@ -52,7 +52,7 @@ def _qkv(dtype=BF16, b=1, sq=8, sk=8, h=2, hkv=1, d=64):
     ({"softmax_scale": 0.0}, ValueError, "softmax_scale"),
     ({"q_descale": np.float32(2)}, ValueError, "q_descale"),
     ({"arch": "ideal"}, ValueError, "arch"),
-    ({"trace": [(0, 0, 0)]}, NotImplementedError, "trace"),
+    ({"trace": [(0, 0)]}, ValueError, "trace"),
     ({"kblock_m": 192, "kblock_n": 256}, ValueError, "shared memory"),
 ])
 def test_forward_rejects_bad_arguments(kwargs, exc, text):

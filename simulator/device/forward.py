@@ -6,7 +6,10 @@ come from :mod:`simulator.flash.constants` and the window from :mod:`simulator.f
 the same functions the emulator uses. The kernel is compiled with NVRTC for ``sm_90a`` with
 ``--use_fast_math`` (FA3's flags; CuPy adds ``-ftz=true`` anyway) and ``-D`` macros for the
 compile-time configuration (:func:`kernel_options`); one module per configuration is cached.
-Kernel layout and the choices the contract leaves open: docs/kernel.md.
+Kernel layout and the choices the contract leaves open: docs/kernel.md. With ``trace=[(b, h,
+m_block), ...]`` the kernel is compiled with ``-DFA_TRACE=1`` and dumps the per-thread state of
+those CTAs after every step; :mod:`simulator.device.forward_trace` turns the dump into a
+:class:`simulator.trace.Trace` with exactly the emulator's events.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..flash.constants import MAX_OFFSET
-from ..flash.forward import SCHEDULES, Config, make_config
+from ..flash.forward import SCHEDULES, Config, ForwardResult, make_config
 from ..flash.reference import reference  # noqa: F401  (the goldens script's sanity check)
 from . import runtime
 
@@ -56,9 +59,10 @@ class LaunchConfig(Config):
 
 
 def kernel_options(fmt: str, head_dim: int, kblock_m: int, kblock_n: int, softcap: bool,
-                   schedule: str) -> tuple[str, ...]:
+                   schedule: str, trace: bool = False) -> tuple[str, ...]:
     """NVRTC options of one kernel configuration: runtime.DEFAULT_OPTIONS plus the ``-D`` macros
-    (FA_DTYPE, FA_HEAD_DIM, FA_KBLOCK_M, FA_KBLOCK_N, FA_SOFTCAP, FA_SCHEDULE, FA_MAX_OFFSET)."""
+    (FA_DTYPE, FA_HEAD_DIM, FA_KBLOCK_M, FA_KBLOCK_N, FA_SOFTCAP, FA_SCHEDULE, FA_MAX_OFFSET,
+    and ``-DFA_TRACE=1`` for the step-dump build)."""
     return tuple(runtime.DEFAULT_OPTIONS) + (
         f"-DFA_DTYPE={DTYPE_CODE[fmt]}",
         f"-DFA_HEAD_DIM={int(head_dim)}",
@@ -67,7 +71,7 @@ def kernel_options(fmt: str, head_dim: int, kblock_m: int, kblock_n: int, softca
         f"-DFA_SOFTCAP={1 if softcap else 0}",
         f"-DFA_SCHEDULE={SCHEDULES.index(schedule)}",
         f"-DFA_MAX_OFFSET={MAX_OFFSET[fmt]}",
-    )
+    ) + (("-DFA_TRACE=1",) if trace else ())
 
 
 def make_launch_config(q, k, v, **kwargs) -> LaunchConfig:
@@ -122,24 +126,32 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         schedule: "plain" or "intra_wg_overlap".
         q_descale, k_descale, v_descale: e4m3 only: float32 scalars or [batch, heads_kv].
         arch: must be "sm90" (the GPU is the H200; the emulator's "ideal" has no device twin).
-        trace: must be None (per-step traces are not implemented on the device yet).
+        trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record (as the
+            emulator's ``trace``; CTAs outside the grid record nothing). The kernel is then
+            built with ``-DFA_TRACE=1`` (same arithmetic, plus stores of the state).
     Returns:
-        ``(out, lse)``: out [batch, seqlen_q, heads, head_dim] in the input dtype (bf16 for
-        e4m3), lse [batch, heads, seqlen_q] float32 (natural log, -inf for rows with no key).
+        :class:`simulator.flash.ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim] in the
+        input dtype (bf16 for e4m3), ``lse`` [batch, heads, seqlen_q] float32 (natural log, -inf
+        for rows with no key), ``trace`` (a :class:`simulator.trace.Trace` with the emulator's
+        events, or None); unpacks as ``out, lse``.
     Raises:
-        ValueError: invalid arguments, the same as the emulator's (see :func:`make_launch_config`).
-        NotImplementedError: ``trace`` given.
+        ValueError: invalid arguments, the same as the emulator's (see :func:`make_launch_config`),
+            or a ``trace`` entry that is not three integers.
         DeviceUnavailable: no CuPy or no CUDA GPU.
     """
     if arch != "sm90":
         raise ValueError(f"arch: the device runs 'sm90' only, got {arch!r}")
-    if trace is not None:
-        raise NotImplementedError("trace: per-step traces are not implemented on the device yet")
     cfg = make_launch_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                              softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m,
                              kblock_n=kblock_n, schedule=schedule, q_descale=q_descale,
                              k_descale=k_descale, v_descale=v_descale, arch=arch)
-    return launch(cfg, q, k, v)
+    if trace is None:
+        return ForwardResult(*launch(cfg, q, k, v), None)
+    from . import forward_trace  # noqa: PLC0415 - it imports this module
+
+    ctas = forward_trace.trace_ctas(trace)
+    out, lse, raw = launch(cfg, q, k, v, trace_ctas=ctas)
+    return ForwardResult(out, lse, forward_trace.decode(raw, cfg, ctas))
 
 
 def _allow_smem(cupy, fn, nbytes: int) -> None:
@@ -151,13 +163,18 @@ def _allow_smem(cupy, fn, nbytes: int) -> None:
             fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
 
 
-def launch(cfg: LaunchConfig, q, k, v):
-    """Run the kernel for a validated :class:`LaunchConfig`; returns ``(out, lse)`` NumPy arrays.
+def launch(cfg: LaunchConfig, q, k, v, trace_ctas=None):
+    """Run the kernel for a validated :class:`LaunchConfig`; returns ``(out, lse)`` NumPy arrays,
+    or ``(out, lse, raw)`` with ``trace_ctas`` (int array [T, 3] of ``(b, h, m_block)``): the
+    trace build's dump, uint32 ``[T, slots, record]`` (:mod:`simulator.device.forward_trace`).
 
-    Unwritten outputs would show as 0xFFFF / NaN: the buffers are filled with that poison first.
+    Unwritten outputs would show as 0xFFFF / NaN: the buffers are filled with that poison first
+    (the trace dump with 0xFFFFFFFF, which no record header matches).
     """
     cupy = runtime.require_gpu()
-    fn = compile_kernel(cfg.options).get_function(KERNEL_NAME)
+    traced = trace_ctas is not None
+    options = cfg.options + (("-DFA_TRACE=1",) if traced else ())
+    fn = compile_kernel(options).get_function(KERNEL_NAME)
     if cfg.smem_bytes > 48 * 1024:
         _allow_smem(cupy, fn, cfg.smem_bytes)
     bits = np.uint8 if cfg.elem_bytes == 1 else np.uint16
@@ -169,6 +186,17 @@ def launch(cfg: LaunchConfig, q, k, v):
             np.int32(cfg.seqlen_q), np.int32(cfg.seqlen_k), np.int32(cfg.heads),
             np.int32(cfg.heads_kv), np.int32(cfg.window[0]), np.int32(cfg.window[1]),
             _f32_bits(cfg.consts["scale_log2"]), _f32_bits(cfg.consts["softcap_val"]))
+    if traced:
+        from . import forward_trace  # noqa: PLC0415 - it imports this module
+
+        ctas = np.asarray(trace_ctas, dtype=np.int32).reshape(-1, 3)
+        slots = forward_trace.slots_per_cta(cfg, ctas)
+        shape = (len(ctas), slots, forward_trace.record_words(cfg))
+        buf = cupy.full(shape, 0xFFFFFFFF, dtype=cupy.uint32)
+        dctas = cupy.asarray(ctas if len(ctas) else np.zeros((1, 3), np.int32))
+        args += (buf, dctas, np.int32(len(ctas)), np.int32(slots))
     fn(cfg.grid, (cfg.threads,), args, shared_mem=cfg.smem_bytes)
     cupy.cuda.get_current_stream().synchronize()
+    if traced:
+        return out.get().view(cfg.out_dtype), lse.get(), buf.get()
     return out.get().view(cfg.out_dtype), lse.get()
