@@ -187,7 +187,11 @@ def _warm_compile(options: tuple[str, ...]) -> tuple[tuple[str, ...], float, str
 
 def precompile(cfgs: list[dict], workers: int, progress) -> None:
     """Compile the distinct configurations in parallel processes (spawned, CUDA-safe)."""
-    opts = sorted({options_of(c) for c in cfgs})
+    precompile_options(sorted({options_of(c) for c in cfgs}), workers, progress)
+
+
+def precompile_options(opts: list[tuple[str, ...]], workers: int, progress) -> None:
+    """Compile each NVRTC option set in parallel processes, filling CuPy's kernel cache."""
     if workers <= 1 or len(opts) <= 1:
         return
     import multiprocessing as mp

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from .. import flash
 from .. import strategies as sst
 from ..io import save_npz_atomic, write_json_atomic
-from .forward import KERNEL, forward
+from .forward import KERNEL, forward, make_launch_config
+from .forward_goldens import precompile_options
 from .runtime import device_info, source_sha256
 
 #: (kblock_m, kblock_n, schedule) the replay draws from
@@ -73,6 +74,8 @@ def main(argv=None) -> int:
     t0 = time.time()
     cases = collect(args.generate)
     print(f"{len(cases)} cases collected ({time.time() - t0:.0f} s)", flush=True)
+    opts = sorted({make_launch_config(q, k, v, **kw).options for q, k, v, kw in cases})
+    precompile_options(opts, args.workers, lambda msg: print(msg, flush=True))
     device_bits = []
     for q, k, v, kw in cases:
         out, lse = forward(q, k, v, **kw)
