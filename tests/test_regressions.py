@@ -1,0 +1,83 @@
+"""Regression cases from public reports of attention numerics (simulator/regressions.py):
+the emulator reproduces the H200's recorded bits, and each case's explanation holds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator import flash
+from simulator.device.numerics_evidence import DATA_DIR
+from simulator.device.runtime import source_sha256
+from simulator.io import read_json, read_npz
+from simulator.regressions import CASES
+
+REGEN = "python -m simulator.device.regressions --out DIR` on a GPU; copy DIR's files"
+RECORDED = read_npz(DATA_DIR / "regressions.npz", REGEN)
+META = read_json(DATA_DIR / "regressions.json", REGEN)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {name: flash.forward(*c.build()[:3], **c.build()[3]) for name, c in CASES.items()}
+
+
+def test_recorded_on_the_current_kernel():
+    assert META["device"]["gpu"] == "NVIDIA H200"
+    assert META["kernel_sha256"] == source_sha256("fa3_forward.cu"), (
+        "kernels/fa3_forward.cu changed: re-record with `" + REGEN)
+    assert set(META["cases"]) == set(CASES)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_emulator_reproduces_device_bits(runs, name):
+    out, lse = runs[name]
+    assert np.array_equal(out.view(np.uint16), RECORDED[f"{name}__out"]), name
+    assert np.array_equal(lse.view(np.uint32), RECORDED[f"{name}__lse"]), name
+
+
+def test_logits_below_minus_5e4_are_exact(runs):
+    out, lse = runs["logits_below_minus_5e4"]
+    assert np.all(np.isfinite(lse)) and np.all(lse < -5e4 / 8)
+    ref_out, ref_lse = flash.reference(*CASES["logits_below_minus_5e4"].build()[:3])
+    assert np.max(np.abs(lse - ref_lse)) < 1e-2
+    assert np.linalg.norm(out.astype(np.float64) - ref_out) / np.linalg.norm(ref_out) < 1e-2
+
+
+def test_q_k_v_133120_gives_nan(runs):
+    out, lse = runs["q_k_v_133120"]
+    assert np.all(np.isnan(out.astype(np.float32))) and np.isposinf(lse).all()
+
+
+def test_fp8_v_ones_is_not_one(runs):
+    out, _ = runs["fp8_v_ones"]
+    o = out.astype(np.float32)
+    assert np.all(np.abs(o - 1) < 0.02) and np.any(o != 1)
+
+
+def test_rows_without_keys(runs):
+    out, lse = runs["fully_masked_rows"]
+    assert np.all(out[0, :60].view(np.uint16) == 0) and np.all(np.isneginf(lse[0, :, :60]))
+    out, lse = runs["seqlen_k_zero"]
+    assert np.all(out[0].view(np.uint16) == 0) and np.all(np.isneginf(lse[0]))
+
+
+def test_fp8_block_size_changes_bits(runs):
+    a, b = runs["fp8_kblock_n_64"].out, runs["fp8_kblock_n_128"].out
+    assert np.count_nonzero(a.view(np.uint16) != b.view(np.uint16)) > 1000
+
+
+def test_meta_is_json_serialisable():
+    json.dumps(META)
+
+
+def test_hypothesis_replay_on_the_device_found_no_disagreement():
+    """`python -m simulator.device.hypothesis_replay --generate 6000` on the H200: every drawn
+    case (attention_inputs strategy) gave the same O and LSE bits on device and emulator."""
+    rep = read_json(DATA_DIR / "hypothesis_replay_report.json",
+                    "python -m simulator.device.hypothesis_replay --out DIR` on a GPU")
+    assert rep["device"]["gpu"] == "NVIDIA H200"
+    assert rep["cases"] >= 6000 and rep["disagreements"] == 0
+    assert rep["kernel_sha256"] == source_sha256("fa3_forward.cu")
