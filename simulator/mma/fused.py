@@ -116,22 +116,24 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
     return _fused_step(a, b, c, p)
 
 
-_NO_EXP = -(1 << 20)  # exponent given to zero operands: never the largest
+_NO_EXP = -16000  # exponent given to zero operands: never the largest (two still fit int16)
 
 
 def _operand_exponents(x: np.ndarray, emin: int) -> np.ndarray:
-    """max(floor(log2|x|), emin) per element as int32; zeros and non-finite get _NO_EXP."""
+    """max(floor(log2|x|), emin) per element as int16; zeros and non-finite get _NO_EXP."""
     ok = (x != 0) & np.isfinite(x)
     e = np.maximum(_floor_log2(np.where(ok, x, 1.0)), emin)
-    return np.where(ok, e, _NO_EXP).astype(np.int32)
+    return np.where(ok, e, _NO_EXP).astype(np.int16)
 
 
 def _fused_step_fast(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
     """The same arithmetic as :func:`_fused_step` for ``product_exponent="sum"``, organised as
     a loop over the K terms (16 or 32) vectorised over all outputs: exponents are summed in
-    int32, products formed, scaled to the common fixed point 2^(E - F), truncated and summed in
-    float64 (exact: every partial sum is an integer below 2^40). Outputs touching a non-finite
-    value, or an exact zero with a -0 accumulator, are recomputed by :func:`_fused_step`.
+    int16, products formed, scaled to the common fixed point 2^(E - F), truncated, and summed in
+    float64 (exact: every partial sum is an integer below 2^40). (A float32 term loop, exact
+    for these formats, measured slower: the mixed-precision accumulation costs more than the
+    narrower loads save.) Outputs touching a non-finite value, or an exact zero with a -0
+    accumulator, are recomputed by :func:`_fused_step`.
     """
     lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], np.shape(c)[:-2])
     m, k = a.shape[-2:]
@@ -142,13 +144,14 @@ def _fused_step_fast(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd
     ea = _operand_exponents(a, p.emin)
     eb = _operand_exponents(b, p.emin)
     c_ok = (c64 != 0) & np.isfinite(c64)
-    big_e = np.where(c_ok, _floor_log2(np.where(c_ok, c64, 1.0)), _NO_EXP).astype(np.int32)
+    c_exp = _floor_log2(np.where(c_ok, c64, 1.0))
+    big_e = np.where(c_ok, c_exp, _NO_EXP).astype(np.int16)
     tmp_e = np.empty_like(big_e)
     for kk in range(k):  # K is 16 or 32: the terms of one fused step
         np.add(ea[..., :, kk, None], eb[..., kk, None, :], out=tmp_e)
         np.maximum(big_e, tmp_e, out=big_e)
     big_e[big_e < _NO_EXP // 2] = 0  # no nonzero finite term at all: any scale works
-    scale = np.ldexp(1.0, (p.frac_bits - big_e))
+    scale = np.ldexp(1.0, p.frac_bits - big_e.astype(np.int32))
     with np.errstate(invalid="ignore", over="ignore"):
         total = np.trunc(np.where(c_ok, c64, 0.0) * scale)
         term = np.empty(total.shape, dtype=np.float64)
