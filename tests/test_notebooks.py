@@ -32,7 +32,7 @@ needs_jupyter = pytest.mark.skipif(
 
 def test_notebooks_exist():
     names = [p.stem for p in NOTEBOOKS]
-    assert len(names) >= 6, f"expected notebooks 01..06 in {NOTEBOOK_DIR}, found {names}"
+    assert len(names) >= 7, f"expected notebooks 01..07 in {NOTEBOOK_DIR}, found {names}"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("nbformat") is None, reason="needs nbformat")
