@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-_UINT = {2: np.uint16, 4: np.uint32, 1: np.uint8}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _FLOATS = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16),
            np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)}
 
@@ -80,7 +80,12 @@ class DiffReport:
         lines = [f"{self.differing:,} of {self.total:,} elements differ "
                  f"({100 * self.differing / max(self.total, 1):.4f}%), max {self.max_ulp} ulp"
                  + (f", {self.nan_mismatch} NaN vs number" if self.nan_mismatch else "")]
-        lines.append("ulp histogram: " + ", ".join(f"{k}: {v:,}" for k, v in self.histogram.items()))
+        same_value = self.differing - sum(self.histogram.values())
+        if same_value:  # +0 vs -0, or two NaNs with different payloads
+            lines.append(f"{same_value:,} differ only in the bits of an equal value (signed zero "
+                         "or NaN payload)")
+        if self.histogram:
+            lines.append("ulp histogram: " + ", ".join(f"{k}: {v:,}" for k, v in self.histogram.items()))
         for w in self.worst:
             lines.append(f"  at {w['index']}: a = {w['a']}, b = {w['b']}, {w['ulp']} ulp")
         return "\n".join(lines)
@@ -200,10 +205,12 @@ def first_divergence(trace_a, trace_b) -> Divergence:
             if name not in x.data or name not in y.data:
                 return Divergence(event_index=i, note=f"event {i} ({x.step}) has array {name!r} "
                                   f"on one side only")
-            va, vb = x.data[name], y.data[name]
-            if va.shape != vb.shape or va.dtype != vb.dtype:
+            va, vb = np.asarray(x.data[name]), np.asarray(y.data[name])
+            if va.shape != vb.shape or va.dtype != vb.dtype or va.ndim < 2 \
+                    or va.dtype.itemsize not in _UINT:
                 return Divergence(event_index=i, note=f"event {i} ({x.step}) array {name!r}: "
-                                  f"{va.shape} {va.dtype} vs {vb.shape} {vb.dtype}")
+                                  f"{va.shape} {va.dtype} vs {vb.shape} {vb.dtype} (expected "
+                                  "equal shapes [W, 128, ...] and dtypes)")
             bad = va.view(_UINT[va.dtype.itemsize]) != vb.view(_UINT[vb.dtype.itemsize])
             if bad.any():
                 first = tuple(int(j) for j in np.unravel_index(np.flatnonzero(bad)[0], va.shape))

@@ -18,8 +18,18 @@ from .errors import RecordedDataError
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically; parent folders are created. Returns the path."""
-    path = Path(path)
+    """Write ``data`` to ``path`` atomically; parent folders are created. Returns the path.
+
+    A symbolic link is followed (its target is replaced, not the link). An existing path that
+    is not a regular file (a directory, a device such as /dev/null, a FIFO) is refused.
+
+    Raises:
+        ValueError: ``path`` exists and is not a regular file.
+        OSError: the folder cannot be written.
+    """
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise ValueError(f"refusing to replace {path}: not a regular file")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

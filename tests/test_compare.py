@@ -52,3 +52,8 @@ def test_first_divergence_finds_the_changed_setting(monkeypatch):
     assert d.found and d.step in ("max_get_scale", "online_softmax")
     assert d.cta == (0, 0, 0) and d.warpgroup == 0 and 0 <= d.thread < 128
     assert "first divergence" in str(d) and d.to_dict()["array"] == d.array
+
+
+def test_equal_values_with_different_bits_are_explained():
+    r = compare.diff(np.array([0.0], np.float32), np.array([-0.0], np.float32))
+    assert "equal value" in str(r) and "ulp histogram" not in str(r)

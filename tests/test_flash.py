@@ -161,3 +161,46 @@ def test_property_close_to_reference(sq, sk, causal, seed, scale):
     ref_out, ref_lse = flash.reference(q, k, v, causal=causal)
     assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
     assert rel_err(out, ref_out) < BOUND[BF16]
+
+
+def test_reference_accepts_forward_kwargs_and_edge_inputs():
+    q, k, v = qkv(BF16, sq=20, sk=30)
+    a = flash.reference(q, k, v, kblock_n=64, schedule="plain", arch="ideal")
+    b = flash.reference(q, k, v)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    # keys beyond seqlens_k are absent even when they hold NaN
+    v2 = v.copy()
+    v2[0, 25:] = np.nan
+    out, lse = flash.reference(q, k, v2, seqlens_k=np.array([25]))
+    assert np.all(np.isfinite(out))
+    # no key at all
+    out, lse = flash.reference(q, k, v, seqlens_k=np.array([0]))
+    assert np.all(out == 0) and np.all(np.isneginf(lse))
+
+
+def test_windows_wider_than_the_sequences_are_unbounded():
+    q, k, v = qkv(BF16, sq=40, sk=50)
+    base = flash.forward(q, k, v, window=(0, -1))
+    huge = flash.forward(q, k, v, window=(0, 2**62))
+    assert np.array_equal(base.out.view(np.uint16), huge.out.view(np.uint16))
+    with pytest.raises(ValueError, match="^window"):
+        flash.forward(q, k, v, window=(10**30, 0.5))
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(softmax_scale=1e-50), "float32 cast"), (dict(softcap=1e-46), "^softcap"),
+    (dict(softcap=1e39), "float32 cast"), (dict(causal="False"), "^causal"),
+    (dict(kblock_m=128.0), "^kblock_m"), (dict(trace=[(0, 0, 99)]), "^trace"),
+    (dict(trace=[(0, 0)]), "^trace"), (dict(trace=5), "^trace"),
+])
+def test_more_bad_input(kw, match):
+    q, k, v = qkv(BF16, sq=16, sk=16)
+    with pytest.raises(ValueError, match=match):
+        flash.forward(q, k, v, **kw)
+
+
+def test_descales_must_be_positive_normal():
+    q, k, v = qkv(E4M3, sq=16, sk=16)
+    for bad in (0.0, -1.0, 1e-45, np.inf):
+        with pytest.raises(ValueError, match="^q_descale: expected positive"):
+            flash.forward(q, k, v, q_descale=np.float32(bad))

@@ -31,16 +31,35 @@ def host_constants(head_dim: int, softmax_scale: float | None, softcap: float) -
         ValueError: non-finite or non-positive ``softmax_scale``, negative or non-finite softcap.
     """
     scale = default_softmax_scale(head_dim) if softmax_scale is None else softmax_scale
-    if not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale) or scale <= 0:
+    if not _is_number(scale) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"softmax_scale: expected a finite positive number, got {softmax_scale!r}")
-    if not isinstance(softcap, (int, float, np.floating)) or not math.isfinite(softcap) or softcap < 0:
+    if not _is_number(softcap) or not math.isfinite(softcap) or softcap < 0:
         raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
-    scale32 = np.float32(scale)
     log2e = math.log2(math.e)
-    if softcap > 0:
-        softcap_val = np.float32(float(scale32) / float(np.float32(softcap)))
-        scale_log2 = np.float32(float(np.float32(softcap)) * log2e)
-    else:
-        softcap_val = np.float32(0.0)
-        scale_log2 = np.float32(float(scale32) * log2e)
+    tiny = np.finfo(np.float32).tiny
+    with np.errstate(over="ignore", under="ignore"):
+        scale32 = np.float32(scale)
+        softcap32 = np.float32(softcap)
+    # the kernel receives float32: every constant must stay a normal float32 number
+    _check_f32("softmax_scale", scale32, softmax_scale, tiny)
+    with np.errstate(over="ignore", under="ignore"):
+        if softcap > 0:
+            _check_f32("softcap", softcap32, softcap, tiny)
+            softcap_val = np.float32(float(scale32) / float(softcap32))
+            scale_log2 = np.float32(float(softcap32) * log2e)
+            _check_f32("softcap", softcap_val, softcap, tiny, "softmax_scale / softcap")
+        else:
+            softcap_val = np.float32(0.0)
+            scale_log2 = np.float32(float(scale32) * log2e)
+    _check_f32("softmax_scale", scale_log2, softmax_scale, tiny, "scale * log2(e)")
     return {"softmax_scale": scale32, "scale_log2": scale_log2, "softcap_val": softcap_val}
+
+
+def _check_f32(name: str, value, given, tiny, what: str = "") -> None:
+    if not (np.isfinite(value) and abs(value) >= tiny):
+        raise ValueError(f"{name}: {given!r} does not survive the float32 cast the kernel uses "
+                         f"({what + ' ' if what else ''}becomes {value!r}); use a value nearer 1")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))

@@ -20,7 +20,7 @@ from ..numerics import convert, fmul
 from ..numerics.mufu import tanh
 from ..trace import Trace
 from .constants import MAX_OFFSET, host_constants
-from .masks import allowed, block_range, normalize_window
+from .masks import allowed, block_range, clamp_window, normalize_window
 from .softmax import Softmax, rescale_o
 
 DTYPES = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16",
@@ -95,8 +95,10 @@ def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
     except ValueError:
         raise ValueError(f"{name}: expected a scalar or shape [{batch}, {heads_kv}], "
                          f"got {arr.shape}") from None
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}: must be finite")
+    tiny = np.finfo(np.float32).tiny
+    if not np.all(np.isfinite(arr) & (arr >= tiny)):
+        raise ValueError(f"{name}: expected positive, finite, normal float32 values, got "
+                         f"{np.unique(arr)[:4].tolist()}")
     return np.ascontiguousarray(arr)
 
 
@@ -105,6 +107,9 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
                 q_descale=None, k_descale=None, v_descale=None, arch="sm90") -> Config:
     """Validate every argument of :func:`forward`; raises ValueError naming the argument."""
     for name, x in (("q", q), ("k", k), ("v", v)):
+        if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+            raise ValueError(f"{name}: expected a plain numpy array, got {type(x).__name__} "
+                             "(a mask or subclass meaning would be lost)")
         if not isinstance(x, np.ndarray) or x.ndim != 4:
             got = x.shape if isinstance(x, np.ndarray) else type(x).__name__
             raise ValueError(f"{name}: expected a 4-d array [batch, seqlen, heads, head_dim], got {got}")
@@ -123,19 +128,23 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         raise ValueError(f"q: head_dim {d} not supported; accepted: {HEAD_DIMS}")
     if hkv < 1 or h % hkv:
         raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
-    if b < 1 or sq < 1:
-        raise ValueError(f"q: batch and seqlen_q must be >= 1, got {q.shape}")
-    if kblock_m not in (64, 128, 192):
+    if b < 1 or sq < 1 or h < 1:
+        raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {q.shape}")
+    if isinstance(kblock_m, bool) or not isinstance(kblock_m, (int, np.integer)) or \
+            kblock_m not in (64, 128, 192):
         raise ValueError(f"kblock_m: expected 64, 128 or 192 (1-3 warpgroups), got {kblock_m!r}")
     step = 32 if fmt == "e4m3" else 16
-    if not isinstance(kblock_n, (int, np.integer)) or kblock_n % step or not step <= kblock_n <= 256:
+    if isinstance(kblock_n, bool) or not isinstance(kblock_n, (int, np.integer)) or \
+            kblock_n % step or not step <= kblock_n <= 256:
         raise ValueError(f"kblock_n: expected a multiple of {step} in {step}..256 for {fmt}, "
                          f"got {kblock_n!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
     if arch not in ARCHS:
         raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
-    win = normalize_window(bool(causal), window)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal: expected True or False, got {causal!r}")
+    win = clamp_window(normalize_window(bool(causal), window), sq, sk)
     if seqlens_k is None:
         seqlens = np.full(b, sk, dtype=np.int64)
     else:
@@ -183,7 +192,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                       softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
                       schedule=schedule, q_descale=q_descale, k_descale=k_descale,
                       v_descale=v_descale, arch=arch)
-    wanted = None if trace is None else {tuple(int(c) for c in cta) for cta in trace}
+    wanted = None if trace is None else _trace_ctas(trace, cfg)
     record = Trace() if wanted is not None else None
     out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim), dtype=cfg.out_dtype)
     lse = np.full((cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
@@ -191,6 +200,24 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     for n_range, ctas in _cta_groups(cfg).items():
         _run_group(cfg, n_range, ctas, qp, kp, vp, out, lse, wanted, record)
     return ForwardResult(out, lse, record)
+
+
+def _trace_ctas(trace, cfg: Config) -> set[tuple[int, int, int]]:
+    """Validate ``trace``: an iterable of (batch, head, m_block) inside the grid."""
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    try:
+        ctas = [tuple(cta) for cta in trace]
+    except TypeError:
+        raise ValueError(f"trace: expected an iterable of (batch, head, m_block), got {trace!r}") from None
+    out = set()
+    for cta in ctas:
+        ok = len(cta) == 3 and all(isinstance(c, (int, np.integer)) and not isinstance(c, bool)
+                                   for c in cta)
+        if not ok or not (0 <= cta[0] < cfg.batch and 0 <= cta[1] < cfg.heads and 0 <= cta[2] < m_blocks):
+            raise ValueError(f"trace: CTA {cta!r} is not (batch, head, m_block) inside the grid "
+                             f"[{cfg.batch}, {cfg.heads}, {m_blocks}]")
+        out.add(tuple(int(c) for c in cta))
+    return out
 
 
 # ---- setup ------------------------------------------------------------------------------------

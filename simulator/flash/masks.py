@@ -17,9 +17,11 @@ def normalize_window(causal: bool, window) -> tuple[int, int]:
         ValueError: a window that is not two ints >= -1, or causal with a right window > 0.
     """
     try:
+        ok = len(window) == 2 and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool)
+                                      for w in window)
         left, right = (int(w) for w in window)
-        ok = all(int(w) == w for w in window) and left >= -1 and right >= -1
-    except (TypeError, ValueError):
+        ok = ok and left >= -1 and right >= -1
+    except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:
         raise ValueError(f"window: expected (left, right) ints >= -1 (-1 = unbounded), got {window!r}")
@@ -28,6 +30,13 @@ def normalize_window(causal: bool, window) -> tuple[int, int]:
             raise ValueError(f"window: causal=True fixes the right window at 0, got window={window!r}")
         right = 0
     return left, right
+
+
+def clamp_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """A window side at least ``seqlen_q + seqlen_k`` wide excludes nothing: make it unbounded
+    (-1), so that no index arithmetic sees huge values."""
+    span = seqlen_q + seqlen_k
+    return tuple(-1 if w >= span else w for w in window)
 
 
 def block_range(m_block: int, seqlen_q: int, seqlen_k: int, kblock_m: int, kblock_n: int,

@@ -10,46 +10,70 @@ import numpy as np
 from .forward import make_config
 from .masks import allowed
 
+# scores held at once, in float64 elements: bounds memory on long sequences
+_CHUNK_ELEMENTS = 1 << 24
+
 
 def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
-              seqlens_k=None, q_descale=None, k_descale=None, v_descale=None):
+              seqlens_k=None, q_descale=None, k_descale=None, v_descale=None,
+              kblock_m=128, kblock_n=128, schedule="intra_wg_overlap", arch="sm90"):
     """Attention in float64 on the exact input values.
 
-    Args: as :func:`simulator.flash.forward` (block sizes and schedule do not apply).
+    Args: as :func:`simulator.flash.forward`; ``kblock_m``, ``kblock_n``, ``schedule`` and
+        ``arch`` are validated the same way but do not change the exact result.
     Returns:
         ``(out, lse)``: float64 [batch, seqlen_q, heads, head_dim] and [batch, heads, seqlen_q]
         (natural log); rows that see no key give 0 and -inf; rows with a NaN among their visible
-        scores give NaN in both (exact math; the kernel gives NaN O but LSE -inf there).
+        scores give NaN in both (exact math; the kernel gives NaN O but LSE -inf there). Keys at
+        or after ``seqlens_k[b]`` are absent: their values (even NaN) do not matter. Query rows
+        are processed in chunks, so memory stays bounded for long sequences.
     Raises:
         ValueError: invalid arguments, as :func:`simulator.flash.forward`.
     """
     cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                       softcap=softcap, seqlens_k=seqlens_k, q_descale=q_descale,
-                      k_descale=k_descale, v_descale=v_descale)
+                      k_descale=k_descale, v_descale=v_descale, kblock_m=kblock_m,
+                      kblock_n=kblock_n, schedule=schedule, arch=arch)
     group = cfg.heads // cfg.heads_kv
     kvh = np.arange(cfg.heads) // group
-    qd = q.astype(np.float64)
-    kd = k.astype(np.float64)[:, :, kvh]                        # [B, Sk, H, d]
-    vd = v.astype(np.float64)[:, :, kvh]
+    present = np.arange(cfg.seqlen_k)[None, :] < cfg.seqlens_k[:, None]       # [B, Sk]
+    kd = np.where(present[:, :, None, None], k.astype(np.float64), 0.0)[:, :, kvh]
+    vd = np.where(present[:, :, None, None], v.astype(np.float64), 0.0)[:, :, kvh]
     descale_qk = (cfg.q_descale.astype(np.float64) * cfg.k_descale)[:, kvh]   # [B, H]
     descale_v = cfg.v_descale.astype(np.float64)[:, kvh]
     scale = float(cfg.consts["softmax_scale"])
+    out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim))
+    lse = np.full((cfg.batch, cfg.heads, cfg.seqlen_q), -np.inf)
+    if cfg.seqlen_k == 0:
+        return out, lse
+    rows_per_chunk = max(1, _CHUNK_ELEMENTS // (cfg.batch * cfg.heads * cfg.seqlen_k))
+    for r0 in range(0, cfg.seqlen_q, rows_per_chunk):  # a few chunks: bounds memory only
+        r1 = min(cfg.seqlen_q, r0 + rows_per_chunk)
+        o_c, l_c = _rows(cfg, q[:, r0:r1].astype(np.float64), kd, vd, descale_qk, descale_v,
+                         scale, np.arange(r0, r1))
+        out[:, r0:r1], lse[:, :, r0:r1] = o_c, l_c
+    return out, lse
+
+
+def _rows(cfg, qd, kd, vd, descale_qk, descale_v, scale, rows):
     s = np.einsum("bqhd,bkhd->bhqk", qd, kd) * descale_qk[:, :, None, None] * scale
     if cfg.softcap > 0:
         s = cfg.softcap * np.tanh(s / cfg.softcap)
-    rows = np.arange(cfg.seqlen_q)[:, None]
     cols = np.arange(cfg.seqlen_k)[None, :]
-    ok = allowed(rows[None], cols[None], cfg.seqlen_q, cfg.seqlens_k[:, None, None], cfg.window)
-    s = np.where(ok[:, None], s, -np.inf)                        # [B, H, Sq, Sk]
-    m = s.max(axis=-1, keepdims=True)
+    ok = allowed(rows[None, :, None], cols[None], cfg.seqlen_q, cfg.seqlens_k[:, None, None],
+                 cfg.window)
+    s = np.where(ok[:, None], s, -np.inf)                        # [B, H, rows, Sk]
+    with np.errstate(invalid="ignore"):
+        m = s.max(axis=-1, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(s - m_safe)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(s - m_safe)
     total = e.sum(axis=-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(total > 0, e / total, 0.0)
         lse = np.where(total[..., 0] > 0, m_safe[..., 0] + np.log(total[..., 0]), -np.inf)
     out = np.einsum("bhqk,bkhd->bqhd", p, vd) * descale_v[:, None, :, None]
-    nan_rows = np.isnan(s).any(axis=-1)                          # [B, H, Sq]
+    nan_rows = np.isnan(s).any(axis=-1)                          # [B, H, rows]
     lse = np.where(nan_rows, np.nan, lse)
     out = np.where(nan_rows.transpose(0, 2, 1)[..., None], np.nan, out)
     return out, lse

@@ -111,7 +111,11 @@ def _accumulator(c, shape_mn: tuple[int, int]) -> np.ndarray:
 
 def _chunked(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
     """fused_dot_add over broadcast leading axes, in row chunks to bound memory."""
-    lead = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2], c.shape[:-2])
+    try:
+        lead = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2], c.shape[:-2])
+    except ValueError:
+        raise ValueError(f"A, B, C: leading (batch) shapes {a64.shape[:-2]}, {b64.shape[:-2]}, "
+                         f"{c.shape[:-2]} do not broadcast") from None
     m, k = a64.shape[-2:]
     n = b64.shape[-1]
     a64 = np.broadcast_to(a64, lead + (m, k))
