@@ -16,6 +16,7 @@ import traceback
 from . import __version__
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # run: Ctrl-C (128 + SIGINT, as shells report it)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,9 +75,13 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from . import run
+    try:
+        from . import run
 
-    return run.main(args.rest)
+        return run.main(args.rest)
+    except KeyboardInterrupt:  # Ctrl-C: no traceback; the atomic writes leave no partial file
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
                        "(no GPU needed)")
     v.add_argument("--topic", action="append",
-                   help="only this topic (repeatable): numerics, mufu, mma")
+                   help="only this topic (repeatable): numerics, mufu, mma, forward")
     v.add_argument("--quick", action="store_true", help="fewer cases, a few seconds")
     v.add_argument("--json", action="store_true", help="print rows as JSON")
     v.set_defaults(func=_cmd_verify)

@@ -271,3 +271,27 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def check_all(quick: bool = False) -> list[dict]:
+    """Rows for ``python -m simulator verify --topic forward``: every recorded golden (the first
+    four when ``quick``), emulated and compared bit for bit with the H200's O and LSE."""
+    from ..flash import forward as emulate
+    from .numerics_evidence import DATA_DIR
+
+    path = DATA_DIR / GOLDENS_FILE
+    if not path.is_file():
+        from ..errors import RecordedDataError
+
+        raise RecordedDataError(f"{path} is missing; regenerate it with "
+                                "`python -m simulator.device.forward_goldens --out DIR` on a GPU")
+    _, rows = load_goldens(str(path))
+    out_rows = []
+    for rec, out, lse in rows[:4] if quick else rows:
+        inputs = make_inputs(rec)
+        res = emulate(inputs["q"], inputs["k"], inputs["v"], **call_kwargs(rec, inputs))
+        bad = int(np.count_nonzero(res.out.view(np.uint16) != out.view(np.uint16))
+                  + np.count_nonzero(res.lse.view(np.uint32) != lse.view(np.uint32)))
+        out_rows.append({"check": f"forward {rec['name']}", "cases": int(out.size + lse.size),
+                         "mismatches": bad, "detail": ""})
+    return out_rows
