@@ -16,7 +16,7 @@ from pathlib import Path
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 DEFAULT_OPTIONS = ("-arch=sm_90a", "--use_fast_math", "-std=c++17")
-INSTALL_HINT = "pip install 'fa3-hopper-simulator[gpu]'  (installs cupy-cuda13x)"
+INSTALL_HINT = ".venv/bin/pip install -e '.[gpu]' in the repository (installs cupy-cuda13x)"
 
 
 class DeviceUnavailable(RuntimeError):
