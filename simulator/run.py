@@ -18,7 +18,9 @@ import io
 import json
 import math
 import os
+import stat
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16),
 #: significand bits (implicit one included) and smallest normal exponent of the output formats
 _PRECISION = {"bf16": (8, -126), "f16": (11, -14)}
 _E4M3_MAX = 448.0
+PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")
 _UNITS_TARGET = 8  # forward calls to split the work into (for the progress bar)
 
 
@@ -57,6 +60,20 @@ def _cta(text: str) -> tuple[int, int, int]:
     if len(parts) != 3 or min(parts) < 0:
         raise argparse.ArgumentTypeError(f"expected B,H,M (three integers >= 0), got {text!r}")
     return parts
+
+
+_WINDOW_MAX = 2**31 - 1
+
+
+def _window_side(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not -1 <= value <= _WINDOW_MAX:
+        raise argparse.ArgumentTypeError(f"expected an integer in -1..{_WINDOW_MAX} (-1 = "
+                                         f"unbounded), got {text!r}")
+    return value
 
 
 def _heads(text: str) -> list[int]:
@@ -80,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         "inputs, measure it against the float64 reference and save O, LSE and the trace. "
         "Default: the embedded all-MiniLM-L6-v2 input (4 sentences), every head of one layer, bf16.",
         epilog="Exit codes: 0 ok; 1 the emulator and the device differ (--device); 2 usage or "
-        "input error (a one-line message); 3 internal error. Output: docs/run.md.",
+        "input error (a one-line message); 3 internal error; 130 interrupted (Ctrl-C). "
+        "Output: docs/run.md.",
     )
     g = p.add_argument_group("input")
     g.add_argument("--input", metavar="FILE.npz",
@@ -95,8 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these heads, e.g. 0,3,5-7 (default: all)")
     g = p.add_argument_group("forward parameters (as simulator.flash.forward)")
     g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
-    g.add_argument("--window", type=int, nargs=2, metavar=("L", "R"), default=(-1, -1),
-                   help="local window, -1 = unbounded (default: -1 -1)")
+    g.add_argument("--window", type=_window_side, nargs=2, metavar=("L", "R"), default=(-1, -1),
+                   help=f"local window, keys left and right of the diagonal, each -1..{_WINDOW_MAX} "
+                   "(-1 = unbounded; default: -1 -1)")
     g.add_argument("--softcap", type=float, default=0.0, metavar="X", help="softcap (default: 0 = off)")
     g.add_argument("--softmax-scale", type=float, metavar="X", help="default 1/sqrt(head_dim)")
     g.add_argument("--kblock-m", type=int, default=128, choices=(64, 128, 192))
@@ -116,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
                    help="result .npz, written atomically (default: %(default)s)")
     g.add_argument("--plot", metavar="PATH.png",
-                   help="per-head error heat map beside the attention pattern (needs matplotlib)")
+                   help="per-head error heat map beside the attention pattern (needs matplotlib; "
+                   f"the extension picks the format: {', '.join(PLOT_FORMATS)})")
     g.add_argument("--plot-batch", type=int, default=0, metavar="B",
                    help="batch element to plot (default: 0)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -172,8 +192,46 @@ def load_workload(args) -> Workload:
     path = Path(args.input)
     arrays = _read_npz(path, "--input")
     if "format" in arrays:
-        return _load_bundle(arrays, path, args, embedded=False)
-    return _load_plain(arrays, path, args)
+        work = _load_bundle(arrays, path, args, embedded=False)
+    else:
+        work = _load_plain(arrays, path, args)
+    check_shapes(work.label, work.q, work.k, work.v, work.seqlens_k, work.descales)
+    return work
+
+
+def check_shapes(where: str, q, k, v, seqlens_k=None, descales: dict | None = None) -> None:
+    """Raise UsageError naming the array and the shape it should have: q ``[batch >= 1,
+    seqlen_q >= 1, heads >= 1, head_dim]``, k and v ``[batch, seqlen_k, heads_kv, head_dim]``
+    with ``heads_kv >= 1`` dividing ``heads``, seqlens_k ``[batch]`` in ``0..seqlen_k``,
+    descales a scalar or ``[batch, heads_kv]``. Run before anything indexes the heads."""
+    for n, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim != 4:
+            raise UsageError(f"{where}: {n} has {x.ndim} dimensions {list(x.shape)}, expected 4 "
+                             f"[batch, seqlen, heads, head_dim]")
+    b, sq, h, d = q.shape
+    if b < 1 or sq < 1 or h < 1:
+        raise UsageError(f"{where}: q has shape {list(q.shape)}, expected [batch >= 1, "
+                         f"seqlen_q >= 1, heads >= 1, head_dim]")
+    bk, sk, hkv, dk = k.shape
+    if bk != b or dk != d or hkv < 1 or h % hkv:
+        raise UsageError(f"{where}: k has shape {list(k.shape)}, expected [{b}, seqlen_k, "
+                         f"heads_kv, {d}] with heads_kv >= 1 dividing the {h} heads of q")
+    if v.shape != k.shape:
+        raise UsageError(f"{where}: v has shape {list(v.shape)}, expected k's shape "
+                         f"{list(k.shape)}")
+    if seqlens_k is not None:
+        s = np.asarray(seqlens_k)
+        if s.shape != (b,):
+            raise UsageError(f"{where}: seqlens_k has shape {list(s.shape)}, expected [{b}] "
+                             f"(one per batch element)")
+        if s.size and (s.min() < 0 or s.max() > sk):
+            raise UsageError(f"{where}: seqlens_k values must be in 0..{sk} (k's seqlen), got "
+                             f"{s.tolist()}")
+    for n, x in (descales or {}).items():
+        x = np.asarray(x)
+        if x.shape not in ((), (b, hkv)):
+            raise UsageError(f"{where}: {n} has shape {list(x.shape)}, expected a scalar or "
+                             f"[{b}, {hkv}] ([batch, heads_kv])")
 
 
 def _load_embedded(args) -> Workload:
@@ -200,7 +258,15 @@ def _load_bundle(arrays, path: Path, args, *, embedded: bool) -> Workload:
     missing = [n for n in need if n not in arrays]
     if missing:
         raise err(f"{path}: missing arrays {missing}; regenerate it with `{EXTRACT}`")
-    layers = [int(x) for x in arrays["layers"]]
+    layers = [int(x) for x in np.ravel(arrays["layers"])]
+    for n in need[3:]:
+        want = 3 if n.endswith("_descale") else 5
+        if arrays[n].ndim != want or arrays[n].shape[0] != len(layers):
+            raise err(f"{path}: {n} has shape {list(arrays[n].shape)}, expected {want} dimensions "
+                      f"with {len(layers)} layers first; regenerate it with `{EXTRACT}`")
+    if arrays["seqlens"].ndim != 1 or arrays["seqlens"].dtype.kind not in "iu":
+        raise err(f"{path}: seqlens has shape {list(arrays['seqlens'].shape)}, expected [batch] "
+                  f"integers; regenerate it with `{EXTRACT}`")
     layer = int(arrays["default_layer"]) if args.layer is None else args.layer
     if layer not in layers:
         raise UsageError(f"--layer {layer}: {path.name} holds layers {layers}")
@@ -264,17 +330,18 @@ def _load_plain(arrays, path: Path, args) -> Workload:
             raise UsageError(f"--input {path}: {n} has dtype {x.dtype}, expected float16, "
                              f"float32, float64 or bfloat16")
         src[n] = x
+    given = {n: arrays[n] for n in ("q_descale", "k_descale", "v_descale") if n in arrays}
+    seqlens = arrays.get("seqlens_k")
+    if seqlens is not None and (seqlens.ndim != 1 or seqlens.dtype.kind not in "iu"):
+        raise UsageError(f"--input {path}: seqlens_k must be integers [batch], got "
+                         f"{seqlens.dtype} {list(seqlens.shape)}")
+    check_shapes(f"--input {path}", src["q"], src["k"], src["v"], seqlens, given)
     kinds = {str(x.dtype) for x in src.values()}
     if len(kinds) > 1:
         got = ", ".join(str(src[n].dtype) for n in "qkv")
         raise UsageError(f"--input {path}: q, k, v dtypes differ ({got})")
     dt = src["q"].dtype
     fmt = args.dtype or ("f16" if dt == np.float16 else "bf16")
-    seqlens = arrays.get("seqlens_k")
-    if seqlens is not None and (seqlens.ndim != 1 or seqlens.dtype.kind not in "iu"):
-        raise UsageError(f"--input {path}: seqlens_k must be integers [batch], got "
-                         f"{seqlens.dtype} {list(seqlens.shape)}")
-    given = {n: arrays[n] for n in ("q_descale", "k_descale", "v_descale") if n in arrays}
     notes: list[str] = []
     descales: dict = {}
     if given and fmt != "e4m3":
@@ -466,39 +533,101 @@ def ulp(ref: np.ndarray, fmt: str) -> np.ndarray:
     return np.ldexp(1.0, np.maximum(e, emin) - (p - 1))
 
 
+def no_key_rows(cfg) -> np.ndarray:
+    """``[batch, seqlen_q]``: True where the mask (``seqlens_k``, causal / window) leaves a query
+    row no key at all. From the mask alone, whatever the values (a NaN row still sees keys).
+
+    Row ``i`` of batch ``b`` sees the keys ``j`` with ``j < seqlens_k[b]`` and
+    ``i + offset - left <= j <= i + offset + right`` (``offset = seqlens_k[b] - seqlen_q``,
+    -1 = unbounded), as :func:`simulator.flash.masks.allowed`.
+    """
+    left, right = (int(w) for w in cfg.window)
+    sk = np.asarray(cfg.seqlens_k, dtype=np.int64)[:, None]          # [B, 1]
+    rows = np.arange(cfg.seqlen_q, dtype=np.int64)[None, :]          # [1, Sq]
+    diag = rows + sk - cfg.seqlen_q
+    lo = np.maximum(0, diag - left) if left >= 0 else np.zeros_like(diag)
+    hi = np.minimum(sk - 1, diag + right) if right >= 0 else np.broadcast_to(sk - 1, diag.shape)
+    return lo > hi
+
+
+def _nonfinite_counts(x: np.ndarray) -> dict:
+    return {"nan": int(np.isnan(x).sum()), "posinf": int(np.isposinf(x).sum()),
+            "neginf": int(np.isneginf(x).sum())}
+
+
 def measure(out: np.ndarray, lse: np.ndarray, ref_out: np.ndarray, ref_lse: np.ndarray,
-            out_fmt: str) -> dict:
-    """Error of O (in output ulps and relative Frobenius) and LSE (absolute) vs the reference."""
+            out_fmt: str, no_key: np.ndarray | None = None) -> dict:
+    """Error of O (in output ulps and relative Frobenius) and LSE (absolute) vs the reference.
+
+    Statistics cover only the elements where both the emulator and the reference are finite
+    (``None`` when there are none); the others are counted by kind. ``no_key`` ``[batch,
+    seqlen_q]`` marks the rows the mask leaves without a key (:func:`no_key_rows`); without
+    it, the rows whose reference LSE is -inf.
+    """
     o = out.astype(np.float64)
+    ref_out = np.asarray(ref_out, dtype=np.float64)
+    ref_lse = np.asarray(ref_lse, dtype=np.float64)
     fin = np.isfinite(o) & np.isfinite(ref_out)
-    err = np.where(fin, np.abs(o - ref_out), 0.0)
-    eu = np.where(fin, err / ulp(ref_out, out_fmt), 0.0)
-    worst = np.unravel_index(int(np.argmax(eu)), eu.shape)
-    p99 = float(np.percentile(eu[fin], 99)) if fin.any() else 0.0
-    denom = float(np.sqrt(np.sum(np.where(fin, ref_out, 0.0) ** 2)))
-    rel = float(np.sqrt(np.sum(err**2))) / denom if denom > 0 else 0.0
-    lf = np.isfinite(lse) & np.isfinite(ref_lse)
-    le = np.zeros(lse.shape)
-    le[lf] = np.abs(lse[lf].astype(np.float64) - ref_lse[lf])
-    lworst = np.unravel_index(int(np.argmax(le)), le.shape)
-    masked_ref = ~np.isfinite(ref_lse)
-    rows = lse.size
-    return {
-        "out_max_ulp": float(eu.max()), "out_mean_ulp": float(eu[fin].mean()) if fin.any() else 0.0,
-        "out_within_half_ulp": float((eu[fin] <= 0.5).mean()) if fin.any() else 1.0,
-        "out_p99_ulp": p99, "out_worst": tuple(int(i) for i in worst),
-        "out_worst_values": (float(o[worst]), float(ref_out[worst])), "out_rel_frobenius": rel,
-        "lse_max_abs": float(le.max()), "lse_mean_abs": float(le[lf].mean()) if lf.any() else 0.0,
-        "lse_worst": tuple(int(i) for i in lworst),
-        "rows": rows, "masked_rows_ref": int(masked_ref.sum()),
-        "masked_rows_emu": int(np.isneginf(lse).sum()),
-        "masked_rows_agree": bool(np.array_equal(masked_ref, np.isneginf(lse))),
-        "masked_rows_out_zero": bool(np.all(o.transpose(0, 2, 1, 3)[masked_ref] == 0)),
-        "out_nan": int(np.isnan(o).sum()), "out_inf": int(np.isinf(o).sum()),
-        "lse_nan": int(np.isnan(lse).sum()), "lse_posinf": int(np.isposinf(lse).sum()),
-        "lse_neginf": int(np.isneginf(lse).sum()),
-        "per_head_max_ulp": eu.max(axis=(0, 1, 3)).tolist(),
-    }
+    n_fin = int(fin.sum())
+    err = np.where(fin, np.abs(o - np.where(fin, ref_out, 0.0)), 0.0)
+    eu = np.where(fin, err / ulp(np.where(fin, ref_out, 0.0), out_fmt), 0.0)
+    m: dict = {"out_elements": int(o.size), "out_pairs": n_fin,
+               "out_excluded": int(o.size - n_fin),
+               "out_nan": int(np.isnan(o).sum()), "out_inf": int(np.isinf(o).sum()),
+               "ref_out_nan": int(np.isnan(ref_out).sum()),
+               "ref_out_inf": int(np.isinf(ref_out).sum())}
+    if n_fin:
+        worst = np.unravel_index(int(np.argmax(eu)), eu.shape)
+        num = float(np.sqrt(np.sum(err**2)))
+        denom = float(np.sqrt(np.sum(np.where(fin, ref_out, 0.0) ** 2)))
+        m.update({
+            "out_max_ulp": float(eu[worst]), "out_mean_ulp": float(eu[fin].mean()),
+            "out_p99_ulp": float(np.percentile(eu[fin], 99)),
+            "out_within_half_ulp": float((eu[fin] <= 0.5).mean()),
+            "out_worst": tuple(int(i) for i in worst),
+            "out_worst_values": (float(o[worst]), float(ref_out[worst])),
+            "out_rel_frobenius": num / denom if denom > 0 else (0.0 if num == 0 else math.inf),
+        })
+        per_head = np.where(fin.any(axis=(0, 1, 3)), eu.max(axis=(0, 1, 3)), np.nan)
+        m["per_head_max_ulp"] = [None if np.isnan(x) else float(x) for x in per_head]
+    else:
+        m.update({k: None for k in ("out_max_ulp", "out_mean_ulp", "out_p99_ulp",
+                                    "out_within_half_ulp", "out_worst", "out_worst_values",
+                                    "out_rel_frobenius")})
+        m["per_head_max_ulp"] = [None] * o.shape[2]
+    lse64 = lse.astype(np.float64)
+    le_fin, lr_fin = np.isfinite(lse64), np.isfinite(ref_lse)
+    lf = le_fin & lr_fin
+    n_lf = int(lf.sum())
+    m.update({"lse_rows": int(lse.size), "lse_pairs": n_lf,
+              "lse_nonfinite_emu_only": int((~le_fin & lr_fin).sum()),
+              "lse_nonfinite_ref_only": int((le_fin & ~lr_fin).sum()),
+              "lse_nonfinite_both": int((~le_fin & ~lr_fin).sum())})
+    if n_lf:
+        le = np.where(lf, np.abs(lse64 - np.where(lf, ref_lse, 0.0)), 0.0)
+        lworst = np.unravel_index(int(np.argmax(le)), le.shape)
+        m.update({"lse_max_abs": float(le[lworst]), "lse_mean_abs": float(le[lf].mean()),
+                  "lse_worst": tuple(int(i) for i in lworst)})
+    else:
+        m.update({"lse_max_abs": None, "lse_mean_abs": None, "lse_worst": None})
+    emu = _nonfinite_counts(lse64)
+    ref = _nonfinite_counts(ref_lse)
+    m.update({"lse_nan": emu["nan"], "lse_posinf": emu["posinf"], "lse_neginf": emu["neginf"],
+              "ref_lse_nan": ref["nan"], "ref_lse_posinf": ref["posinf"],
+              "ref_lse_neginf": ref["neginf"]})
+    # rows that see no key: from the mask, not from NaN or -inf values
+    B, S, H, _ = o.shape
+    if no_key is None:
+        nk = np.isneginf(ref_lse)
+    else:
+        nk = np.broadcast_to(np.asarray(no_key, dtype=bool)[:, None, :], (B, H, S))
+    lse_neg = np.isneginf(lse64)
+    o_zero = np.all(o == 0, axis=3).transpose(0, 2, 1)                # [B, H, Sq]
+    m.update({"rows": int(lse.size), "rows_no_key": int(nk.sum()),
+              "rows_no_key_lse_neginf": int((nk & lse_neg).sum()),
+              "rows_no_key_out_zero": int((nk & o_zero).sum()),
+              "rows_with_keys_lse_neginf": int((~nk & lse_neg).sum())})
+    return m
 
 
 # ---- printing ----------------------------------------------------------------------------------------
@@ -538,31 +667,68 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
                      f" .. {_f(work.descales['v_descale'].max())}]")
     ctas, visits = _work_counts(cfg)
     lines.append(f"work      {ctas:,} CTAs, {visits:,} K/V block visits, {n_calls} forward calls")
-    wb, wr, wh, wc = m["out_worst"]
-    lines.append(f"error     O vs float64 reference, in {out_fmt} ulps at the reference value:")
-    got, want = m["out_worst_values"]
-    lines.append(f"            max {m['out_max_ulp']:.3g} ulp (batch {wb}, row {wr}, head {heads[wh]}, "
-                 f"dim {wc}: {got:.6g} for {want:.6g})")
-    lines.append(f"            mean {m['out_mean_ulp']:.3g} ulp, 99th percentile {m['out_p99_ulp']:.3g} ulp, "
-                 f"{100 * m['out_within_half_ulp']:.1f}% within 0.5 ulp (correctly rounded)")
-    lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
-    lb, lh, lr = m["lse_worst"]
-    lines.append(f"          LSE: max |error| {m['lse_max_abs']:.3g} (batch {lb}, head {heads[lh]}, "
-                 f"row {lr}), mean {m['lse_mean_abs']:.3g}")
-    per = m["per_head_max_ulp"]
-    lines.append("          max ulp per head: " + " ".join(f"{heads[i]}:{x:.2g}" for i, x in enumerate(per)))
-    text = f"masked    {m['masked_rows_ref']:,} of {m['rows']:,} rows see no key"
-    if not m["masked_rows_agree"]:
-        text += f" -- but the emulator has {m['masked_rows_emu']:,} rows with LSE = -inf"
-    elif m["masked_rows_ref"]:
-        text += (": O = 0 and LSE = -inf on all of them" if m["masked_rows_out_zero"] else
-                 ": LSE = -inf, but O is NOT zero on all of them")
-    lines.append(text)
-    lines.append(f"nonfinite O: {m['out_nan']} NaN, {m['out_inf']} inf; LSE: {m['lse_nan']} NaN, "
-                 f"{m['lse_posinf']} +inf, {m['lse_neginf']} -inf")
+    lines += _error_lines(m, out_fmt, heads)
     lines.append(f"time      emulation {times['emulate']:.1f} s (+ {times['setup']:.1f} s loading the "
                  f"MUFU tables), reference {times['reference']:.2f} s")
     return "\n".join(lines)
+
+
+def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
+    """The error, masked and nonfinite lines of the summary (statistics over finite pairs)."""
+    lines = [f"error     O vs float64 reference, in {out_fmt} ulps at the reference value:"]
+    if m["out_excluded"]:
+        lines.append(f"            over the {m['out_pairs']:,} of {m['out_elements']:,} elements "
+                     f"finite on both sides; excluded {m['out_excluded']:,}: emulator "
+                     f"{m['out_nan']:,} NaN, {m['out_inf']:,} inf; reference {m['ref_out_nan']:,} "
+                     f"NaN, {m['ref_out_inf']:,} inf")
+    if m["out_pairs"]:
+        wb, wr, wh, wc = m["out_worst"]
+        got, want = m["out_worst_values"]
+        lines.append(f"            max {m['out_max_ulp']:.3g} ulp (batch {wb}, row {wr}, head "
+                     f"{heads[wh]}, dim {wc}: {got:.6g} for {want:.6g})")
+        lines.append(f"            mean {m['out_mean_ulp']:.3g} ulp, 99th percentile "
+                     f"{m['out_p99_ulp']:.3g} ulp, {100 * m['out_within_half_ulp']:.1f}% within "
+                     f"0.5 ulp (correctly rounded)")
+        lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
+    else:
+        lines.append("            n/a (no finite pairs)")
+    if m["lse_pairs"]:
+        lb, lh, lr = m["lse_worst"]
+        text = (f"          LSE: max |error| {m['lse_max_abs']:.3g} (batch {lb}, head {heads[lh]}, "
+                f"row {lr}), mean {m['lse_mean_abs']:.3g}")
+    else:
+        text = "          LSE: n/a (no finite pairs)"
+    lines.append(text)
+    if m["lse_pairs"] < m["lse_rows"]:
+        lines.append(f"            over the {m['lse_pairs']:,} of {m['lse_rows']:,} rows finite on "
+                     f"both sides; non-finite: {m['lse_nonfinite_emu_only']:,} rows in the "
+                     f"emulator only, {m['lse_nonfinite_ref_only']:,} in the reference only, "
+                     f"{m['lse_nonfinite_both']:,} in both")
+    per = m["per_head_max_ulp"]
+    lines.append("          max ulp per head: " + " ".join(
+        f"{heads[i]}:{'n/a' if x is None else format(x, '.2g')}" for i, x in enumerate(per)))
+    n = m["rows_no_key"]
+    text = f"masked    {n:,} of {m['rows']:,} rows see no key"
+    if n:
+        bad_lse = n - m["rows_no_key_lse_neginf"]
+        bad_out = n - m["rows_no_key_out_zero"]
+        if not bad_lse and not bad_out:
+            text += ": O = 0 and LSE = -inf on all of them"
+        else:
+            text += (f": but the emulator's LSE is not -inf on {bad_lse:,} and its O not zero on "
+                     f"{bad_out:,} of them")
+    if m["rows_with_keys_lse_neginf"]:
+        text += (f"; the emulator's LSE is -inf on {m['rows_with_keys_lse_neginf']:,} rows that "
+                 f"see keys")
+    lines.append(text)
+    lines.append(f"nonfinite O: {m['out_nan']} NaN, {m['out_inf']} inf; LSE: {m['lse_nan']} NaN, "
+                 f"{m['lse_posinf']} +inf, {m['lse_neginf']} -inf")
+    ref_bad = m["ref_out_nan"] + m["ref_out_inf"] + m["ref_lse_nan"] + m["ref_lse_posinf"]
+    if ref_bad:
+        lines.append(f"          reference O: {m['ref_out_nan']} NaN, {m['ref_out_inf']} inf; LSE: "
+                     f"{m['ref_lse_nan']} NaN, {m['ref_lse_posinf']} +inf, "
+                     f"{m['ref_lse_neginf']} -inf")
+    return lines
 
 
 def _ranges(xs: list[int]) -> str:
@@ -701,15 +867,68 @@ def _hex(x) -> str:
 
 
 # ---- output ----------------------------------------------------------------------------------------
-def _check_writable(path: Path, what: str) -> None:
-    if path.is_dir():
-        raise UsageError(f"{what} {path}: is a folder, expected a file name")
-    parent = path.parent if str(path.parent) else Path(".")
-    probe = parent
+def _kind(st: os.stat_result) -> str:
+    mode = st.st_mode
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_output_path(path: Path, what: str) -> None:
+    """Fail before any work if ``path`` cannot receive the result (UsageError, one line).
+
+    An existing path that is not a regular file (a folder, /dev/null, a FIFO; links are
+    followed, as the atomic write does) is refused. The folder's writability is tested by
+    creating and removing a temporary file there (``os.access`` says yes to root even on
+    /proc); missing folders are created for the test and removed again.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot examine it ({exc.strerror or exc})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = _kind(st)
+        desc = f"it is {kind}" if target == Path(os.path.abspath(path)) else \
+            f"it links to {target}, {kind}"
+        raise UsageError(f"{what}: refusing to replace {path}: not a regular file ({desc})")
+    folder = target.parent
+    created: list[Path] = []
+    probe = folder
     while not probe.exists() and probe != probe.parent:
+        created.append(probe)
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise UsageError(f"{what} {path}: cannot write into {probe}")
+    if not probe.is_dir():
+        raise UsageError(f"{what} {path}: cannot write into {folder} ({probe} is not a folder)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot write into {folder} "
+                         f"({exc.strerror or exc})") from None
+    finally:
+        for p in created:  # deepest first; the final write creates them again
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+
+
+def check_plot_path(path: Path) -> None:
+    """--plot: a format matplotlib writes (by the extension) and a writable place."""
+    ext = path.suffix.lower().lstrip(".")
+    if ext not in PLOT_FORMATS:
+        got = f"extension {path.suffix!r}" if path.suffix else "no extension"
+        raise UsageError(f"--plot {path}: {got}; expected one of "
+                         f"{', '.join('.' + f for f in PLOT_FORMATS)}")
+    check_output_path(path, "--plot")
 
 
 def save_result(path: Path, out, lse, ref_out, ref_lse, trace, params: dict) -> None:
@@ -824,17 +1043,61 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
     fig.suptitle(f"{work.source}\nbatch {batch}{note}: reference attention pattern beside the emulated "
                  f"O's error (cyan: non-finite)", fontsize=9)
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=110)
+    fig.savefig(buf, format=path.suffix.lower().lstrip(".") or "png", dpi=110)
     plt.close(fig)
     from .io import write_bytes_atomic
 
     write_bytes_atomic(path, buf.getvalue())
 
 
+def idle_cta_note(cfg, cta) -> str | None:
+    """One line for a traced CTA that visits no K/V block (its trace is empty), else None."""
+    from .flash.masks import block_range
+
+    lo, hi = block_range(cta[2], cfg.seqlen_q, int(cfg.seqlens_k[cta[0]]), cfg.kblock_m,
+                         cfg.kblock_n, cfg.window)
+    if hi > lo:
+        return None
+    return (f"CTA ({cta[0]}, {cta[1]}, {cta[2]}) visits no K/V block: it writes O = 0 and "
+            f"LSE = -inf without any step")
+
+
+def reference_result(work: Workload, kwargs: dict, causal: bool):
+    """The float64 reference ``(out, lse)``. No keys at all (seqlen_k = 0) is exact math here:
+    O = 0 and LSE = -inf. A ValueError of the reference is about the input (exit 2); any other
+    exception is a bug (exit 3)."""
+    from .flash import reference
+
+    B, S, H, d = work.q.shape
+    if work.k.shape[1] == 0:
+        return np.zeros((B, S, H, d)), np.full((B, H, S), -np.inf)
+    try:
+        return reference(work.q, work.k, work.v, softmax_scale=kwargs["softmax_scale"],
+                         causal=causal, window=kwargs["window"], softcap=kwargs["softcap"],
+                         seqlens_k=work.seqlens_k, **work.descales)
+    except ValueError as exc:
+        raise UsageError(f"{work.label}: the float64 reference rejects the input: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
 # ---- main ------------------------------------------------------------------------------------------
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from .flash import make_config, reference
+    from .flash import make_config
+
+    # the outputs first: a bad path fails here, before any work
+    out_path = Path(args.out)
+    check_output_path(out_path, "--out")
+    plot_path = Path(args.plot) if args.plot else None
+    if plot_path is not None:
+        check_plot_path(plot_path)
+        if os.path.realpath(plot_path) == os.path.realpath(out_path):
+            raise UsageError(f"--plot {plot_path}: the same file as --out")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install matplotlib (or the project's "
+                             "'notebooks' extra: pip install -e '.[notebooks]')") from None
 
     work = load_workload(args)
     select_heads(work, args.heads)
@@ -854,16 +1117,6 @@ def main(argv: list[str]) -> int:
     if args.step and not 0 <= args.quad < 32 * (cfg.kblock_m // 64):
         raise UsageError(f"--quad: expected 0..{32 * (cfg.kblock_m // 64) - 1} for kBlockM = "
                          f"{cfg.kblock_m}, got {args.quad}")
-    out_path = Path(args.out)
-    _check_writable(out_path, "--out")
-    plot_path = Path(args.plot) if args.plot else None
-    if plot_path is not None:
-        _check_writable(plot_path, "--plot")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError("--plot needs matplotlib: pip install matplotlib (or the project's "
-                             "'notebooks' extra: pip install -e '.[notebooks]')") from None
     if args.device:
         check_device()
 
@@ -879,17 +1132,24 @@ def main(argv: list[str]) -> int:
     finally:
         bar.close()
     t2 = time.perf_counter()
-    ref_out, ref_lse = reference(work.q, work.k, work.v, softmax_scale=kwargs["softmax_scale"],
-                                 causal=args.causal, window=tuple(args.window), softcap=args.softcap,
-                                 seqlens_k=work.seqlens_k, **work.descales)
+    ref_out, ref_lse = reference_result(work, kwargs, args.causal)
     t3 = time.perf_counter()
-    m = measure(out, lse, ref_out, ref_lse, "bf16" if work.fmt == "e4m3" else work.fmt)
+    m = measure(out, lse, ref_out, ref_lse, "bf16" if work.fmt == "e4m3" else work.fmt,
+                no_key=no_key_rows(cfg))
     times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
     print(summary(work, cfg, m, times, units))
+    idle = {c: idle_cta_note(cfg, c) for c in trace_ctas if not trace.for_cta(c)}
     if args.step:
         print()
-        print(step_table(trace, trace_ctas[0], args.quad, cfg.kblock_m, work.heads))
+        first = trace_ctas[0]
+        if first in idle:
+            print(idle[first] or f"CTA {first} recorded no events")
+        else:
+            print(step_table(trace, first, args.quad, cfg.kblock_m, work.heads))
         print()
+    for c, note in idle.items():
+        if note and not (args.step and c == trace_ctas[0]):
+            print(f"trace     {note}")
     status = EXIT_OK
     if args.device:
         same, text = run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m)

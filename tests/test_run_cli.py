@@ -106,6 +106,15 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     np.savez(files["missing_k"], q=x, v=x)
     files["garbage"].write_text("not an archive")
     np.savez(files["head_dim"], q=x[..., :20], k=x[..., :20], v=x[..., :20])
+    files["heads0"] = tmp_path / "heads0.npz"               # no head at all (was IndexError)
+    np.savez(files["heads0"], q=x[:, :, :0], k=x[:, :, :0], v=x[:, :, :0])
+    files["descales"] = tmp_path / "descales.npz"           # wrong shape (was broadcast_to)
+    np.savez(files["descales"], q=x, k=x, v=x, q_descale=np.ones((3, 5), np.float32),
+             k_descale=np.ones((1, 2), np.float32), v_descale=np.ones((1, 2), np.float32))
+    files["seqlens"] = tmp_path / "seqlens.npz"
+    np.savez(files["seqlens"], q=x, k=x, v=x, seqlens_k=np.array([9]))
+    files["v_shape"] = tmp_path / "v_shape.npz"
+    np.savez(files["v_shape"], q=x, k=x, v=x[:, :4])
     return files
 
 
@@ -122,6 +131,24 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     ("bad cta", ["--trace-cta", "9,0,0"], "--trace-cta 9,0,0: out of range"),
     ("bad layer", ["--layer", "3"], "holds layers [0, 2, 5]"),
     ("out is a folder", ["--out", "{tmp}"], "is a folder"),
+    ("out is a folder, refused", ["--out", "{tmp}"],
+     "refusing to replace {tmp}: not a regular file"),
+    ("out is a device", ["--out", "/dev/null"], "refusing to replace /dev/null: not a regular file"),
+    ("out unwritable", ["--out", "/proc/x.npz"], "--out /proc/x.npz: cannot write into /proc"),
+    ("plot extension", ["--plot", "{tmp}/x.xyz"], "extension '.xyz'; expected one of .png, .pdf"),
+    ("plot no extension", ["--plot", "{tmp}/x"], "no extension; expected one of .png"),
+    ("plot unwritable", ["--plot", "/proc/x.png"], "--plot /proc/x.png: cannot write into /proc"),
+    ("plot is out", ["--plot", "{tmp}/same.png", "--out", "{tmp}/same.png"], "the same file as --out"),
+    ("heads 0", ["--input", "{heads0}"], "q has shape [1, 8, 0, 32], expected [batch >= 1"),
+    ("descale shape", ["--input", "{descales}", "--dtype", "e4m3", "--heads", "0"],
+     "q_descale has shape [3, 5], expected a scalar or [1, 2]"),
+    ("seqlens_k range", ["--input", "{seqlens}"], "seqlens_k values must be in 0..8"),
+    ("v shape", ["--input", "{v_shape}"], "v has shape [1, 4, 2, 32], expected k's shape"),
+    ("window huge", ["--window", "99999999999999999999", "0"],
+     "argument --window: expected an integer in -1..2147483647"),
+    ("window int64", ["--window", "0", "9223372036854775807"],
+     "argument --window: expected an integer in -1..2147483647"),
+    ("window below -1", ["--window", "-2", "0"], "expected an integer in -1..2147483647"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case, args, needle):
     files = {k: str(v) for k, v in _bad_files(tmp_path).items()}
@@ -133,8 +160,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, args, needle):
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), (case, r.stderr)
-    assert needle in lines[0], (case, lines[0])
+    assert needle.format(tmp=tmp_path) in lines[0], (case, lines[0])
     assert not (tmp_path / "never.npz").exists()
+    assert not (tmp_path / "x.xyz").exists() and not (tmp_path / "same.png").exists()
 
 
 def test_device_without_gpu_is_exit_2(tmp_path):
@@ -206,3 +234,172 @@ def test_device_comparison_with_a_stand_in_device(tmp_path, monkeypatch, capsys,
     else:
         assert rc == 1 and "1 of 18,816 elements differ" in text
         assert "first divergence: CTA (batch 1, head 2, m_block 0), row 3" in text
+
+
+# ---- regressions of the QA review ------------------------------------------------------------------
+def _one_line_exit_2(r, needle: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path):
+    """A bad --plot used to fail after the whole run (the .npz written, the plot lost); the
+    folders the write would create are created for the test only."""
+    out = tmp_path / "a" / "b" / "run.npz"
+    r = _run("--out", str(out), "--plot", str(tmp_path / "c" / "x.xyz"))
+    _one_line_exit_2(r, "expected one of .png, .pdf, .svg, .jpg, .jpeg")
+    assert _only(tmp_path) == []  # no result, no probe file, no folder left behind
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _one_line_exit_2(_run("--out", str(fifo)), f"refusing to replace {fifo}: not a regular file")
+    link = tmp_path / "null.npz"
+    link.symlink_to("/dev/null")
+    _one_line_exit_2(_run("--out", str(link)), "not a regular file (it links to /dev/null")
+    (tmp_path / "fifo.png").symlink_to(fifo)
+    _one_line_exit_2(_run("--plot", str(tmp_path / "fifo.png"), "--out", str(tmp_path / "o.npz")),
+                     "--plot: refusing to replace")
+    assert _only(tmp_path) == ["fifo", "fifo.png", "null.npz"]
+
+
+def test_check_output_path_really_writes(tmp_path, monkeypatch):
+    """os.access says yes to root even where writes fail: the check creates a file."""
+    import tempfile
+
+    def refuse(*a, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "access", lambda *a, **kw: True)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(run.UsageError, match=r"--out .*: cannot write into .* \(Permission denied\)"):
+        run.check_output_path(tmp_path / "new" / "o.npz", "--out")
+    assert _only(tmp_path) == []
+    monkeypatch.undo()
+    run.check_output_path(tmp_path / "new" / "o.npz", "--out")
+    assert _only(tmp_path) == []
+
+
+def test_no_key_at_all_runs(tmp_path):
+    """seqlen_k = 0 used to exit 3 (the reference's empty reductions)."""
+    x = np.random.default_rng(3).standard_normal((1, 8, 2, 32)).astype(np.float32)
+    np.savez(tmp_path / "nokeys.npz", q=x, k=x[:, :0], v=x[:, :0])
+    out = tmp_path / "o.npz"
+    r = _run("--input", str(tmp_path / "nokeys.npz"), "--step", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "16 of 16 rows see no key: O = 0 and LSE = -inf on all of them" in r.stdout
+    assert "CTA (0, 0, 0) visits no K/V block: it writes O = 0 and LSE = -inf" in r.stdout
+    res = run.load_result(out)
+    assert not res["out"].astype(np.float32).any() and np.isneginf(res["lse"]).all()
+
+
+@pytest.mark.parametrize("exc, code", [(ValueError("seqlens_k: bad"), 2),
+                                       (RuntimeError("a bug"), 3)])
+def test_reference_errors(tmp_path, monkeypatch, capsys, exc, code):
+    """A ValueError of the reference is about the input (exit 2, one line); others are bugs."""
+    from simulator import cli
+
+    def boom(*a, **kw):
+        raise exc
+
+    monkeypatch.setattr(flash, "reference", boom)
+    rc = cli.main(["run", "--no-progress", "--heads", "0", "--out", str(tmp_path / "o.npz")])
+    err = capsys.readouterr().err
+    assert rc == code
+    if code == 2:
+        assert err.strip().splitlines() == ["error: embedded input: the float64 reference rejects "
+                                            "the input: seqlens_k: bad"]
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_nonfinite_results_are_not_reported_as_perfect(tmp_path):
+    x = np.random.default_rng(5).standard_normal((1, 8, 2, 32)).astype(np.float32)
+    np.savez(tmp_path / "nan.npz", q=np.full_like(x, np.nan), k=x, v=x)
+    np.savez(tmp_path / "big.npz", q=x * 1e30, k=x, v=x)
+    r = _run("--input", str(tmp_path / "nan.npz"), "--out", str(tmp_path / "n.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "n/a (no finite pairs)" in r.stdout and "within 0.5 ulp" not in r.stdout
+    assert "excluded 512: emulator 512 NaN, 0 inf" in r.stdout
+    assert "masked    0 of 16 rows see no key" in r.stdout  # NaN rows see keys
+    m = run.load_result(tmp_path / "n.npz")["params"]["metrics"]
+    assert m["out_max_ulp"] is None and m["lse_max_abs"] is None and m["rows_no_key"] == 0
+    r = _run("--input", str(tmp_path / "big.npz"), "--out", str(tmp_path / "b.npz"))
+    assert r.returncode == 0, r.stderr
+    m = run.load_result(tmp_path / "b.npz")["params"]["metrics"]
+    assert m["lse_nonfinite_emu_only"] > 0 and "max |error| 0 " not in r.stdout
+    assert f"non-finite: {m['lse_nonfinite_emu_only']} rows in the emulator only" in r.stdout
+
+
+def test_measure_counts_only_finite_pairs():
+    out = np.zeros((1, 2, 1, 2), BF16)              # [B, S, H, d]
+    out[0, 0, 0] = [1.0, np.nan]
+    out[0, 1, 0] = [np.inf, 0.0]
+    ref = np.array([[[[1.0078125, 1.0]], [[1.0, np.nan]]]])
+    lse = np.array([[[np.inf, -np.inf]]], np.float32)
+    ref_lse = np.array([[[0.5, -np.inf]]])
+    m = run.measure(out, lse, ref, ref_lse, "bf16", no_key=np.array([[False, True]]))
+    assert m["out_pairs"] == 1 and m["out_excluded"] == 3 and m["out_max_ulp"] == 1.0
+    assert (m["out_nan"], m["out_inf"], m["ref_out_nan"], m["ref_out_inf"]) == (1, 1, 1, 0)
+    assert m["lse_pairs"] == 0 and m["lse_max_abs"] is None
+    assert (m["lse_nonfinite_emu_only"], m["lse_nonfinite_ref_only"], m["lse_nonfinite_both"]) == (1, 0, 1)
+    assert m["rows_no_key"] == 1 and m["rows_no_key_lse_neginf"] == 1 and m["rows_no_key_out_zero"] == 0
+    nan = np.full_like(ref, np.nan)
+    m = run.measure(out, lse, nan, np.full_like(ref_lse, np.nan), "bf16")
+    assert m["out_pairs"] == 0 and m["out_max_ulp"] is None and m["rows_no_key"] == 0
+    assert "n/a (no finite pairs)" in "\n".join(run._error_lines(m, "bf16", [0]))
+
+
+@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, 0)), (False, (3, 1)),
+                                            (True, (0, 0)), (False, (0, -1))])
+def test_no_key_rows_follow_the_mask(causal, window):
+    from simulator.flash.masks import allowed
+
+    q = np.zeros((3, 20, 1, 32), BF16)
+    k = np.zeros((3, 12, 1, 32), BF16)
+    cfg = flash.make_config(q, k, k, causal=causal, window=window,
+                            seqlens_k=np.array([12, 0, 5]))
+    rows, cols = np.arange(20)[:, None], np.arange(12)[None, :]
+    want = np.stack([~np.broadcast_to(allowed(rows, cols, 20, int(s), cfg.window), (20, 12))
+                     .any(axis=1) for s in cfg.seqlens_k])
+    assert np.array_equal(run.no_key_rows(cfg), want)
+
+
+def test_traced_cta_without_keys_says_so(tmp_path):
+    r = _run("--causal", "--step", "--trace-cta", "1,3,0", "--out", str(tmp_path / "c.npz"))
+    assert r.returncode == 0, r.stderr
+    assert ("CTA (1, 3, 0) visits no K/V block: it writes O = 0 and LSE = -inf without any "
+            "step") in r.stdout
+    assert "thread  row_max" not in r.stdout
+
+
+def test_interrupt_in_process(tmp_path, monkeypatch, capsys):
+    from simulator import cli
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "emulate", interrupted)
+    try:
+        rc = cli.main(["run", "--no-progress", "--out", str(tmp_path / "o.npz")])
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped the run command")
+    assert rc == 130 and capsys.readouterr().err == "interrupted\n"
+    assert _only(tmp_path) == []
+
+
+def test_ctrl_c_exits_130_without_traceback(tmp_path):
+    import signal
+    import time
+
+    x = np.random.default_rng(1).standard_normal((1, 2048, 4, 64)).astype(np.float32)
+    np.savez(tmp_path / "long.npz", q=x, k=x, v=x)   # about half a minute of emulation
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "simulator", "run", "--no-progress", "--input",
+                          str(tmp_path / "long.npz"), "--out", str(tmp_path / "res" / "o.npz")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                         env=env)
+    time.sleep(4)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err == "interrupted\n", (p.returncode, err)
+    assert _only(tmp_path) == ["long.npz"]
