@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..flash.constants import MAX_OFFSET
-from ..flash.forward import SCHEDULES, Config, ForwardResult, make_config
+from ..flash.forward import SCHEDULES, Config, ForwardResult, make_config, validate_trace
 from ..flash.reference import reference  # noqa: F401  (the goldens script's sanity check)
 from . import runtime
 
@@ -149,6 +149,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         return ForwardResult(*launch(cfg, q, k, v), None)
     from . import forward_trace  # noqa: PLC0415 - it imports this module
 
+    validate_trace(trace, cfg)  # the emulator's rules: 3-int CTAs inside the grid
     ctas = forward_trace.trace_ctas(trace)
     out, lse, raw = launch(cfg, q, k, v, trace_ctas=ctas)
     return ForwardResult(out, lse, forward_trace.decode(raw, cfg, ctas))

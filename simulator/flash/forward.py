@@ -192,7 +192,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                       softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
                       schedule=schedule, q_descale=q_descale, k_descale=k_descale,
                       v_descale=v_descale, arch=arch)
-    wanted = None if trace is None else _trace_ctas(trace, cfg)
+    wanted = None if trace is None else validate_trace(trace, cfg)
     record = Trace() if wanted is not None else None
     out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim), dtype=cfg.out_dtype)
     lse = np.full((cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
@@ -202,8 +202,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     return ForwardResult(out, lse, record)
 
 
-def _trace_ctas(trace, cfg: Config) -> set[tuple[int, int, int]]:
-    """Validate ``trace``: an iterable of (batch, head, m_block) inside the grid."""
+def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
+    """Validate ``trace``: an iterable of (batch, head, m_block) inside the grid (shared with the
+    device forward, so both reject the same arguments).
+
+    Raises:
+        ValueError: not an iterable of 3-int tuples, or a CTA outside the grid.
+    """
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
     try:
         ctas = [tuple(cta) for cta in trace]
