@@ -232,3 +232,12 @@ def test_decoded_table_cache(tmp_path, monkeypatch):
     again = mufu_data.load("sm90")
     assert all(np.array_equal(first[k], again[k]) for k in first)
     mufu_data.load.cache_clear()
+
+
+def test_recordings_belong_to_the_current_probe_kernel():
+    """kernels/probes/mufu.cu changed => re-run `python -m simulator calibrate` on a GPU."""
+    from simulator.device.runtime import source_sha256
+
+    want = source_sha256("probes/mufu.cu")
+    assert json.loads(ev.REPORT.read_text())["kernel_sha256"] == want
+    assert json.loads((mufu_data.DATA_DIR / "sm90.json").read_text())["kernel_sha256"] == want
