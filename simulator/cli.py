@@ -58,9 +58,11 @@ class UsageError(Exception):
 
 def _cmd_sweep(args) -> int:
     from .device import numerics_sweep
+    from .device.runtime import require_gpu
 
     if args.blocks < 1:
         raise UsageError(f"--blocks: expected an integer >= 1, got {args.blocks}")
+    require_gpu()  # before creating anything: no GPU leaves no empty --out folder behind
     _writable_dir(args.out)
     argv = ["--out", args.out, "--blocks", str(args.blocks)]
     if args.skip_conversions:

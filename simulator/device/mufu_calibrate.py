@@ -185,7 +185,9 @@ def record_samples(module, cupy, log) -> tuple[dict, dict]:
 def main(argv=None) -> int:
     """Entry point of ``python -m simulator calibrate``; returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m simulator calibrate",
-                                 description=__doc__.splitlines()[0])
+                                 description="Measure the MUFU tables (ex2, rcp, lg2, tanh) on a "
+                                 "CUDA GPU, verify them over all 2^32 inputs and write the data "
+                                 "with its provenance.")
     ap.add_argument("--out", default=str(mufu_data.DATA_DIR),
                     help="folder for <arch>.npz and <arch>.json (default: the package data)")
     ap.add_argument("--evidence-out", default=str(ev.DATA_DIR),
