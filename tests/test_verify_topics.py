@@ -1,0 +1,20 @@
+"""`python -m simulator verify` topics replay their recordings, and can fail."""
+
+from __future__ import annotations
+
+from simulator import verify
+from simulator.device import hw_evidence, hw_probe
+
+
+def test_every_topic_is_registered():
+    assert set(verify.TOPICS) == {"numerics", "mufu", "hw", "mma", "forward"}
+
+
+def test_hw_topic_replays_and_catches_a_wrong_ftz(monkeypatch):
+    rows = verify.run_checks(["hw"])
+    assert all(r["mismatches"] == 0 for r in rows) and sum(r["cases"] for r in rows) > 1_000_000
+    flipped = {build: not ftz for build, ftz in hw_probe.REDUCE_BUILDS.items()}
+    monkeypatch.setattr(hw_probe, "REDUCE_BUILDS", flipped)
+    bad = hw_evidence.check_reductions(hw_evidence.read_npz(hw_evidence.DATA_DIR / "hw_reduce.npz",
+                                                            hw_evidence.REGEN))
+    assert bad[0]["mismatches"] > 0
