@@ -8,14 +8,12 @@ device's output bits of each block and the raw bits of the first 8,192 outputs o
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from ..mma.cases import mma_block
 from ..mma.instructions import EXACT, params_for
 from ..mma.probes import PROBES, emulate_probe
-from .numerics_evidence import DATA_DIR
+from .numerics_evidence import DATA_DIR, digest
 
 REPORT = DATA_DIR / "mma_report.json"
 DIGESTS = DATA_DIR / "mma_digests.npz"
@@ -52,7 +50,7 @@ def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dic
         if blk == 0:
             head = digests[f"{name}_head"]
             head_bad = int(np.count_nonzero(emu.reshape(-1)[: head.size] != head))
-        if hashlib.blake2b(emu.tobytes(), digest_size=16).digest() != digests[name][blk].tobytes():
+        if digest(emu) != digests[name][blk].tobytes():
             bad_blocks.append(blk)
     note = "" if (kind, fmt) in EXACT else " [model known inexact]"
     rows.append({"check": f"{name} raw head{note}", "cases": int(digests[f'{name}_head'].size),

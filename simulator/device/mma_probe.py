@@ -23,6 +23,7 @@ import numpy as np
 from ..io import save_npz_atomic, write_json_atomic
 from ..mma.cases import mma_block
 from ..mma.probes import PROBES, emulate_probe
+from .numerics_evidence import digest
 from .runtime import device_info, load_module, require_gpu, source_sha256
 
 KERNEL = "probes/mma.cu"
@@ -96,8 +97,7 @@ def _check_block(job):
     bad = np.nonzero(emu.ravel() != D.ravel())[0]
     ex = [{"flat_index": int(i), "device": f"0x{int(D.ravel()[i]):08x}",
            "emulator": f"0x{int(emu.ravel()[i]):08x}"} for i in bad[:5]]
-    import hashlib
-    return block, int(bad.size), ex, hashlib.blake2b(D.tobytes(), digest_size=16).digest()
+    return block, int(bad.size), ex, digest(D)
 
 
 def cmd_validate(args, module, cupy, progress):

@@ -58,8 +58,11 @@ def reference_bits(form: str, x_bits: np.ndarray) -> np.ndarray:
 
 
 def digest(bits: np.ndarray) -> bytes:
-    """BLAKE2b-128 of a uint32 array's little-endian bytes."""
-    return hashlib.blake2b(np.ascontiguousarray(bits, dtype="<u4").tobytes(), digest_size=16).digest()
+    """BLAKE2b-128 of a uint32 array's little-endian bytes (the project's one digest recipe,
+    :func:`simulator.device.numerics_evidence.digest`)."""
+    from .numerics_evidence import digest as _digest
+
+    return _digest(np.asarray(bits, dtype=np.uint32))
 
 
 def _splitmix64(n: int, seed: int) -> np.ndarray:
