@@ -277,7 +277,7 @@ def check_all(quick: bool = False) -> list[dict]:
     """Rows for ``python -m simulator verify --topic forward``: every recorded golden (the first
     four when ``quick``), emulated and compared bit for bit with the H200's O and LSE."""
     from ..flash import forward as emulate
-    from .numerics_evidence import DATA_DIR
+    from .numerics_evidence import DATA_DIR, row
 
     path = DATA_DIR / GOLDENS_FILE
     if not path.is_file():
@@ -292,6 +292,5 @@ def check_all(quick: bool = False) -> list[dict]:
         res = emulate(inputs["q"], inputs["k"], inputs["v"], **call_kwargs(rec, inputs))
         bad = int(np.count_nonzero(res.out.view(np.uint16) != out.view(np.uint16))
                   + np.count_nonzero(res.lse.view(np.uint32) != lse.view(np.uint32)))
-        out_rows.append({"check": f"forward {rec['name']}", "cases": int(out.size + lse.size),
-                         "mismatches": bad, "detail": ""})
+        out_rows.append(row(f"forward {rec['name']}", out.size + lse.size, bad))
     return out_rows

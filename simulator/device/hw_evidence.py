@@ -9,13 +9,9 @@ import numpy as np
 from .. import hw
 from ..io import read_npz
 from . import hw_probe
-from .numerics_evidence import DATA_DIR
+from .numerics_evidence import DATA_DIR, row
 
 REGEN = "python -m simulator.device.hw_probe --out DIR` on a GPU, then copy DIR's hw_* files"
-
-
-def _row(check, cases, mismatches):
-    return {"check": check, "cases": int(cases), "mismatches": int(mismatches), "detail": ""}
 
 
 def check_layouts(rec: dict) -> list[dict]:
@@ -23,10 +19,10 @@ def check_layouts(rec: dict) -> list[dict]:
     for fmt, k in (("bf16", 16), ("e4m3", 32)):
         for n in range(8, 257, 8):
             lay = hw.accumulator_layout(f"m64n{n}k{k}")
-            row, col = rec[f"ss_{fmt}_n{n}_row"], rec[f"ss_{fmt}_n{n}_col"]
-            bad += np.count_nonzero((row != lay.row) | (col != lay.col))
-            total += row.size
-    return [_row("wgmma accumulator layouts, 64 shapes (thread, register)", total, bad)]
+            rows, cols = rec[f"ss_{fmt}_n{n}_row"], rec[f"ss_{fmt}_n{n}_col"]
+            bad += np.count_nonzero((rows != lay.row) | (cols != lay.col))
+            total += rows.size
+    return [row("wgmma accumulator layouts, 64 shapes (thread, register)", total, bad)]
 
 
 def check_shuffles(rec: dict) -> list[dict]:
@@ -38,7 +34,7 @@ def check_shuffles(rec: dict) -> list[dict]:
         for variant in ("", "_diverged"):
             d, p = rec[f"{mode}{variant}_d"], rec[f"{mode}{variant}_p"]
             bad = np.count_nonzero((d != de) & active) + np.count_nonzero((p != pe) & active)
-            rows.append(_row(f"shfl.sync.{mode}{variant} (active lanes, value + predicate)",
+            rows.append(row(f"shfl.sync.{mode}{variant} (active lanes, value + predicate)",
                              2 * np.count_nonzero(active), bad))
     return rows
 
@@ -58,7 +54,7 @@ def check_reductions(rec: dict) -> list[dict]:
                         bad += per_block * int(np.count_nonzero(
                             np.any(hw_probe.block_digests(got) != digests, axis=-1)))
                         total += got.size
-    return [_row("thread_reduce + quad allreduce (sum, max; ftz and not), by digest", total,
+    return [row("thread_reduce + quad allreduce (sum, max; ftz and not), by digest", total,
                  bad)]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..mma.cases import mma_block
 from ..mma.instructions import EXACT, params_for
 from ..mma.probes import PROBES, emulate_probe
-from .numerics_evidence import DATA_DIR, digest
+from .numerics_evidence import DATA_DIR, digest, row
 
 REPORT = DATA_DIR / "mma_report.json"
 DIGESTS = DATA_DIR / "mma_digests.npz"
@@ -53,11 +53,10 @@ def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dic
         if digest(emu) != digests[name][blk].tobytes():
             bad_blocks.append(blk)
     note = "" if (kind, fmt) in EXACT else " [model known inexact]"
-    rows.append({"check": f"{name} raw head{note}", "cases": int(digests[f'{name}_head'].size),
-                 "mismatches": head_bad, "detail": ""})
-    rows.append({"check": f"{name} digests of {blocks} blocks{note}",
-                 "cases": blocks * tiles * m * n, "mismatches": len(bad_blocks) * tiles * m * n,
-                 "detail": f"blocks with differing digest: {bad_blocks}" if bad_blocks else ""})
+    rows.append(row(f"{name} raw head{note}", digests[f"{name}_head"].size, head_bad))
+    rows.append(row(f"{name} digests of {blocks} blocks{note}", blocks * tiles * m * n,
+                    len(bad_blocks) * tiles * m * n,
+                    f"blocks with differing digest: {bad_blocks}" if bad_blocks else ""))
     return rows
 
 

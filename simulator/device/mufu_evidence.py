@@ -132,6 +132,7 @@ def check_all(quick: bool = False) -> list[dict]:
     exhaustive-digest chunks (its edges; a subset when ``quick``), against the emulator."""
     from ..io import read_npz
     from ..numerics import mufu
+    from .numerics_evidence import row
 
     regen = "python -m simulator calibrate"
     samples, digests = read_npz(SAMPLES, regen), read_npz(DIGESTS, regen)
@@ -141,15 +142,14 @@ def check_all(quick: bool = False) -> list[dict]:
         if quick:
             x, dev = x[: 1 << 16], dev[: 1 << 16]
         emu = mufu.FORMS[form](x.view(np.float32)).view(np.uint32)
-        rows.append({"check": f"{form} recorded samples", "cases": int(x.size),
-                     "mismatches": int(np.count_nonzero(emu != dev)), "detail": ""})
+        rows.append(row(f"{form} recorded samples", x.size, np.count_nonzero(emu != dev)))
         if form in SAME_AS:
             continue
         chunks = edge_chunks(form)[: 2 if quick else None]
         bad = [c for c in chunks
                if digest(mufu.FORMS[form](chunk_inputs(c).view(np.float32)).view(np.uint32))
                != digests[form][c].tobytes()]
-        rows.append({"check": f"{form} over {len(chunks)} chunks x 2^20 (digests)",
-                     "cases": len(chunks) * CHUNK, "mismatches": len(bad) * CHUNK,
-                     "detail": f"chunks with differing digest: {[hex(c) for c in bad]}" if bad else ""})
+        rows.append(row(f"{form} over {len(chunks)} chunks x 2^20 (digests)", len(chunks) * CHUNK,
+                        len(bad) * CHUNK,
+                        f"chunks with differing digest: {[hex(c) for c in bad]}" if bad else ""))
     return rows

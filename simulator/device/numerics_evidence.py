@@ -112,7 +112,8 @@ def load_recorded() -> tuple[dict, dict, dict]:
     return read_json(REPORT, regen), read_npz(DIGESTS, regen), read_npz(SAMPLES, regen)
 
 
-def _row(name: str, cases: int, mismatches: int, detail: str = "") -> dict:
+def row(name: str, cases: int, mismatches: int, detail: str = "") -> dict:
+    """One result row of ``verify``: check name, cases compared, mismatching cases, detail."""
     return {"check": name, "cases": int(cases), "mismatches": int(mismatches), "detail": detail}
 
 
@@ -124,16 +125,16 @@ def check_widen_and_pack(samples: dict) -> list[dict]:
     codes = np.arange(1 << 16, dtype=np.uint16)
     for fmt in ("bf16", "f16"):
         emu = to_float32(codes.view(FORMATS[fmt].dtype)).view(np.uint32)
-        rows.append(_row(f"cvt.f32.{fmt} (all 2^16)", len(codes),
+        rows.append(row(f"cvt.f32.{fmt} (all 2^16)", len(codes),
                          np.count_nonzero(emu != samples[f"widen_{fmt}"])))
     for fmt in ("e4m3", "e5m2"):
         hi = to_float32((codes >> 8).astype(np.uint8).view(FORMATS[fmt].dtype)).view(np.uint32)
         lo = to_float32((codes & 0xFF).astype(np.uint8).view(FORMATS[fmt].dtype)).view(np.uint32)
         bad = (hi != samples[f"widen_{fmt}_hi"]) | (lo != samples[f"widen_{fmt}_lo"])
-        rows.append(_row(f"cvt.rn.f16x2.{fmt}x2 -> f32 (all 2^16)", len(codes), np.count_nonzero(bad)))
+        rows.append(row(f"cvt.rn.f16x2.{fmt}x2 -> f32 (all 2^16)", len(codes), np.count_nonzero(bad)))
     for fmt in ("bf16", "f16", "e4m3", "e5m2"):
         emu = convert_x2(samples["pack_a"], samples["pack_b"], fmt).astype(np.uint32)
-        rows.append(_row(f"{fmt}x2 packing order", len(emu),
+        rows.append(row(f"{fmt}x2 packing order", len(emu),
                          np.count_nonzero(emu != samples[f"pack_{fmt}x2"])))
     return rows
 
@@ -151,8 +152,8 @@ def check_arithmetic(digests: dict, samples: dict, blocks: int = 4) -> list[dict
                       if digest(emu0 if b == 0 else emulate_variant(variant, b)) != recorded[b].tobytes()]
         detail = (f"blocks with differing digest: {bad_blocks} (if simulator/numerics/cases.py "
                   "changed, the recorded blocks no longer match it)") if bad_blocks else ""
-        rows.append(_row(f"{variant} raw head of block 0", len(head), raw_bad))
-        rows.append(_row(f"{variant} digests of {n} blocks x 2^20", n * BLOCK_SIZE,
+        rows.append(row(f"{variant} raw head of block 0", len(head), raw_bad))
+        rows.append(row(f"{variant} digests of {n} blocks x 2^20", n * BLOCK_SIZE,
                          len(bad_blocks) * BLOCK_SIZE, detail))
     return rows
 
@@ -165,7 +166,7 @@ def check_conversions(digests: dict, chunks: list[int]) -> list[dict]:
         bad = [k for k in chunks
                if digest(emulate_conversion(name, k * CHUNK, CHUNK)) != recorded[k].tobytes()]
         detail = f"chunks with differing digest: {[hex(k * CHUNK) for k in bad]}" if bad else ""
-        rows.append(_row(f"cvt {name} over {len(chunks)} chunks x 2^20", len(chunks) * CHUNK,
+        rows.append(row(f"cvt {name} over {len(chunks)} chunks x 2^20", len(chunks) * CHUNK,
                          len(bad) * CHUNK, detail))
     return rows
 
