@@ -192,3 +192,34 @@ def test_all_zero_operands_give_signed_zero():
     minus = np.full((64, 8), -0.0, np.float32)
     assert np.all(mma.wgmma("m64n8k16.f32.bf16.bf16", a, neg_b, minus).view(np.uint32) == 0x80000000)
     assert np.all(mma.wgmma("m64n8k16.f32.bf16.bf16", a, b, minus).view(np.uint32) == 0)
+
+
+def _rz_exact(x: float, bits: int) -> float:
+    """Round toward zero to ``bits`` significant bits with float32's range, by exact rationals."""
+    from fractions import Fraction
+
+    if x == 0:
+        return x
+    f = abs(Fraction(x))
+    e = max(f.numerator.bit_length() - f.denominator.bit_length(), -200)
+    while Fraction(2) ** e > f:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= f:
+        e += 1
+    q = Fraction(2) ** (max(e, -126) - (bits - 1))
+    r = (f // q) * q
+    if r >= Fraction(2) ** 128:
+        return np.copysign(np.inf, x)
+    return float(np.copysign(float(r), x))
+
+
+@pytest.mark.parametrize("bits", [24, 14])
+def test_round_toward_zero_matches_exact_definition(bits):
+    rng = np.random.default_rng(7)
+    x = np.concatenate([
+        rng.standard_normal(2000) * 2.0 ** rng.integers(-160, 130, 2000),
+        [2.0**-126, -(2.0**-126) * (1 - 2.0**-40), 2.0**-149 * 1.5, 2.0**-150, 2.0**128,
+         2.0**128 * (1 - 2.0**-40), -(2.0**127) * 1.9999999999, 0.0, -0.0]])
+    got = fused.round_to_float32(x, "rz", bits)
+    want = np.array([_rz_exact(float(v), bits) for v in x], dtype=np.float32)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -71,19 +71,34 @@ def round_to_float32(x: np.ndarray, mode: str, bits: int = 24) -> np.ndarray:
     applies). Magnitudes of 2^128 and above give +-inf in both modes.
     """
     x = np.asarray(x, dtype=np.float64)
+    if mode == "rz":
+        return _rz_to_float32(x, bits)
     if bits < 24:
         e = np.where(x == 0, 0, _floor_log2(np.where(x == 0, 1.0, x)))
         q = np.ldexp(1.0, np.maximum(e, -126) - (bits - 1))
         with np.errstate(invalid="ignore"):
             scaled = x / q
-            x = (np.trunc(scaled) if mode == "rz" else np.rint(scaled)) * q
+            x = np.rint(scaled) * q
     with np.errstate(over="ignore", invalid="ignore"):
-        r = x.astype(np.float32)
-    if mode == "rz":
-        too_big = np.abs(r.astype(np.float64)) > np.abs(x)
-        # truncation inside the float32 range; a sum of 2^128 or more still overflows to inf
-        # (measured: bf16 dot products beyond float32's range give +-inf on the H200)
-        r = np.where(too_big & (np.abs(x) < 2.0**128), np.nextafter(r, np.float32(0)), r)
+        return x.astype(np.float32)  # nearest even; 2^128 and above overflow to +-inf
+
+
+def _rz_to_float32(x: np.ndarray, bits: int) -> np.ndarray:
+    """Round toward zero to ``bits`` significant bits, as float32 (see round_to_float32).
+
+    Inside float32's normal range, truncation is clearing the low 53 - bits significand bits of
+    the float64 (the cast to float32 is then exact); a cleared value of 2^128 or more casts to
+    +-inf (measured: bf16 dot products beyond float32's range give +-inf on the H200). Values
+    below 2^-126 are cut at the quantum 2^(-126 - (bits - 1)) (2^-149 for 24 bits). NaN and inf pass
+    through (their payload is made canonical by the callers).
+    """
+    cleared = (x.view(np.uint64) & np.uint64(~((1 << (53 - bits)) - 1) & 0xFFFFFFFFFFFFFFFF))
+    with np.errstate(over="ignore"):
+        r = np.where(np.isfinite(x), cleared.view(np.float64), x).astype(np.float32)
+    tiny = (np.abs(x) < 2.0**-126) & (x != 0)
+    if tiny.any():
+        q = 2.0 ** (-126 - (bits - 1))
+        r[tiny] = (np.trunc(x[tiny] / q) * q).astype(np.float32)  # exact: a multiple of q
     return r
 
 
@@ -205,19 +220,32 @@ def _fix_special(d, total, a, b, c, fin_a, fin_b):
     sum is -0 only when every term is -0 (IEEE sums of signed zeros).
     """
     special = ~fin_a.all(axis=-1)[:, :, None] | ~fin_b.all(axis=-2)[:, None, :] | ~np.isfinite(c)
-    candidates = special | ((total == 0) & np.signbit(c))
-    if not candidates.any():
-        return d
-    r, i, j = np.nonzero(candidates)
-    with np.errstate(invalid="ignore"):  # inf * 0 and inf - inf give NaN, as on the device
-        prods = a[r, i, :] * b[r, :, j]                      # [S, K] exact products
-        cs = c[r, i, j].astype(np.float64)
-        ieee = (prods.sum(axis=-1) + cs).astype(np.float32)
-    all_neg_zero = (np.all((prods == 0) & np.signbit(prods), axis=-1) & (cs == 0) & np.signbit(cs))
-    d = d.copy()
-    d[r, i, j] = np.where(special[r, i, j], ieee,
-                          np.where(all_neg_zero, np.float32(-0.0), d[r, i, j]))
+    neg_zero_c = (total == 0) & (c == 0) & np.signbit(c) & ~special
+    if neg_zero_c.any():
+        d = np.where(neg_zero_c & _all_products_neg_zero(a, b), np.float32(-0.0), d)
+    if special.any():
+        r, i, j = np.nonzero(special)
+        with np.errstate(invalid="ignore"):  # inf * 0 and inf - inf give NaN, as on the device
+            prods = a[r, i, :] * b[r, :, j]                      # [S, K] exact products
+            ieee = (prods.sum(axis=-1) + c[r, i, j].astype(np.float64)).astype(np.float32)
+        d = d.copy()
+        d[r, i, j] = ieee
     return d
+
+
+def _all_products_neg_zero(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """bool [R, M, N]: every product a[r, m, k] * b[r, k, n] (finite operands) is -0.
+
+    That is: no product is nonzero, and no k has operands of the same sign bit. Both counts are
+    matrix products of 0/1 indicators (exact in float32: at most 2 K), so this costs three small
+    BLAS calls rather than a pass per K term.
+    """
+    f32 = np.float32
+    sa, sb = np.signbit(a), np.signbit(b)
+    count = np.matmul((a != 0).astype(f32), (b != 0).astype(f32))
+    count += np.matmul(sa.astype(f32), sb.astype(f32))
+    count += np.matmul((~sa).astype(f32), (~sb).astype(f32))
+    return count == 0
 
 
 def _fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
