@@ -188,11 +188,13 @@ def _tile_sum(a: np.ndarray, b: np.ndarray, ea: np.ndarray, eb: np.ndarray, c64:
               frac_bits: int) -> np.ndarray:
     """Exact sum of the truncated terms of one tile: a [R, M, K], b [R, K, N], ea/eb their
     int16 exponents, c64 [R, M, N] finite-or-not accumulator; returns float64 [R, M, N]."""
-    k = a.shape[-1]
+    # K terms whose products are all zero in this tile add nothing to E or to the sum: skip
+    # them (FlashAttention's P V has whole zero columns of P beyond seqlen_k or under masks)
+    live = np.flatnonzero((a != 0).any(axis=-2).any(axis=0) & (b != 0).any(axis=-1).any(axis=0))
     c_ok = (c64 != 0) & np.isfinite(c64)
     big_e = np.where(c_ok, _floor_log2(np.where(c_ok, c64, 1.0)), _NO_EXP).astype(np.int16)
     tmp_e = np.empty_like(big_e)
-    for kk in range(k):  # K is 16 or 32: the terms of one fused step
+    for kk in live:  # at most K = 16 or 32: the terms of one fused step
         np.add(ea[..., :, kk, None], eb[..., kk, None, :], out=tmp_e)
         np.maximum(big_e, tmp_e, out=big_e)
     big_e[big_e < _NO_EXP // 2] = 0  # no nonzero finite term at all: any scale works
@@ -202,7 +204,7 @@ def _tile_sum(a: np.ndarray, b: np.ndarray, ea: np.ndarray, eb: np.ndarray, c64:
     total *= scale
     np.trunc(total, out=total)
     term = np.empty_like(total)
-    for kk in range(k):
+    for kk in live:
         np.multiply(a[..., :, kk, None], b[..., kk, None, :], out=term)  # exact product
         term *= scale
         np.trunc(term, out=term)
