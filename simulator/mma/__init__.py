@@ -165,8 +165,8 @@ def mma_sync(shape: str, A, B, C=None) -> np.ndarray:
             ``"m16n8k32.f32.e4m3.e4m3.f32"`` or ``"m16n8k32.f32.e5m2.e5m2.f32"``.
         A: [..., 16, K]; B: [..., K, 8]; C: [..., 16, 8] float32 or None.
     Returns:
-        D: float32 [..., 16, 8]. For the fp8 shapes the model is not exact on data whose
-        products span many binades (``parse(...).exact`` is False; see docs/mma.md).
+        D: float32 [..., 16, 8]. The fp8 shapes run as two chained 16-product steps split by
+        k % 4 (docs/mma.md, "FP8 through mma.sync"), C added last with round-to-nearest.
     Raises:
         ValueError, TypeError: as for :func:`wgmma`.
     """

@@ -39,6 +39,10 @@ class FusedDotAdd:
         c_round: rounding of the separate ``+ c`` when ``c_in_sum`` is False.
         k_chunk: when set, K is processed in consecutive chunks of this size, each a fused
             dot-add whose C is the previous chunk's float32 result (0 = one fused step).
+        k_steps: when set, the K positions of each sequential fused step, in order (overrides
+            ``k_chunk``): step s sums the products at positions ``k_steps[s]`` with the previous
+            step's float32 result as its accumulator. FP8 mma.sync m16n8k32 on sm_90 is two
+            steps, k % 4 in {0, 1} then k % 4 in {2, 3} (docs/mma.md).
     """
 
     frac_bits: int = 25
@@ -50,6 +54,7 @@ class FusedDotAdd:
     subnormal_inputs: str = "keep"
     k_chunk: int = 0
     c_round: str = "rn"
+    k_steps: tuple[tuple[int, ...], ...] = ()
 
 
 def _floor_log2(x: np.ndarray) -> np.ndarray:
@@ -121,11 +126,27 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
             d = round_to_float32(s.astype(np.float64) + np.asarray(c, dtype=np.float64), p.c_round)
         return _canonical_nan(d)
     k = a.shape[-1]
-    if p.k_chunk and p.k_chunk < k:
+    steps = _k_steps(p, k)
+    if len(steps) > 1:
         d = np.asarray(c, dtype=np.float32)
-        for k0 in range(0, k, p.k_chunk):  # the hardware's sequential steps, a handful
-            d = _fused_step(a[..., k0:k0 + p.k_chunk], b[..., k0:k0 + p.k_chunk, :], d, p)
+        for idx in steps:  # the hardware's sequential steps, a handful
+            d = _one_step(a[..., idx], b[..., idx, :], d, p)
         return d
+    return _one_step(a, b, c, p)
+
+
+def _k_steps(p: FusedDotAdd, k: int) -> list:
+    """Index lists (or slices) of K positions, one per sequential fused step."""
+    if p.k_steps:
+        if sorted(i for step in p.k_steps for i in step) != list(range(k)):
+            raise ValueError(f"k_steps {p.k_steps} do not cover K = {k} positions exactly once")
+        return [list(step) for step in p.k_steps]
+    if p.k_chunk and p.k_chunk < k:
+        return [slice(k0, k0 + p.k_chunk) for k0 in range(0, k, p.k_chunk)]
+    return [slice(0, k)]
+
+
+def _one_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
     if p.product_exponent == "sum" and p.subnormal_inputs == "keep":
         return _fused_step_fast(a, b, c, p)
     return _fused_step(a, b, c, p)

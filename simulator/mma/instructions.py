@@ -9,10 +9,11 @@ The parameters were fitted to, and then validated against, H200 outputs recorded
   the sum truncated (RZ) to float32; a sum of 2^128 or more gives +-inf.
 * e4m3 / e5m2 inputs through wgmma m64nNk32: the same with 13 bits below 2^E and the result
   truncated to 14 significant bits: C itself loses all but 14 bits at every instruction.
-* e4m3 / e5m2 through mma.sync m16n8k32 (not used by FlashAttention-3's sm_90 kernels):
-  the products are summed first and C is added after with round-to-nearest; how the product
-  sum is formed when its terms span many binades is not resolved (see docs/mma.md): the
-  model below is exact on narrow-range data and off by an ulp or two on wide-range data.
+* e4m3 / e5m2 through mma.sync m16n8k32 (not used by FlashAttention-3's sm_90 kernels): two
+  chained f16-style steps of 16 products each, split by byte position in the 4-byte operand
+  registers (k % 4 in {0, 1}, then k % 4 in {2, 3}), each the f16 fused dot-add (25 bits, RZ;
+  exponents floored at f16's emin, -14), the first from a +0 accumulator; C is added last by a
+  separate round-to-nearest float32 add (docs/mma.md, "FP8 through mma.sync").
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ EMIN = {"bf16": -126, "f16": -14, "e4m3": -6, "e5m2": -14}
 
 _HALF = dict(frac_bits=25, out_bits=24, out_round="rz", product_exponent="sum")
 _FP8_WGMMA = dict(frac_bits=13, out_bits=14, out_round="rz", product_exponent="sum")
+# K positions of the two steps: bytes 0-1 then bytes 2-3 of every 4-byte fp8x4 register
+FP8_MMA_SYNC_STEPS = (tuple(k for k in range(32) if k % 4 < 2), tuple(k for k in range(32) if k % 4 >= 2))
 _FP8_MMA_SYNC = dict(frac_bits=25, out_bits=24, out_round="rz", product_exponent="sum",
-                     c_in_sum=False, c_round="rn")
+                     c_in_sum=False, c_round="rn", k_steps=FP8_MMA_SYNC_STEPS)
+# the FP8 mma.sync steps behave as f16 ones: operand exponents floored at f16's emin
+_EMIN_MMA_SYNC_FP8 = -14
 
 PARAMS: dict[tuple[str, str], FusedDotAdd] = {
-    (kind, fmt): FusedDotAdd(emin=EMIN[fmt], **cfg)
+    (kind, fmt): FusedDotAdd(emin=_EMIN_MMA_SYNC_FP8 if cfg is _FP8_MMA_SYNC else EMIN[fmt], **cfg)
     for kind in ("mma_sync", "wgmma")
     for fmt, cfg in (("bf16", _HALF), ("f16", _HALF),
                      ("e4m3", _FP8_WGMMA if kind == "wgmma" else _FP8_MMA_SYNC),
@@ -35,7 +40,7 @@ PARAMS: dict[tuple[str, str], FusedDotAdd] = {
 }
 
 #: families whose model reproduced every recorded device output
-EXACT = {key for key in PARAMS if key not in {("mma_sync", "e4m3"), ("mma_sync", "e5m2")}}
+EXACT = set(PARAMS)
 
 
 def params_for(kind: str, fmt: str) -> FusedDotAdd:
