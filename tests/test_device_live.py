@@ -16,3 +16,14 @@ def test_live_numerics_sweep_small(tmp_path):
     report = json.loads((tmp_path / "numerics_report.json").read_text())
     assert report["total_mismatches"] == 0, report
     assert rc == 0
+
+
+def test_live_emulator_matches_device_on_drawn_cases():
+    """hypothesis drives the device check itself, with the project's example database: inputs
+    that disagreed before (stored under simulator.device.hypothesis_replay.device_check's key,
+    shared with ``python -m simulator.device.hypothesis_replay --database``) replay first."""
+    from hypothesis import settings
+
+    from simulator.device import hypothesis_replay as hr
+
+    hr.device_property(settings.default.database, max(10, settings.default.max_examples // 4))()

@@ -1,113 +1,410 @@
 """Emulator against device on hypothesis-drawn attention inputs (issue "property tests").
 
-    python -m simulator.device.hypothesis_replay --out DIR [--generate N]
+    python -m simulator.device.hypothesis_replay --out DIR [--cases N] [--workers W] [--seed S]
+    python -m simulator.device.hypothesis_replay --out DIR --database DB [--cases N]
 
-Cases come from :func:`simulator.strategies.attention_inputs` (block parameters restricted to
-:data:`CONFIGS` so that a few NVRTC modules serve every case): ``--generate N`` draws N of them,
-derandomised, so the same N cases come every run. Each case runs on the GPU and, in parallel on
-the host's CPUs, through the emulator; every case whose bits differ is written, inputs and
-device bits, to ``DIR/replay_disagreements.npz`` as a new golden, and
-``DIR/replay_report.json`` gets the counts and provenance.
+Cases come from :func:`replay_cases` (:func:`simulator.strategies.attention_inputs` with the
+block parameters restricted to :data:`CONFIGS`, so that 36 NVRTC modules serve every case).
+
+Deep run (default): ``N`` cases are drawn in ``W`` shards, shard ``i`` by hypothesis with seed
+``S + i``, each in its own forked process that also runs the emulator on its cases; the parent
+runs every case on the GPU as the shards stream them in and compares the bits of O and LSE.
+Every disagreeing case (inputs and device bits) goes to ``DIR/replay_disagreements.npz`` as a
+new golden; a sample of agreeing cases, inputs and device bits, goes to
+``DIR/replay_sample.npz`` (CI replays it through the emulator without a GPU); the counts,
+timings, the distribution of what was drawn and provenance go to ``DIR/replay_report.json``.
+
+Database replay (``--database DB``): the cases are run in this process by hypothesis itself,
+with the example database ``DB``: the examples stored there for :func:`device_check` (inputs
+that disagreed before, found by this script or by ``tests/test_device_live.py``) are replayed
+first, then up to ``N`` new ones drawn; a disagreement is shrunk, saved in ``DB`` and, with
+every disagreeing input seen on the way, written to ``DIR/replay_disagreements.npz``.
+Hypothesis keys its database per test function, so only examples stored for this check are
+replayed: the CPU property tests' stored examples belong to their own tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import multiprocessing as mp
 import os
+import queue as queue_mod
 import sys
 import time
+from collections import Counter
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from .. import flash
 from .. import strategies as sst
 from ..io import save_npz_atomic, write_json_atomic
-from .forward import KERNEL, forward, make_launch_config
+from .forward import KERNEL, forward, kernel_options
 from .forward_goldens import precompile_options
-from .runtime import device_info, source_sha256
+from .runtime import device_info, require_gpu, source_sha256
 
 #: (kblock_m, kblock_n, schedule) the replay draws from
 CONFIGS = [(128, 128, "intra_wg_overlap"), (64, 64, "plain"), (192, 96, "intra_wg_overlap")]
+FORMATS = ("bf16", "f16", "e4m3")
+HEAD_DIMS = (64, 128)
+MAX_SEQLEN = 200
+#: budget of the recorded sample of agreeing cases (raw bytes before compression)
+SAMPLE_BYTES = 6 << 20
+SAMPLE_MAX_ELEMENTS = 48_000  # q + k + v elements of one sampled case
+SAMPLE_STRIDE = 97            # every 97th case of a shard is a sampling candidate
 
 
 @st.composite
 def replay_cases(draw):
-    dtype = draw(st.sampled_from(["bf16", "f16", "e4m3"]))
-    case = draw(sst.attention_inputs(dtype=dtype, max_seqlen=200, head_dims=(64, 128)))
+    """An :class:`simulator.strategies.AttentionCase` in one of :data:`FORMATS`, head_dim in
+    :data:`HEAD_DIMS`, sequence lengths up to :data:`MAX_SEQLEN` and block parameters from
+    :data:`CONFIGS`."""
+    dtype = draw(st.sampled_from(list(FORMATS)))
+    case = draw(sst.attention_inputs(dtype=dtype, max_seqlen=MAX_SEQLEN, head_dims=HEAD_DIMS))
     km, kn, sched = draw(st.sampled_from(CONFIGS))
     case.kwargs.update(kblock_m=km, kblock_n=kn, schedule=sched)
     return case
 
 
-def collect(n: int):
-    """``n`` drawn cases as (q, k, v, kwargs) tuples (derandomised: the same every run)."""
+def all_kernel_options() -> list[tuple[str, ...]]:
+    """NVRTC option sets of every kernel configuration :func:`replay_cases` can draw (36)."""
+    return sorted({kernel_options(fmt, d, km, kn, softcap, sched)
+                   for fmt in FORMATS for d in HEAD_DIMS for km, kn, sched in CONFIGS
+                   for softcap in (False, True)})
+
+
+def collect(n: int, seed_value: int | None = None):
+    """``n`` drawn cases as (q, k, v, kwargs) tuples: derandomised (the same every run with
+    the same hypothesis version) when ``seed_value`` is None, else drawn with that seed."""
     cases = []
 
     def record(case):
         cases.append((case.q, case.k, case.v, dict(case.kwargs)))
 
     if n:
-        settings(database=None, derandomize=True, max_examples=n, phases=[Phase.generate],
-                 deadline=None, suppress_health_check=list(HealthCheck))(given(replay_cases())(record))()
+        _run_hypothesis(record, n, seed_value)
     return cases
 
 
-_SHARED: dict = {}
+def _run_hypothesis(body, n: int, seed_value: int | None) -> None:
+    test = given(replay_cases())(body)
+    if seed_value is not None:
+        test = seed(seed_value)(test)
+    settings(database=None, derandomize=seed_value is None, max_examples=n,
+             phases=[Phase.generate], deadline=None, suppress_health_check=list(HealthCheck))(test)()
 
 
-def _emulate(i: int):
-    q, k, v, kw = _SHARED["cases"][i]
-    out, lse = flash.forward(q, k, v, **kw)
-    return i, np.ascontiguousarray(out).view(np.uint16), np.ascontiguousarray(lse).view(np.uint32)
+# --- bits, digests and (de)serialisation of cases -------------------------------------------
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x)
+    return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[x.itemsize])
+
+
+def result_bits(out, lse) -> tuple[np.ndarray, np.ndarray]:
+    """(O bits, LSE bits) of one forward result, for exact comparison."""
+    return _bits(out), _bits(lse)
+
+
+def case_digest(q, k, v, kwargs: dict) -> str:
+    """BLAKE2b-128 hex digest of a case's input bits and keyword arguments."""
+    h = hashlib.blake2b(digest_size=16)
+    for x in (q, k, v):
+        h.update(str(x.dtype).encode() + str(x.shape).encode() + _bits(x).tobytes())
+    h.update(json.dumps(kwargs_to_json(kwargs), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def kwargs_to_json(kwargs: dict) -> dict:
+    """Forward keyword arguments as JSON values (arrays as lists, float32 scalars as floats:
+    exact, a float32 is a float64)."""
+    out = {}
+    for key, val in kwargs.items():
+        if isinstance(val, np.ndarray):
+            out[key] = val.tolist()
+        elif isinstance(val, np.floating):
+            out[key] = float(val)
+        elif isinstance(val, tuple):
+            out[key] = list(val)
+        else:
+            out[key] = val
+    return out
+
+
+def kwargs_from_json(obj: dict) -> dict:
+    """Inverse of :func:`kwargs_to_json`: the exact keyword arguments the case was run with."""
+    kw = dict(obj)
+    if "seqlens_k" in kw:
+        kw["seqlens_k"] = np.array(kw["seqlens_k"], dtype=np.int64)
+    if "window" in kw:
+        kw["window"] = tuple(kw["window"])
+    for name in ("q_descale", "k_descale", "v_descale"):
+        if name in kw:
+            kw[name] = np.float32(kw[name])
+    return kw
+
+
+def pack_cases(cases: list[dict]) -> tuple[dict[str, np.ndarray], list[dict]]:
+    """Arrays (``c{j}__q`` ... bits) and JSON metadata for recorded cases, each a dict with
+    q, k, v, kwargs, out, lse (device results) and optional extra JSON fields."""
+    arrays, meta = {}, []
+    for j, c in enumerate(cases):
+        for name in ("q", "k", "v"):
+            arrays[f"c{j}__{name}"] = _bits(c[name])
+        arrays[f"c{j}__out"], arrays[f"c{j}__lse"] = result_bits(c["out"], c["lse"])
+        meta.append({"dtype": str(c["q"].dtype), "kwargs": kwargs_to_json(c["kwargs"]),
+                     **{k: v for k, v in c.items()
+                        if k not in ("q", "k", "v", "kwargs", "out", "lse")}})
+    return arrays, meta
+
+
+def unpack_cases(arrays, meta: list[dict]) -> list[dict]:
+    """Inverse of :func:`pack_cases`: q, k, v in their dtypes, kwargs, device O / LSE bits."""
+    dtypes = {str(np.dtype(t)): np.dtype(t) for t in sst.DTYPES.values()}
+    cases = []
+    for j, m in enumerate(meta):
+        dt = dtypes[m["dtype"]]
+        case = {name: arrays[f"c{j}__{name}"].view(dt) for name in ("q", "k", "v")}
+        case.update(kwargs=kwargs_from_json(m["kwargs"]), out_bits=arrays[f"c{j}__out"],
+                    lse_bits=arrays[f"c{j}__lse"])
+        cases.append(case)
+    return cases
+
+
+def _describe(qkv, kw: dict) -> tuple[str, ...]:
+    """Labels counted in the report: what kind of case this was."""
+    q, k = qkv[0], qkv[1]
+    finite = all(np.isfinite(x.astype(np.float32)).all() for x in qkv)
+    mask = "causal" if kw.get("causal") else ("local" if "window" in kw else "none")
+    return (f"dtype={q.dtype}", f"head_dim={q.shape[-1]}",
+            f"blocks={kw['kblock_m']}x{kw['kblock_n']} {kw['schedule']}", f"mask={mask}",
+            f"softcap={'yes' if kw.get('softcap', 0) > 0 else 'no'}",
+            f"seqlens_k={'yes' if 'seqlens_k' in kw else 'no'}",
+            f"gqa={'yes' if q.shape[2] != k.shape[2] else 'no'}",
+            f"nonfinite_inputs={'no' if finite else 'yes'}")
+
+
+# --- the deep run: shards drawn and emulated in forked workers, the GPU in the parent -------
+
+def _warm_up_emulator() -> None:
+    x = np.zeros((1, 1, 1, 64), sst.DTYPES["bf16"])
+    flash.forward(x, x, x)
+
+
+def _emulate(q, k, v, kw):
+    try:
+        out, lse = flash.forward(q, k, v, **kw)
+        return (*result_bits(out, lse), "")
+    except (ValueError, TypeError) as exc:  # invalid drawn arguments: the device must agree
+        return None, None, f"{type(exc).__name__}: {exc}"
+
+
+def _shard_worker(shard: int, n: int, seed_value: int, out_queue) -> None:
+    """Draw ``n`` cases with hypothesis seed ``seed_value``, emulate each, stream them out."""
+    count = 0
+
+    def body(case):
+        nonlocal count
+        kw = dict(case.kwargs)
+        out_queue.put((shard, count, case.q, case.k, case.v, kw, *_emulate(case.q, case.k, case.v, kw)))
+        count += 1
+
+    try:
+        _run_hypothesis(body, n, seed_value)
+        out_queue.put((shard, None, count, ""))
+    except BaseException as exc:  # reported by the parent; the shard's cases so far still count
+        out_queue.put((shard, None, count, f"{type(exc).__name__}: {exc}"))
+
+
+def _device_bits(q, k, v, kw):
+    try:
+        return (*result_bits(*forward(q, k, v, **kw)), "")
+    except (ValueError, TypeError) as exc:
+        return None, None, f"{type(exc).__name__}: {exc}"
+
+
+def _agree(emu, dev) -> bool:
+    """Both rejected the arguments, or both gave identical O and LSE bits."""
+    (eo, el, ee), (do, dl, de) = emu, dev
+    if ee or de:
+        return bool(ee) and bool(de)
+    return np.array_equal(eo, do) and np.array_equal(el, dl)
+
+
+def run_deep(out_dir: str, cases: int, workers: int, seed0: int, time_limit: float = 0.0,
+             progress=print) -> dict:
+    """The deep run (module docstring); returns the report it writes. With ``time_limit`` > 0
+    (seconds), the run stops taking cases after that long, stops the workers and reports the
+    cases compared so far (``stopped_at_time_limit``)."""
+    t0 = time.time()
+    _warm_up_emulator()  # load the MUFU tables once: the forked workers share them
+    ctx = mp.get_context("fork")  # before any CUDA call in this process: workers never touch it
+    results = ctx.Queue(maxsize=8 * workers)
+    per = [cases // workers + (1 if i < cases % workers else 0) for i in range(workers)]
+    procs = [ctx.Process(target=_shard_worker, args=(i, per[i], seed0 + i, results), daemon=True)
+             for i in range(workers) if per[i]]
+    for p in procs:
+        p.start()
+    precompile_options(all_kernel_options(), max(2, workers // 2), progress)
+    t_compiled = time.time() - t0
+    labels: Counter = Counter()
+    bad, sample, shard_errors = [], [], {}
+    done, seen, rejected, sample_bytes = 0, 0, 0, 0
+    stopped = False
+    while done < len(procs):
+        if time_limit and time.time() - t0 > time_limit:
+            stopped = True
+            for p in procs:
+                p.terminate()
+            break
+        try:
+            item = results.get(timeout=900)
+        except queue_mod.Empty:
+            raise RuntimeError("no case arrived in 15 minutes: a shard worker hung") from None
+        if item[1] is None:
+            done += 1
+            if item[3]:
+                shard_errors[item[0]] = item[3]
+            continue
+        shard, idx, q, k, v, kw, *emu = item
+        dev = _device_bits(q, k, v, kw)
+        seen += 1
+        labels.update(_describe((q, k, v), kw))
+        rejected += bool(emu[2])
+        record = {"q": q, "k": k, "v": v, "kwargs": kw, "shard": shard, "index": idx,
+                  "seed": seed0 + shard, "input_digest": case_digest(q, k, v, kw)}
+        if not _agree(emu, dev):
+            bad.append({**record, "out": dev[0] if dev[0] is not None else np.zeros(0, np.uint16),
+                        "lse": dev[1] if dev[1] is not None else np.zeros(0, np.uint32),
+                        "device_error": dev[2], "emulator_error": emu[2]})
+        elif (not emu[2] and idx % SAMPLE_STRIDE == 0 and q.size + k.size + v.size <= SAMPLE_MAX_ELEMENTS
+              and sample_bytes < SAMPLE_BYTES):
+            sample.append({**record, "out": dev[0], "lse": dev[1]})
+            sample_bytes += q.nbytes + k.nbytes + v.nbytes + dev[0].nbytes + dev[1].nbytes
+        if seen % 5000 == 0:
+            progress(f"{seen} cases, {len(bad)} disagreements ({time.time() - t0:.0f} s)")
+    for p in procs:
+        p.join(timeout=60)
+    os.makedirs(out_dir, exist_ok=True)
+    for name, recs in (("replay_disagreements", bad), ("replay_sample", sample)):
+        if recs:
+            arrays, meta = pack_cases(recs)
+            save_npz_atomic(os.path.join(out_dir, f"{name}.npz"), **arrays)
+            write_json_atomic(os.path.join(out_dir, f"{name}.json"), meta)
+    report = {
+        "device": device_info(), "kernel_sha256": source_sha256(KERNEL),
+        "mode": "deep", "cases": seen, "cases_asked": cases, "disagreements": len(bad),
+        "stopped_at_time_limit": stopped,
+        "rejected_by_both": rejected - sum(1 for b in bad if b["emulator_error"]),
+        "shards": len(procs), "seeds": [seed0, seed0 + len(procs) - 1],
+        "shard_errors": shard_errors, "sampled_cases": len(sample),
+        "strategy": {"formats": list(FORMATS), "head_dims": list(HEAD_DIMS),
+                     "max_seqlen": MAX_SEQLEN, "configs": [list(c) for c in CONFIGS]},
+        "drawn": dict(sorted(labels.items())),
+        "disagreeing": [{"input_digest": b["input_digest"], "kwargs": kwargs_to_json(b["kwargs"]),
+                         "device_error": b["device_error"], "emulator_error": b["emulator_error"]}
+                        for b in bad[:50]],
+        "hypothesis_version": _hypothesis_version(),
+        "compile_s": round(t_compiled, 1), "elapsed_s": round(time.time() - t0, 1)}
+    write_json_atomic(os.path.join(out_dir, "replay_report.json"), report)
+    progress(f"{seen} cases, {len(bad)} emulator/device disagreements ({time.time() - t0:.0f} s)")
+    return report
+
+
+def _hypothesis_version() -> str:
+    import hypothesis
+
+    return hypothesis.__version__
+
+
+# --- database replay: hypothesis drives the device check itself -----------------------------
+
+_FOUND: list[dict] = []  # disagreeing inputs seen by device_check in this process
+
+
+def device_check(case) -> None:
+    """Run one case on the GPU and in the emulator; raise AssertionError if the bits differ.
+
+    Every disagreeing input is appended to the module's record (written by ``--database``
+    runs). This one function is the test body of both the ``--database`` replay and the live
+    pytest property test, so both store and replay examples under the same database key.
+    """
+    kw = dict(case.kwargs)
+    emu = _emulate(case.q, case.k, case.v, kw)
+    dev = _device_bits(case.q, case.k, case.v, kw)
+    if not _agree(emu, dev):
+        digest = case_digest(case.q, case.k, case.v, kw)
+        if all(f["input_digest"] != digest for f in _FOUND):
+            _FOUND.append({"q": case.q, "k": case.k, "v": case.v, "kwargs": kw,
+                           "input_digest": digest,
+                           "out": dev[0] if dev[0] is not None else np.zeros(0, np.uint16),
+                           "lse": dev[1] if dev[1] is not None else np.zeros(0, np.uint32),
+                           "device_error": dev[2], "emulator_error": emu[2]})
+        raise AssertionError(f"emulator and device disagree on {case!r} "
+                             f"(emulator error {emu[2]!r}, device error {dev[2]!r})")
+
+
+def device_property(database, max_examples: int):
+    """The hypothesis test ``given(replay_cases())(device_check)`` with ``database`` (an
+    ExampleDatabase or None): stored examples are replayed first, failures shrunk and saved."""
+    return settings(database=database, max_examples=max_examples, deadline=None,
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+                    suppress_health_check=list(HealthCheck))(given(replay_cases())(device_check))
+
+
+def run_database(out_dir: str, db_dir: str, cases: int, progress=print) -> dict:
+    t0 = time.time()
+    precompile_options(all_kernel_options(), max(2, (os.cpu_count() or 4) // 2), progress)
+    failure = ""
+    try:
+        device_property(DirectoryBasedExampleDatabase(db_dir), max(1, cases))()
+    except AssertionError as exc:
+        failure = str(exc)[:2000]
+    os.makedirs(out_dir, exist_ok=True)
+    if _FOUND:
+        arrays, meta = pack_cases(_FOUND)
+        save_npz_atomic(os.path.join(out_dir, "replay_disagreements.npz"), **arrays)
+        write_json_atomic(os.path.join(out_dir, "replay_disagreements.json"), meta)
+    report = {"device": device_info(), "kernel_sha256": source_sha256(KERNEL), "mode": "database",
+              "database": os.path.abspath(db_dir), "max_examples": cases,
+              "disagreements": len(_FOUND), "shrunk_failure": failure,
+              "hypothesis_version": _hypothesis_version(), "elapsed_s": round(time.time() - t0, 1)}
+    write_json_atomic(os.path.join(out_dir, "replay_report.json"), report)
+    progress(f"database replay: {len(_FOUND)} disagreeing inputs ({time.time() - t0:.0f} s)")
+    return report
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulator.device.hypothesis_replay",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--generate", type=int, default=1000, help="cases to draw (default 1000)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 4)
+    ap.add_argument("--out", required=True, help="folder for the report and recorded cases")
+    ap.add_argument("--cases", "--generate", type=_positive, default=1000,
+                    help="cases to draw (default 1000)")
+    ap.add_argument("--workers", type=_positive, default=max(1, (os.cpu_count() or 2) - 1),
+                    help="shards drawn and emulated in parallel (default: CPUs - 1)")
+    ap.add_argument("--seed", type=int, default=0, help="hypothesis seed of shard 0 (default 0)")
+    ap.add_argument("--time-limit", type=float, default=0.0,
+                    help="deep run: stop after this many seconds and report what was compared")
+    ap.add_argument("--database", help="replay this hypothesis example database instead")
     args = ap.parse_args(argv)
-    t0 = time.time()
-    cases = collect(args.generate)
-    print(f"{len(cases)} cases collected ({time.time() - t0:.0f} s)", flush=True)
-    opts = sorted({make_launch_config(q, k, v, **kw).options for q, k, v, kw in cases})
-    precompile_options(opts, args.workers, lambda msg: print(msg, flush=True))
-    device_bits = []
-    for q, k, v, kw in cases:
-        out, lse = forward(q, k, v, **kw)
-        device_bits.append((np.ascontiguousarray(out).view(np.uint16),
-                            np.ascontiguousarray(lse).view(np.uint32)))
-    print(f"device done ({time.time() - t0:.0f} s)", flush=True)
-    _SHARED["cases"] = cases
-    with mp.get_context("fork").Pool(args.workers) as pool:
-        emulated = dict((i, (o, lse)) for i, o, lse in pool.imap_unordered(_emulate, range(len(cases))))
-    bad = [i for i in range(len(cases))
-           if not (np.array_equal(emulated[i][0], device_bits[i][0])
-                   and np.array_equal(emulated[i][1], device_bits[i][1]))]
-    arrays = {}
-    for j, i in enumerate(bad):
-        q, k, v, kw = cases[i]
-        arrays.update({f"c{j}__q": q.view(np.uint8 if q.itemsize == 1 else np.uint16),
-                       f"c{j}__k": k.view(np.uint8 if k.itemsize == 1 else np.uint16),
-                       f"c{j}__v": v.view(np.uint8 if v.itemsize == 1 else np.uint16),
-                       f"c{j}__out": device_bits[i][0], f"c{j}__lse": device_bits[i][1]})
-    os.makedirs(args.out, exist_ok=True)
-    if arrays:
-        save_npz_atomic(os.path.join(args.out, "replay_disagreements.npz"), **arrays)
-    write_json_atomic(os.path.join(args.out, "replay_report.json"), {
-        "device": device_info(), "kernel_sha256": source_sha256(KERNEL), "cases": len(cases),
-        "disagreements": len(bad),
-        "disagreeing_kwargs": [{k: str(v) for k, v in cases[i][3].items()} for i in bad[:50]],
-        "dtypes": {str(d): sum(1 for c in cases if str(c[0].dtype) == str(d))
-                   for d in {c[0].dtype for c in cases}},
-        "elapsed_s": round(time.time() - t0, 1)})
-    print(f"{len(cases)} cases, {len(bad)} emulator/device disagreements "
-          f"({time.time() - t0:.0f} s)", flush=True)
-    return 0 if not bad else 1
+    # fail fast; the CUDA driver initialised here is never used by the forked workers
+    require_gpu()
+    if args.database:
+        rep = run_database(args.out, args.database, args.cases)
+    else:
+        rep = run_deep(args.out, args.cases, args.workers, args.seed, args.time_limit)
+    return 0 if rep["disagreements"] == 0 and not rep.get("shard_errors") else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""The device replay of hypothesis-drawn cases, run here with the emulator standing in for the
+GPU (the real runs are recorded in simulator/data/device/hypothesis_replay_*; their sample is
+replayed by tests/test_regressions.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator import flash
+from simulator.device import hypothesis_replay as hr
+from simulator.device.forward import make_launch_config
+
+
+@pytest.fixture()
+def stand_in_device(monkeypatch):
+    """The emulator as the 'device', flipping one bit of O in the 3rd case it sees."""
+    seen = {"n": 0}
+
+    def device_bits(q, k, v, kw):
+        out, lse, err = hr._emulate(q, k, v, kw)
+        seen["n"] += 1
+        if seen["n"] == 3 and out is not None:
+            out = out.copy()
+            out.reshape(-1)[0] ^= 1
+        return out, lse, err
+
+    monkeypatch.setattr(hr, "_device_bits", device_bits)
+    monkeypatch.setattr(hr, "precompile_options", lambda *a, **k: None)
+    monkeypatch.setattr(hr, "device_info", lambda: {"gpu": "stand-in"})
+    return seen
+
+
+def test_deep_run_streams_shards_and_records_the_disagreement(tmp_path, stand_in_device):
+    rep = hr.run_deep(str(tmp_path), cases=12, workers=2, seed0=5, progress=lambda m: None)
+    assert rep["cases"] == 12 and rep["disagreements"] == 1 and not rep["shard_errors"]
+    assert sum(v for k, v in rep["drawn"].items() if k.startswith("dtype=")) == 12
+    meta = json.loads((tmp_path / "replay_disagreements.json").read_text())
+    golden = hr.unpack_cases(np.load(tmp_path / "replay_disagreements.npz"), meta)[0]
+    assert hr.case_digest(golden["q"], golden["k"], golden["v"], golden["kwargs"]) == meta[0]["input_digest"]
+    out, lse = flash.forward(golden["q"], golden["k"], golden["v"], **golden["kwargs"])
+    emu_out, emu_lse = hr.result_bits(out, lse)
+    assert np.count_nonzero(emu_out != golden["out_bits"]) == 1      # the flipped bit, no more
+    assert np.array_equal(emu_lse, golden["lse_bits"])
+
+
+def test_time_limit_stops_the_run(tmp_path, stand_in_device):
+    rep = hr.run_deep(str(tmp_path), cases=10_000, workers=2, seed0=0, time_limit=3.0,
+                      progress=lambda m: None)
+    assert rep["stopped_at_time_limit"] and 0 < rep["cases"] < 10_000
+
+
+def test_drawn_cases_use_precompiled_kernels_and_round_trip():
+    options = set(hr.all_kernel_options())
+    assert len(options) == 36
+    for q, k, v, kw in hr.collect(40):
+        assert make_launch_config(q, k, v, **kw).options in options
+        back = hr.kwargs_from_json(json.loads(json.dumps(hr.kwargs_to_json(kw))))
+        assert hr.case_digest(q, k, v, back) == hr.case_digest(q, k, v, kw)
+        for key, val in kw.items():
+            assert type(back[key]) is type(val) and np.array_equal(back[key], val), key
