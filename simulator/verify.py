@@ -10,7 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .device import forward_goldens, hw_evidence, mma_evidence, mufu_evidence, numerics_evidence
+from .device import (
+    forward_goldens,
+    hw_evidence,
+    mma_evidence,
+    mufu_evidence,
+    numerics_evidence,
+    replay_record,
+)
 from .errors import RecordedDataError
 
 #: topic name -> function(quick: bool) -> list of result rows
@@ -19,7 +26,7 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "mufu": lambda quick: mufu_evidence.check_all(quick=quick),
     "hw": lambda quick: hw_evidence.check_all(quick=quick),
     "mma": lambda quick: mma_evidence.check_all(quick=quick),
-    "forward": lambda quick: forward_goldens.check_all(quick=quick),
+    "forward": lambda quick: forward_goldens.check_all(quick=quick) + replay_record.check_sample(quick),
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from simulator import flash
 from simulator.device import hypothesis_replay as hr
+from simulator.device import replay_record as rr
 from simulator.device.forward import make_launch_config
 
 
@@ -38,10 +39,10 @@ def test_deep_run_streams_shards_and_records_the_disagreement(tmp_path, stand_in
     assert rep["cases"] == 12 and rep["disagreements"] == 1 and not rep["shard_errors"]
     assert sum(v for k, v in rep["drawn"].items() if k.startswith("dtype=")) == 12
     meta = json.loads((tmp_path / "replay_disagreements.json").read_text())
-    golden = hr.unpack_cases(np.load(tmp_path / "replay_disagreements.npz"), meta)[0]
-    assert hr.case_digest(golden["q"], golden["k"], golden["v"], golden["kwargs"]) == meta[0]["input_digest"]
+    golden = rr.unpack_cases(np.load(tmp_path / "replay_disagreements.npz"), meta)[0]
+    assert rr.case_digest(golden["q"], golden["k"], golden["v"], golden["kwargs"]) == meta[0]["input_digest"]
     out, lse = flash.forward(golden["q"], golden["k"], golden["v"], **golden["kwargs"])
-    emu_out, emu_lse = hr.result_bits(out, lse)
+    emu_out, emu_lse = rr.result_bits(out, lse)
     assert np.count_nonzero(emu_out != golden["out_bits"]) == 1      # the flipped bit, no more
     assert np.array_equal(emu_lse, golden["lse_bits"])
 
@@ -57,7 +58,7 @@ def test_drawn_cases_use_precompiled_kernels_and_round_trip():
     assert len(options) == 36
     for q, k, v, kw in hr.collect(40):
         assert make_launch_config(q, k, v, **kw).options in options
-        back = hr.kwargs_from_json(json.loads(json.dumps(hr.kwargs_to_json(kw))))
-        assert hr.case_digest(q, k, v, back) == hr.case_digest(q, k, v, kw)
+        back = rr.kwargs_from_json(json.loads(json.dumps(rr.kwargs_to_json(kw))))
+        assert rr.case_digest(q, k, v, back) == rr.case_digest(q, k, v, kw)
         for key, val in kw.items():
             assert type(back[key]) is type(val) and np.array_equal(back[key], val), key

@@ -242,3 +242,28 @@ def test_round_toward_zero_matches_exact_definition(bits):
     got = fused.round_to_float32(x, "rz", bits)
     want = np.array([_rz_exact(float(v), bits) for v in x], dtype=np.float32)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_mma_sync_sweep_replays_device_bits(fmt):
+    """The H200 sweep (every ordered K pair, triples, signed zeros; 1,280,000 outputs per
+    format): the shipped model matches every digest and raw part; the single fused step it
+    replaced does not."""
+    from dataclasses import replace
+
+    from simulator.device import mma_fp8_sweep as sweep
+    from simulator.io import read_json, read_npz
+
+    regen = f"python -m simulator.device.mma_fp8_sweep --out DIR --fmt {fmt}"
+    rec = read_npz(ev.DATA_DIR / f"mma_fp8_sweep_{fmt}.npz", regen)
+    meta = read_json(ev.DATA_DIR / f"mma_fp8_sweep_{fmt}.json", regen)
+    assert meta["device"]["gpu"] == "NVIDIA H200" and meta["outputs"] == 1_280_000
+    assert meta["kernel_sha256"] == source_sha256(ev.KERNEL)
+    rows = sweep.check(fmt, rec, meta)
+    assert [r["mismatches"] for r in rows] == [0, 0, 0], rows
+    A, B, C, part, _ = sweep.make_tiles(fmt)
+    name = f"mma_sync_m16n8k32_{fmt}"
+    single = emulate_probe(name, A, B, C, replace(mma.PARAMS[("mma_sync", fmt)], k_steps=()))
+    pairs = part == sweep.PARTS.index("pairs")
+    assert np.count_nonzero(single[pairs] != emulate_probe(name, A[pairs], B[pairs], C[pairs],
+                                                           mma.PARAMS[("mma_sync", fmt)])) > 5000

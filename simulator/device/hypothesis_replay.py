@@ -26,8 +26,6 @@ replayed: the CPU property tests' stored examples belong to their own tests.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -45,6 +43,7 @@ from .. import strategies as sst
 from ..io import save_npz_atomic, write_json_atomic
 from .forward import KERNEL, forward, kernel_options
 from .forward_goldens import precompile_options
+from .replay_record import case_digest, kwargs_to_json, pack_cases, result_bits
 from .runtime import device_info, require_gpu, source_sha256
 
 #: (kblock_m, kblock_n, schedule) the replay draws from
@@ -96,83 +95,6 @@ def _run_hypothesis(body, n: int, seed_value: int | None) -> None:
         test = seed(seed_value)(test)
     settings(database=None, derandomize=seed_value is None, max_examples=n,
              phases=[Phase.generate], deadline=None, suppress_health_check=list(HealthCheck))(test)()
-
-
-# --- bits, digests and (de)serialisation of cases -------------------------------------------
-
-def _bits(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x)
-    return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[x.itemsize])
-
-
-def result_bits(out, lse) -> tuple[np.ndarray, np.ndarray]:
-    """(O bits, LSE bits) of one forward result, for exact comparison."""
-    return _bits(out), _bits(lse)
-
-
-def case_digest(q, k, v, kwargs: dict) -> str:
-    """BLAKE2b-128 hex digest of a case's input bits and keyword arguments."""
-    h = hashlib.blake2b(digest_size=16)
-    for x in (q, k, v):
-        h.update(str(x.dtype).encode() + str(x.shape).encode() + _bits(x).tobytes())
-    h.update(json.dumps(kwargs_to_json(kwargs), sort_keys=True).encode())
-    return h.hexdigest()
-
-
-def kwargs_to_json(kwargs: dict) -> dict:
-    """Forward keyword arguments as JSON values (arrays as lists, float32 scalars as floats:
-    exact, a float32 is a float64)."""
-    out = {}
-    for key, val in kwargs.items():
-        if isinstance(val, np.ndarray):
-            out[key] = val.tolist()
-        elif isinstance(val, np.floating):
-            out[key] = float(val)
-        elif isinstance(val, tuple):
-            out[key] = list(val)
-        else:
-            out[key] = val
-    return out
-
-
-def kwargs_from_json(obj: dict) -> dict:
-    """Inverse of :func:`kwargs_to_json`: the exact keyword arguments the case was run with."""
-    kw = dict(obj)
-    if "seqlens_k" in kw:
-        kw["seqlens_k"] = np.array(kw["seqlens_k"], dtype=np.int64)
-    if "window" in kw:
-        kw["window"] = tuple(kw["window"])
-    for name in ("q_descale", "k_descale", "v_descale"):
-        if name in kw:
-            kw[name] = np.float32(kw[name])
-    return kw
-
-
-def pack_cases(cases: list[dict]) -> tuple[dict[str, np.ndarray], list[dict]]:
-    """Arrays (``c{j}__q`` ... bits) and JSON metadata for recorded cases, each a dict with
-    q, k, v, kwargs, out, lse (device results) and optional extra JSON fields."""
-    arrays, meta = {}, []
-    for j, c in enumerate(cases):
-        for name in ("q", "k", "v"):
-            arrays[f"c{j}__{name}"] = _bits(c[name])
-        arrays[f"c{j}__out"], arrays[f"c{j}__lse"] = result_bits(c["out"], c["lse"])
-        meta.append({"dtype": str(c["q"].dtype), "kwargs": kwargs_to_json(c["kwargs"]),
-                     **{k: v for k, v in c.items()
-                        if k not in ("q", "k", "v", "kwargs", "out", "lse")}})
-    return arrays, meta
-
-
-def unpack_cases(arrays, meta: list[dict]) -> list[dict]:
-    """Inverse of :func:`pack_cases`: q, k, v in their dtypes, kwargs, device O / LSE bits."""
-    dtypes = {str(np.dtype(t)): np.dtype(t) for t in sst.DTYPES.values()}
-    cases = []
-    for j, m in enumerate(meta):
-        dt = dtypes[m["dtype"]]
-        case = {name: arrays[f"c{j}__{name}"].view(dt) for name in ("q", "k", "v")}
-        case.update(kwargs=kwargs_from_json(m["kwargs"]), out_bits=arrays[f"c{j}__out"],
-                    lse_bits=arrays[f"c{j}__lse"])
-        cases.append(case)
-    return cases
 
 
 def _describe(qkv, kw: dict) -> tuple[str, ...]:

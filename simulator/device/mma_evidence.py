@@ -4,6 +4,9 @@
 (``python -m simulator.device.mma_probe validate``: 40 blocks x 262,144 outputs per probed
 instruction); ``mma_digests.npz`` holds, per instruction, the BLAKE2b-128 digest of the
 device's output bits of each block and the raw bits of the first 8,192 outputs of block 0.
+FP8 mma.sync also has two targeted recordings: ``mma_fp8_probe.npz`` (384,000 outputs with 2-3
+products each, raw bits) and ``mma_fp8_sweep_<fmt>.npz`` (1,280,000 outputs per format: every
+ordered K pair, triples, signed zeros; digests and raw parts).
 """
 
 from __future__ import annotations
@@ -60,11 +63,30 @@ def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dic
     return rows
 
 
-def check_all(quick: bool = False, include_inexact: bool = False) -> list[dict]:
-    """Rows for every probed instruction whose model is exact (and the others if asked)."""
+def check_fp8_mma_sync(quick: bool = False) -> list[dict]:
+    """Rows for the targeted FP8 mma.sync recordings (the probe, and the sweep per format)."""
+    from ..io import read_json, read_npz
+    from . import mma_fp8_sweep
+
+    probe = read_npz(DATA_DIR / "mma_fp8_probe.npz", "python -m simulator.device.mma_fp8_probe --out DIR")
+    emu = emulate_probe(FP8_PROBE, probe["A"], probe["B"], probe["C"], params_for("mma_sync", "e4m3"))
+    rows = [row(f"{FP8_PROBE} targeted probe (2-3 products)", emu.size,
+                np.count_nonzero(emu != probe["D"]))]
+    for fmt in ("e4m3",) if quick else ("e4m3", "e5m2"):
+        regen = f"python -m simulator.device.mma_fp8_sweep --out DIR --fmt {fmt}"
+        rows += mma_fp8_sweep.check(fmt, read_npz(DATA_DIR / f"mma_fp8_sweep_{fmt}.npz", regen),
+                                    read_json(DATA_DIR / f"mma_fp8_sweep_{fmt}.json", regen))
+    return rows
+
+
+FP8_PROBE = "mma_sync_m16n8k32_e4m3"
+
+
+def check_all(quick: bool = False) -> list[dict]:
+    """Rows for every probed instruction (1 block each when ``quick``, else 3) and the
+    targeted FP8 mma.sync recordings."""
     report, digests = load_recorded()
     rows = []
-    for name, (kind, *_rest, fmt) in PROBES.items():
-        if (kind, fmt) in EXACT or include_inexact:
-            rows += check_probe(name, report, digests, blocks=1 if quick else 3)
-    return rows
+    for name in PROBES:
+        rows += check_probe(name, report, digests, blocks=1 if quick else 3)
+    return rows + check_fp8_mma_sync(quick)
