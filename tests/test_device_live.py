@@ -20,7 +20,7 @@ def test_live_numerics_sweep_small(tmp_path):
 
 def test_live_emulator_matches_device_on_drawn_cases():
     """hypothesis drives the device check itself, with the project's example database: inputs
-    that disagreed before (stored under simulator.device.hypothesis_replay.device_check's key,
+    that disagreed before (stored under the key of simulator.device.hypothesis_replay's device check,
     shared with ``python -m simulator.device.hypothesis_replay --database``) replay first."""
     from hypothesis import settings
 

@@ -62,3 +62,37 @@ def test_drawn_cases_use_precompiled_kernels_and_round_trip():
         assert rr.case_digest(q, k, v, back) == rr.case_digest(q, k, v, kw)
         for key, val in kw.items():
             assert type(back[key]) is type(val) and np.array_equal(back[key], val), key
+
+
+def test_database_replay_stores_a_disagreement_and_replays_it_first(tmp_path, monkeypatch):
+    """A stand-in device that disagrees on every e4m3 case: hypothesis finds one, shrinks it and
+    stores it in the database; the recorded golden is the disagreeing input. A second run with an
+    honest stand-in replays the stored example before drawing anything new."""
+    monkeypatch.setattr(hr, "precompile_options", lambda *a, **k: None)
+    monkeypatch.setattr(hr, "device_info", lambda: {"gpu": "stand-in"})
+
+    def lying_device(q, k, v, kw):
+        out, lse, err = hr._emulate(q, k, v, kw)
+        if out is not None and q.dtype.itemsize == 1:
+            out = out ^ np.uint16(1)
+        return out, lse, err
+
+    monkeypatch.setattr(hr, "_device_bits", lying_device)
+    db = tmp_path / "db"
+    rep = hr.run_database(str(tmp_path / "run1"), str(db), cases=30, progress=lambda m: None)
+    assert rep["disagreements"] >= 1 and "disagree" in rep["shrunk_failure"]
+    assert rep["database_entries_before"] == 0 and rep["database_entries_after"] >= 1
+    meta = json.loads((tmp_path / "run1" / "replay_disagreements.json").read_text())
+    golden = rr.unpack_cases(np.load(tmp_path / "run1" / "replay_disagreements.npz"), meta)
+    assert all(str(g["q"].dtype) == "float8_e4m3fn" for g in golden)
+
+    replayed = []
+
+    def honest_device(q, k, v, kw):
+        replayed.append(str(q.dtype))
+        return hr._emulate(q, k, v, kw)
+
+    monkeypatch.setattr(hr, "_device_bits", honest_device)
+    rep = hr.run_database(str(tmp_path / "run2"), str(db), cases=5, progress=lambda m: None)
+    assert rep["disagreements"] == 0 and rep["cases"] == len(replayed) >= 1
+    assert replayed[0] == "float8_e4m3fn"  # the stored example ran first

@@ -17,6 +17,13 @@ from simulator.numerics import mufu
 BOUND = {"bf16": 8 * 2.0**-9, "f16": 8 * 2.0**-12, "e4m3": 0.1}
 
 
+def examples(ci_count: int) -> int:
+    """Examples for a test that runs ``ci_count`` under the ci profile (200 examples): the
+    loaded profile scales it (deep, 20,000: 100x; dev, 100: half). An explicit
+    ``max_examples`` would override the profile, so the deep profile would not go deeper."""
+    return max(1, ci_count * settings.default.max_examples // 200)
+
+
 def _visible(case):
     """[B, Sq, Sk] boolean: which keys each query row may see."""
     b, sq = case.q.shape[:2]
@@ -28,7 +35,7 @@ def _visible(case):
     return np.broadcast_to(ok, (b, sq, sk))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(sst.attention_inputs(edge_values=False, max_seqlen=130))
 def test_close_to_float64_reference(case):
     res = flash.forward(case.q, case.k, case.v, **case.kwargs)
@@ -40,7 +47,7 @@ def test_close_to_float64_reference(case):
     assert np.linalg.norm(res.out.astype(np.float64) - ref_out) / den < BOUND[fmt]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(sst.attention_inputs(max_seqlen=130))
 def test_rows_without_keys_and_the_convex_hull(case):
     out, lse = flash.forward(case.q, case.k, case.v, **case.kwargs)
@@ -67,7 +74,7 @@ def test_rows_without_keys_and_the_convex_hull(case):
         assert np.all(got <= rows.max(axis=0) + tol) and np.all(got >= rows.min(axis=0) - tol)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sst.score_rows(max_size=64))
 def test_softmax_state_on_score_rows(row):
     """One row through the Softmax methods as 4 quad lanes with 16 columns each: rows of -inf
@@ -94,7 +101,7 @@ def test_softmax_state_on_score_rows(row):
         assert lse >= np.float32(finite.max()) - 1e-3 * max(1.0, abs(float(finite.max())))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.floats(-200, 200, width=32))
 def test_ex2_monotone_nonnegative(x):
     xs = np.array([x, np.nextafter(np.float32(x), np.float32(300))], dtype=np.float32)

@@ -15,10 +15,11 @@ new golden; a sample of agreeing cases, inputs and device bits, goes to
 timings, the distribution of what was drawn and provenance go to ``DIR/replay_report.json``.
 
 Database replay (``--database DB``): the cases are run in this process by hypothesis itself,
-with the example database ``DB``: the examples stored there for :func:`device_check` (inputs
-that disagreed before, found by this script or by ``tests/test_device_live.py``) are replayed
-first, then up to ``N`` new ones drawn; a disagreement is shrunk, saved in ``DB`` and, with
-every disagreeing input seen on the way, written to ``DIR/replay_disagreements.npz``.
+with the example database ``DB``: the examples stored there for the device check of
+:func:`make_device_check` (inputs that disagreed before, found by this script or by
+``tests/test_device_live.py``) are replayed first, then up to ``N`` new ones drawn; a
+disagreement is shrunk, saved in ``DB`` and, with every disagreeing input seen on the way,
+written to ``DIR/replay_disagreements.npz``.
 Hypothesis keys its database per test function, so only examples stored for this check are
 replayed: the CPU property tests' stored examples belong to their own tests.
 """
@@ -32,6 +33,7 @@ import queue as queue_mod
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -245,58 +247,79 @@ def _hypothesis_version() -> str:
 
 # --- database replay: hypothesis drives the device check itself -----------------------------
 
-_FOUND: list[dict] = []  # disagreeing inputs seen by device_check in this process
+@dataclass
+class CheckLog:
+    """What a device check saw: ``ran`` cases, and the disagreeing ones (``found``, records as
+    :func:`simulator.device.replay_record.pack_cases` takes them)."""
+
+    ran: int = 0
+    found: list[dict] = field(default_factory=list)
 
 
-def device_check(case) -> None:
-    """Run one case on the GPU and in the emulator; raise AssertionError if the bits differ.
+def make_device_check(log: CheckLog):
+    """The test body of the database replay and of the live pytest property test: run one case
+    on the GPU and in the emulator, record every disagreeing input in ``log`` (deduplicated by
+    digest) and raise AssertionError. Every check this factory makes has the same source and
+    name, hence the same hypothesis database key, so both store and replay the same examples."""
 
-    Every disagreeing input is appended to the module's record (written by ``--database``
-    runs). This one function is the test body of both the ``--database`` replay and the live
-    pytest property test, so both store and replay examples under the same database key.
-    """
-    kw = dict(case.kwargs)
-    emu = _emulate(case.q, case.k, case.v, kw)
-    dev = _device_bits(case.q, case.k, case.v, kw)
-    if not _agree(emu, dev):
+    def device_check(case) -> None:
+        log.ran += 1
+        kw = dict(case.kwargs)
+        emu = _emulate(case.q, case.k, case.v, kw)
+        dev = _device_bits(case.q, case.k, case.v, kw)
+        if _agree(emu, dev):
+            return
         digest = case_digest(case.q, case.k, case.v, kw)
-        if all(f["input_digest"] != digest for f in _FOUND):
-            _FOUND.append({"q": case.q, "k": case.k, "v": case.v, "kwargs": kw,
-                           "input_digest": digest,
-                           "out": dev[0] if dev[0] is not None else np.zeros(0, np.uint16),
-                           "lse": dev[1] if dev[1] is not None else np.zeros(0, np.uint32),
-                           "device_error": dev[2], "emulator_error": emu[2]})
+        if all(f["input_digest"] != digest for f in log.found):
+            log.found.append({"q": case.q, "k": case.k, "v": case.v, "kwargs": kw, "input_digest": digest,
+                          "out": dev[0] if dev[0] is not None else np.zeros(0, np.uint16),
+                          "lse": dev[1] if dev[1] is not None else np.zeros(0, np.uint32),
+                          "device_error": dev[2], "emulator_error": emu[2]})
         raise AssertionError(f"emulator and device disagree on {case!r} "
                              f"(emulator error {emu[2]!r}, device error {dev[2]!r})")
 
+    return device_check
 
-def device_property(database, max_examples: int):
+
+def device_property(database, max_examples: int, log: CheckLog | None = None):
     """The hypothesis test ``given(replay_cases())(device_check)`` with ``database`` (an
-    ExampleDatabase or None): stored examples are replayed first, failures shrunk and saved."""
+    ExampleDatabase or None): examples stored for it are replayed first (Phase.reuse), then new
+    ones drawn; a failure is shrunk and saved. What the check saw goes to ``log``."""
+    check = make_device_check(CheckLog() if log is None else log)
     return settings(database=database, max_examples=max_examples, deadline=None,
                     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-                    suppress_health_check=list(HealthCheck))(given(replay_cases())(device_check))
+                    suppress_health_check=list(HealthCheck))(given(replay_cases())(check))
+
+
+def _database_entries(db_dir: str) -> int:
+    return sum(len(files) for _, _, files in os.walk(db_dir)) if os.path.isdir(db_dir) else 0
 
 
 def run_database(out_dir: str, db_dir: str, cases: int, progress=print) -> dict:
+    """The database replay (module docstring); returns the report it writes."""
     t0 = time.time()
     precompile_options(all_kernel_options(), max(2, (os.cpu_count() or 4) // 2), progress)
+    entries_before = _database_entries(db_dir)
+    log = CheckLog()
     failure = ""
     try:
-        device_property(DirectoryBasedExampleDatabase(db_dir), max(1, cases))()
+        device_property(DirectoryBasedExampleDatabase(db_dir), cases, log)()
     except AssertionError as exc:
         failure = str(exc)[:2000]
+    bad = log.found
     os.makedirs(out_dir, exist_ok=True)
-    if _FOUND:
-        arrays, meta = pack_cases(_FOUND)
+    if bad:
+        arrays, meta = pack_cases(bad)
         save_npz_atomic(os.path.join(out_dir, "replay_disagreements.npz"), **arrays)
         write_json_atomic(os.path.join(out_dir, "replay_disagreements.json"), meta)
     report = {"device": device_info(), "kernel_sha256": source_sha256(KERNEL), "mode": "database",
-              "database": os.path.abspath(db_dir), "max_examples": cases,
-              "disagreements": len(_FOUND), "shrunk_failure": failure,
+              "database": os.path.abspath(db_dir), "database_entries_before": entries_before,
+              "database_entries_after": _database_entries(db_dir), "max_examples": cases,
+              "cases": log.ran, "disagreements": len(bad), "shrunk_failure": failure,
               "hypothesis_version": _hypothesis_version(), "elapsed_s": round(time.time() - t0, 1)}
     write_json_atomic(os.path.join(out_dir, "replay_report.json"), report)
-    progress(f"database replay: {len(_FOUND)} disagreeing inputs ({time.time() - t0:.0f} s)")
+    progress(f"database replay: {report['cases']} cases, {len(bad)} disagreeing inputs "
+             f"({time.time() - t0:.0f} s)")
     return report
 
 
