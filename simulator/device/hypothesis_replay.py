@@ -254,6 +254,7 @@ class CheckLog:
 
     ran: int = 0
     found: list[dict] = field(default_factory=list)
+    first: list[str] = field(default_factory=list)  # input digests of the first cases run
 
 
 def make_device_check(log: CheckLog):
@@ -265,6 +266,8 @@ def make_device_check(log: CheckLog):
     def device_check(case) -> None:
         log.ran += 1
         kw = dict(case.kwargs)
+        if len(log.first) < 5:
+            log.first.append(case_digest(case.q, case.k, case.v, kw))
         emu = _emulate(case.q, case.k, case.v, kw)
         dev = _device_bits(case.q, case.k, case.v, kw)
         if _agree(emu, dev):
@@ -315,7 +318,8 @@ def run_database(out_dir: str, db_dir: str, cases: int, progress=print) -> dict:
     report = {"device": device_info(), "kernel_sha256": source_sha256(KERNEL), "mode": "database",
               "database": os.path.abspath(db_dir), "database_entries_before": entries_before,
               "database_entries_after": _database_entries(db_dir), "max_examples": cases,
-              "cases": log.ran, "disagreements": len(bad), "shrunk_failure": failure,
+              "cases": log.ran, "first_cases": log.first, "disagreements": len(bad),
+              "shrunk_failure": failure,
               "hypothesis_version": _hypothesis_version(), "elapsed_s": round(time.time() - t0, 1)}
     write_json_atomic(os.path.join(out_dir, "replay_report.json"), report)
     progress(f"database replay: {report['cases']} cases, {len(bad)} disagreeing inputs "
