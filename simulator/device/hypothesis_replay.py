@@ -7,7 +7,7 @@ Cases come from :func:`replay_cases` (:func:`simulator.strategies.attention_inpu
 block parameters restricted to :data:`CONFIGS`, so that 36 NVRTC modules serve every case).
 
 Deep run (default): ``N`` cases are drawn in ``W`` shards, shard ``i`` by hypothesis with seed
-``S + i``, each in its own forked process that also runs the emulator on its cases; the parent
+``S + i``, each in its own (spawned) process that also runs the emulator on its cases; the parent
 runs every case on the GPU as the shards stream them in and compares the bits of O and LSE.
 Every disagreeing case (inputs and device bits) goes to ``DIR/replay_disagreements.npz`` as a
 new golden; a sample of agreeing cases, inputs and device bits, goes to
@@ -112,7 +112,7 @@ def _describe(qkv, kw: dict) -> tuple[str, ...]:
             f"nonfinite_inputs={'no' if finite else 'yes'}")
 
 
-# --- the deep run: shards drawn and emulated in forked workers, the GPU in the parent -------
+# --- the deep run: shards drawn and emulated in worker processes, the GPU in the parent ------
 
 def _warm_up_emulator() -> None:
     x = np.zeros((1, 1, 1, 64), sst.DTYPES["bf16"])
@@ -165,8 +165,9 @@ def run_deep(out_dir: str, cases: int, workers: int, seed0: int, time_limit: flo
     (seconds), the run stops taking cases after that long, stops the workers and reports the
     cases compared so far (``stopped_at_time_limit``)."""
     t0 = time.time()
-    _warm_up_emulator()  # load the MUFU tables once: the forked workers share them
-    ctx = mp.get_context("fork")  # before any CUDA call in this process: workers never touch it
+    _warm_up_emulator()  # decode and cache the MUFU tables once: the workers then load the cache
+    # spawned, not forked: this process has the CUDA driver (and its threads) initialised
+    ctx = mp.get_context("spawn")
     results = ctx.Queue(maxsize=8 * workers)
     per = [cases // workers + (1 if i < cases % workers else 0) for i in range(workers)]
     procs = [ctx.Process(target=_shard_worker, args=(i, per[i], seed0 + i, results), daemon=True)
@@ -347,7 +348,7 @@ def main(argv=None) -> int:
                     help="deep run: stop after this many seconds and report what was compared")
     ap.add_argument("--database", help="replay this hypothesis example database instead")
     args = ap.parse_args(argv)
-    # fail fast; the CUDA driver initialised here is never used by the forked workers
+    # fail fast, before anything is drawn
     require_gpu()
     if args.database:
         rep = run_database(args.out, args.database, args.cases)
