@@ -116,3 +116,12 @@ def test_recorded_hypothesis_cases_tell_ideal_arithmetic_apart(replay_sample):
         out, lse = rr.result_bits(*flash.forward(c["q"], c["k"], c["v"], arch="ideal", **c["kwargs"]))
         differ += int(not (np.array_equal(out, c["out_bits"]) and np.array_equal(lse, c["lse_bits"])))
     assert differ >= 3  # 6 of the first 20 measured; small drawn cases often round alike
+
+
+def test_database_replay_on_the_device_replayed_the_stored_examples_first():
+    rec = read_json(DATA_DIR / "hypothesis_replay_database.json", rr.REGENERATE)
+    dev = rec["device_report"]
+    assert dev["device"]["gpu"] == "NVIDIA H200" and dev["mode"] == "database"
+    assert dev["kernel_sha256"] == source_sha256("fa3_forward.cu")
+    assert dev["database_entries_before"] > 0 and dev["disagreements"] == 0 and dev["cases"] >= 300
+    assert set(dev["first_cases"][:4]) <= set(rec["stored_example_digests"])
