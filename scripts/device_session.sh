@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# One device visit (run through the device tool from the repository root): the FP8 mma.sync
-# sweep for both formats, then a time-limited deep hypothesis replay. Results are bundled
-# into $OUT/results.tar (the tool returns at most 8 files) and the log into $OUT/session.log.
+# One device visit, from the repository root on a machine with a GPU (written for this
+# workplace's device tool, which sets $OUT and returns at most 8 files; elsewhere the results
+# go to out/device_session/): with "sweep", the FP8 mma.sync sweep for both formats; then a
+# time-limited deep hypothesis replay. Results are bundled into $OUT/results.tar and the log
+# into $OUT/session.log. Uses the python3 on PATH (numpy, ml_dtypes, hypothesis, cupy).
 # Usage: bash scripts/device_session.sh SEED CASES TIME_LIMIT_S [sweep]
 set -u -o pipefail
+: "${OUT:=out/device_session}"
+mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 seed=${1:-0}; cases=${2:-50000}; limit=${3:-420}; sweep=${4:-}
 res=$(mktemp -d)

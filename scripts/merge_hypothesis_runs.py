@@ -24,12 +24,26 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", type=Path)
     ap.add_argument("--keep-every", type=int, default=2)
     args = ap.parse_args()
-    reports, sample = [], []
+    if len(set(map(Path.resolve, args.runs))) != len(args.runs):
+        raise SystemExit("a run folder is given twice")
+    reports, sample, seeds = [], [], set()
     for run in args.runs:
         rep = json.loads((run / "replay_report.json").read_text())
-        if (run / "replay_disagreements.json").exists():
-            raise SystemExit(f"{run}: has disagreements; record them as goldens first")
+        problems = [why for why, bad in (
+            ("not a deep run", rep.get("mode") != "deep"),
+            ("has disagreements: record them as goldens first",
+             rep["disagreements"] or (run / "replay_disagreements.json").exists()),
+            ("has shard errors", bool(rep["shard_errors"])),
+            ("is incomplete", bool(rep.get("stopped")) or rep["cases"] < rep["cases_asked"])) if bad]
+        if problems:
+            raise SystemExit(f"{run}: {'; '.join(problems)}")
+        run_seeds = set(range(rep["seeds"][0], rep["seeds"][1] + 1))
+        if run_seeds & seeds:
+            raise SystemExit(f"{run}: seeds {rep['seeds']} overlap another run's: the same cases twice")
+        seeds |= run_seeds
         reports.append(rep)
+        if not (run / "replay_sample.json").exists():
+            continue
         meta = json.loads((run / "replay_sample.json").read_text())
         cases = hr.unpack_cases(np.load(run / "replay_sample.npz"), meta)
         for j in range(0, len(cases), args.keep_every):
@@ -37,6 +51,11 @@ def main() -> None:
             sample.append({"q": c["q"], "k": c["k"], "v": c["v"], "kwargs": c["kwargs"],
                            "out": c["out_bits"], "lse": c["lse_bits"],
                            **{k: meta[j][k] for k in ("shard", "index", "seed", "input_digest")}})
+    # one record per distinct input (every shard's first drawn case is hypothesis's simplest)
+    distinct = {}
+    for c in sample:
+        distinct.setdefault(c["input_digest"], c)
+    sample = list(distinct.values())
     kernels = {r["kernel_sha256"] for r in reports}
     if len(kernels) != 1:
         raise SystemExit(f"runs of different kernels: {kernels}")

@@ -59,6 +59,12 @@ def save_npz_atomic(path: str | os.PathLike, **arrays: np.ndarray) -> Path:
     return write_bytes_atomic(path, buf.getvalue())
 
 
+def _quoted(regenerate: str) -> str:
+    """The regenerate hint in backticks: ``cmd`` or ``cmd` on a GPU, then `cmd2`` -> balanced."""
+    text = "`" + regenerate
+    return text + "`" if text.count("`") % 2 else text
+
+
 def read_npz(path: str | os.PathLike, regenerate: str) -> dict[str, np.ndarray]:
     """All arrays of a recorded ``.npz`` file.
 
@@ -70,10 +76,10 @@ def read_npz(path: str | os.PathLike, regenerate: str) -> dict[str, np.ndarray]:
         with np.load(path) as data:
             return {k: data[k] for k in data.files}
     except FileNotFoundError:
-        raise RecordedDataError(f"{path} is missing; regenerate it with `{regenerate}`") from None
+        raise RecordedDataError(f"{path} is missing; regenerate it with {_quoted(regenerate)}") from None
     except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError, EOFError ...
         raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
-                                f"regenerate it with `{regenerate}`") from None
+                                f"regenerate it with {_quoted(regenerate)}") from None
 
 
 def read_json(path: str | os.PathLike, regenerate: str):
@@ -82,7 +88,7 @@ def read_json(path: str | os.PathLike, regenerate: str):
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise RecordedDataError(f"{path} is missing; regenerate it with `{regenerate}`") from None
+        raise RecordedDataError(f"{path} is missing; regenerate it with {_quoted(regenerate)}") from None
     except (OSError, ValueError) as exc:
         raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
-                                f"regenerate it with `{regenerate}`") from None
+                                f"regenerate it with {_quoted(regenerate)}") from None

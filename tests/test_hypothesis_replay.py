@@ -96,3 +96,95 @@ def test_database_replay_stores_a_disagreement_and_replays_it_first(tmp_path, mo
     rep = hr.run_database(str(tmp_path / "run2"), str(db), cases=5, progress=lambda m: None)
     assert rep["disagreements"] == 0 and rep["cases"] == len(replayed) >= 1
     assert replayed[0] == "float8_e4m3fn"  # the stored example ran first
+
+
+def _crashing_worker(shard, n, seed_value, out_queue):
+    """A shard worker that dies like a segfault (no final message) in shard 1."""
+    import os
+
+    if shard == 1:
+        os._exit(139)
+    hr._shard_worker(shard, n, seed_value, out_queue)
+
+
+def test_a_dead_worker_ends_the_run_with_a_report(tmp_path, stand_in_device, monkeypatch):
+    monkeypatch.setattr(hr, "_shard_worker", _crashing_worker)
+    rep = hr.run_deep(str(tmp_path), cases=6, workers=2, seed0=0, progress=lambda m: None)
+    assert rep["cases"] == 3 and "exited with code 139" in rep["shard_errors"][1]
+    assert (tmp_path / "replay_report.json").exists()
+
+
+def test_a_device_exception_is_recorded_not_fatal(tmp_path, monkeypatch):
+    monkeypatch.setattr(hr, "precompile_options", lambda *a, **k: None)
+    monkeypatch.setattr(hr, "device_info", lambda: {"gpu": "stand-in"})
+    calls = {"n": 0}
+
+    def launch_fails_once(q, k, v, kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("cudaErrorLaunchFailure (stand-in)")
+        return hr._emulate(q, k, v, kw)
+
+    monkeypatch.setattr(hr, "forward", lambda q, k, v, **kw: _raise_or_run(launch_fails_once, q, k, v, kw))
+    rep = hr.run_deep(str(tmp_path), cases=5, workers=1, seed0=3, progress=lambda m: None)
+    assert rep["cases"] == 5 and rep["disagreements"] == 1
+    assert "cudaErrorLaunchFailure" in rep["disagreeing"][0]["device_error"]
+
+
+def _raise_or_run(fn, q, k, v, kw):
+    out, lse, err = fn(q, k, v, kw)
+    if err:
+        raise ValueError(err)
+    return flash.forward(q, k, v, **kw)
+
+
+def test_flaky_database_failure_still_writes_the_report(tmp_path, monkeypatch):
+    monkeypatch.setattr(hr, "precompile_options", lambda *a, **k: None)
+    monkeypatch.setattr(hr, "device_info", lambda: {"gpu": "stand-in"})
+    calls = {"n": 0}
+
+    def wrong_once(q, k, v, kw):
+        out, lse, err = hr._emulate(q, k, v, kw)
+        calls["n"] += 1
+        if calls["n"] == 2 and out is not None:
+            out = out ^ np.uint16(1)
+        return out, lse, err
+
+    monkeypatch.setattr(hr, "_device_bits", wrong_once)
+    rep = hr.run_database(str(tmp_path / "out"), str(tmp_path / "db"), cases=10, progress=lambda m: None)
+    assert rep["disagreements"] == 1 and "Flaky" in rep["shrunk_failure"]
+    assert (tmp_path / "out" / "replay_disagreements.npz").exists()
+
+
+def test_bad_arguments_and_used_output_folders_are_refused(tmp_path, stand_in_device, capsys):
+    for argv in (["--time-limit", "-1"], ["--time-limit", "nan"], ["--cases", "0"],
+                 ["--database", str(tmp_path / "db"), "--workers", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            hr.main(["--out", str(tmp_path / "x"), *argv])
+        assert exc.value.code == 2, argv
+    hr.run_deep(str(tmp_path), cases=2, workers=1, seed0=0, progress=lambda m: None)
+    with pytest.raises(ValueError, match="earlier run"):
+        hr.run_deep(str(tmp_path), cases=2, workers=1, seed0=0, progress=lambda m: None)
+
+
+def test_repeated_inputs_are_counted_apart(tmp_path, stand_in_device):
+    rep = hr.run_deep(str(tmp_path), cases=8, workers=2, seed0=0, progress=lambda m: None)
+    assert rep["distinct_cases"] <= rep["cases"] == 8
+    sample = json.loads((tmp_path / "replay_sample.json").read_text())
+    assert len({s["input_digest"] for s in sample}) == len(sample)  # no repeat sampled twice
+
+
+@pytest.mark.parametrize("module", ["hypothesis_replay", "mma_fp8_sweep", "numerics_sweep", "regressions"])
+def test_device_scripts_without_a_gpu_say_so_in_one_line(module, tmp_path):
+    import subprocess
+    import sys
+
+    from simulator.device.runtime import gpu_available
+
+    if gpu_available()[0]:
+        pytest.skip("a GPU is present: the script would run for real")
+    proc = subprocess.run([sys.executable, "-m", f"simulator.device.{module}", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and ("CuPy" in proc.stderr or "GPU" in proc.stderr), proc.stderr
+    assert not (tmp_path / "o").exists()

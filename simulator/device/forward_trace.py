@@ -342,4 +342,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .runtime import run_script
+
+    sys.exit(run_script(main))

@@ -141,14 +141,17 @@ def _shard_worker(shard: int, n: int, seed_value: int, out_queue) -> None:
         _run_hypothesis(body, n, seed_value)
         out_queue.put((shard, None, count, ""))
     except BaseException as exc:  # reported by the parent; the shard's cases so far still count
-        out_queue.put((shard, None, count, f"{type(exc).__name__}: {exc}"))
+        out_queue.put((shard, None, count, f"{type(exc).__name__}: {exc}"[:500]))
 
 
 def _device_bits(q, k, v, kw):
+    """The device's (O bits, LSE bits, error): any exception, a launch failure included, is the
+    device's answer for this case (recorded as a disagreement unless the emulator also
+    rejected the arguments), so that one bad case cannot end a long run unrecorded."""
     try:
         return (*result_bits(*forward(q, k, v, **kw)), "")
-    except (ValueError, TypeError) as exc:
-        return None, None, f"{type(exc).__name__}: {exc}"
+    except Exception as exc:
+        return None, None, f"{type(exc).__name__}: {exc}"[:500]
 
 
 def _agree(emu, dev) -> bool:
@@ -159,84 +162,159 @@ def _agree(emu, dev) -> bool:
     return np.array_equal(eo, do) and np.array_equal(el, dl)
 
 
+#: files a run writes into its --out folder (an earlier run's files there are refused)
+OUTPUT_FILES = ("replay_report.json", "replay_disagreements.npz", "replay_disagreements.json",
+                "replay_sample.npz", "replay_sample.json")
+MAX_RECORDED = 200  # disagreeing cases kept with their inputs (all are counted)
+STALL_S = 900       # no case from any worker for this long ends the run as stalled
+
+
+def _check_out_dir(out_dir: str) -> None:
+    """Raises ValueError when ``out_dir`` already holds files of an earlier run."""
+    old = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(out_dir, f))]
+    if old:
+        raise ValueError(f"--out: {out_dir} already holds {', '.join(old)} from an earlier run; "
+                         "choose an empty folder")
+
+
+def _bad_record(record: dict, emu, dev) -> dict:
+    return {**record, "out": dev[0] if dev[0] is not None else np.zeros(0, np.uint16),
+            "lse": dev[1] if dev[1] is not None else np.zeros(0, np.uint32),
+            "device_error": dev[2], "emulator_error": emu[2]}
+
+
+@dataclass
+class DeepTally:
+    """What a deep run has compared so far (the parent's state, passed around explicitly)."""
+
+    seen: int = 0
+    repeats: int = 0            # cases whose inputs were already compared in this run
+    rejected_by_both: int = 0
+    disagreements: int = 0
+    digests: set = field(default_factory=set)
+    labels: Counter = field(default_factory=Counter)
+    bad: list = field(default_factory=list)
+    sample: list = field(default_factory=list)
+    sample_bytes: int = 0
+    shard_errors: dict = field(default_factory=dict)
+
+    def add(self, shard: int, idx: int, seed_value: int, q, k, v, kw: dict, emu, dev) -> None:
+        digest = case_digest(q, k, v, kw)
+        self.seen += 1
+        repeat = digest in self.digests
+        self.repeats += repeat
+        self.digests.add(digest)
+        self.labels.update(_describe((q, k, v), kw))
+        record = {"q": q, "k": k, "v": v, "kwargs": kw, "shard": shard, "index": idx,
+                  "seed": seed_value, "input_digest": digest}
+        if not _agree(emu, dev):
+            self.disagreements += 1
+            if len(self.bad) < MAX_RECORDED:  # a repeat too: the device may answer differently
+                self.bad.append(_bad_record(record, emu, dev))
+        elif emu[2]:
+            self.rejected_by_both += 1
+        elif (not repeat and idx % SAMPLE_STRIDE == 0 and self.sample_bytes < SAMPLE_BYTES
+              and q.size + k.size + v.size <= SAMPLE_MAX_ELEMENTS):
+            self.sample.append({**record, "out": dev[0], "lse": dev[1]})
+            self.sample_bytes += q.nbytes + k.nbytes + v.nbytes + dev[0].nbytes + dev[1].nbytes
+
+
+def _consume(results, procs: dict, tally: DeepTally, seed0: int, t0: float, time_limit: float,
+             progress) -> str:
+    """Compare every streamed case on the GPU until each shard is finished or has died.
+    Returns "" for a complete run, else why it stopped ("time limit", "stalled")."""
+    finished: set[int] = set()
+    last_item = time.time()
+    while len(finished) < len(procs):
+        if time_limit and time.time() - t0 > time_limit:
+            return "time limit"
+        try:
+            item = results.get(timeout=2.0)
+        except queue_mod.Empty:
+            for shard, p in procs.items():  # a worker that died without its final message
+                if shard not in finished and not p.is_alive():
+                    finished.add(shard)
+                    tally.shard_errors[shard] = f"worker exited with code {p.exitcode} before finishing"
+            if time.time() - last_item > STALL_S:
+                return "stalled"
+            continue
+        last_item = time.time()
+        if item[1] is None:
+            finished.add(item[0])
+            if item[3]:
+                tally.shard_errors[item[0]] = item[3][:500]
+            continue
+        shard, idx, q, k, v, kw, *emu = item
+        tally.add(shard, idx, seed0 + shard, q, k, v, kw, emu, _device_bits(q, k, v, kw))
+        if tally.seen % 5000 == 0:
+            progress(f"{tally.seen} cases, {tally.disagreements} disagreements ({time.time() - t0:.0f} s)")
+    return ""
+
+
 def run_deep(out_dir: str, cases: int, workers: int, seed0: int, time_limit: float = 0.0,
              progress=print) -> dict:
     """The deep run (module docstring); returns the report it writes. With ``time_limit`` > 0
-    (seconds), the run stops taking cases after that long, stops the workers and reports the
-    cases compared so far (``stopped_at_time_limit``)."""
+    (seconds) the run stops taking cases after that long; a worker that dies, or no case for
+    :data:`STALL_S` seconds, also ends it; the report then says why (``stopped``) and holds
+    the cases compared so far. Whatever happens, the report and recorded cases are written.
+
+    Raises:
+        ValueError: ``out_dir`` holds an earlier run's files.
+    """
+    _check_out_dir(out_dir)
     t0 = time.time()
     _warm_up_emulator()  # decode and cache the MUFU tables once: the workers then load the cache
     # spawned, not forked: this process has the CUDA driver (and its threads) initialised
     ctx = mp.get_context("spawn")
     results = ctx.Queue(maxsize=8 * workers)
     per = [cases // workers + (1 if i < cases % workers else 0) for i in range(workers)]
-    procs = [ctx.Process(target=_shard_worker, args=(i, per[i], seed0 + i, results), daemon=True)
-             for i in range(workers) if per[i]]
-    for p in procs:
+    procs = {i: ctx.Process(target=_shard_worker, args=(i, per[i], seed0 + i, results), daemon=True)
+             for i in range(workers) if per[i]}
+    for p in procs.values():
         p.start()
-    precompile_options(all_kernel_options(), max(2, workers // 2), progress)
-    t_compiled = time.time() - t0
-    labels: Counter = Counter()
-    bad, sample, shard_errors = [], [], {}
-    done, seen, rejected, sample_bytes = 0, 0, 0, 0
-    stopped = False
-    while done < len(procs):
-        if time_limit and time.time() - t0 > time_limit:
-            stopped = True
-            for p in procs:
+    tally = DeepTally()
+    stopped, t_compiled = "aborted", 0.0
+    try:
+        precompile_options(all_kernel_options(), max(2, workers // 2), progress)
+        t_compiled = time.time() - t0
+        stopped = _consume(results, procs, tally, seed0, t0, time_limit, progress)
+    finally:  # also on an unexpected error or Ctrl-C: stop the workers, keep what was compared
+        for p in procs.values():
+            if p.is_alive():
                 p.terminate()
-            break
-        try:
-            item = results.get(timeout=900)
-        except queue_mod.Empty:
-            raise RuntimeError("no case arrived in 15 minutes: a shard worker hung") from None
-        if item[1] is None:
-            done += 1
-            if item[3]:
-                shard_errors[item[0]] = item[3]
-            continue
-        shard, idx, q, k, v, kw, *emu = item
-        dev = _device_bits(q, k, v, kw)
-        seen += 1
-        labels.update(_describe((q, k, v), kw))
-        rejected += bool(emu[2])
-        record = {"q": q, "k": k, "v": v, "kwargs": kw, "shard": shard, "index": idx,
-                  "seed": seed0 + shard, "input_digest": case_digest(q, k, v, kw)}
-        if not _agree(emu, dev):
-            bad.append({**record, "out": dev[0] if dev[0] is not None else np.zeros(0, np.uint16),
-                        "lse": dev[1] if dev[1] is not None else np.zeros(0, np.uint32),
-                        "device_error": dev[2], "emulator_error": emu[2]})
-        elif (not emu[2] and idx % SAMPLE_STRIDE == 0 and q.size + k.size + v.size <= SAMPLE_MAX_ELEMENTS
-              and sample_bytes < SAMPLE_BYTES):
-            sample.append({**record, "out": dev[0], "lse": dev[1]})
-            sample_bytes += q.nbytes + k.nbytes + v.nbytes + dev[0].nbytes + dev[1].nbytes
-        if seen % 5000 == 0:
-            progress(f"{seen} cases, {len(bad)} disagreements ({time.time() - t0:.0f} s)")
-    for p in procs:
-        p.join(timeout=60)
+            p.join(timeout=60)
+        report = _write_deep(out_dir, tally, cases, seed0, len(procs), stopped, t0, t_compiled)
+    progress(f"{tally.seen} cases ({tally.seen - tally.repeats} distinct), {tally.disagreements} "
+             f"emulator/device disagreements ({time.time() - t0:.0f} s)"
+             + (f"; stopped: {stopped}" if stopped else ""))
+    return report
+
+
+def _write_deep(out_dir, tally: DeepTally, cases, seed0, shards, stopped, t0, t_compiled) -> dict:
     os.makedirs(out_dir, exist_ok=True)
-    for name, recs in (("replay_disagreements", bad), ("replay_sample", sample)):
+    for name, recs in (("replay_disagreements", tally.bad), ("replay_sample", tally.sample)):
         if recs:
             arrays, meta = pack_cases(recs)
             save_npz_atomic(os.path.join(out_dir, f"{name}.npz"), **arrays)
             write_json_atomic(os.path.join(out_dir, f"{name}.json"), meta)
     report = {
         "device": device_info(), "kernel_sha256": source_sha256(KERNEL),
-        "mode": "deep", "cases": seen, "cases_asked": cases, "disagreements": len(bad),
-        "stopped_at_time_limit": stopped,
-        "rejected_by_both": rejected - sum(1 for b in bad if b["emulator_error"]),
-        "shards": len(procs), "seeds": [seed0, seed0 + len(procs) - 1],
-        "shard_errors": shard_errors, "sampled_cases": len(sample),
+        "mode": "deep", "cases": tally.seen, "distinct_cases": tally.seen - tally.repeats,
+        "cases_asked": cases, "disagreements": tally.disagreements,
+        "recorded_disagreements": len(tally.bad), "stopped": stopped,
+        "stopped_at_time_limit": stopped == "time limit",
+        "rejected_by_both": tally.rejected_by_both,
+        "shards": shards, "seeds": [seed0, seed0 + shards - 1],
+        "shard_errors": tally.shard_errors, "sampled_cases": len(tally.sample),
         "strategy": {"formats": list(FORMATS), "head_dims": list(HEAD_DIMS),
                      "max_seqlen": MAX_SEQLEN, "configs": [list(c) for c in CONFIGS]},
-        "drawn": dict(sorted(labels.items())),
+        "drawn": dict(sorted(tally.labels.items())),
         "disagreeing": [{"input_digest": b["input_digest"], "kwargs": kwargs_to_json(b["kwargs"]),
                          "device_error": b["device_error"], "emulator_error": b["emulator_error"]}
-                        for b in bad[:50]],
+                        for b in tally.bad[:50]],
         "hypothesis_version": _hypothesis_version(),
         "compile_s": round(t_compiled, 1), "elapsed_s": round(time.time() - t0, 1)}
     write_json_atomic(os.path.join(out_dir, "replay_report.json"), report)
-    progress(f"{seen} cases, {len(bad)} emulator/device disagreements ({time.time() - t0:.0f} s)")
     return report
 
 
@@ -300,7 +378,15 @@ def _database_entries(db_dir: str) -> int:
 
 
 def run_database(out_dir: str, db_dir: str, cases: int, progress=print) -> dict:
-    """The database replay (module docstring); returns the report it writes."""
+    """The database replay (module docstring); returns the report it writes. ``cases`` in the
+    report counts every run of the check, hypothesis's re-runs and shrinking included. The
+    report and the disagreeing inputs are written whatever hypothesis raises at the end
+    (a failure, a flaky failure, an error), then the error is described in ``failure``.
+
+    Raises:
+        ValueError: ``out_dir`` holds an earlier run's files.
+    """
+    _check_out_dir(out_dir)
     t0 = time.time()
     precompile_options(all_kernel_options(), max(2, (os.cpu_count() or 4) // 2), progress)
     entries_before = _database_entries(db_dir)
@@ -308,8 +394,8 @@ def run_database(out_dir: str, db_dir: str, cases: int, progress=print) -> dict:
     failure = ""
     try:
         device_property(DirectoryBasedExampleDatabase(db_dir), cases, log)()
-    except AssertionError as exc:
-        failure = str(exc)[:2000]
+    except Exception as exc:  # AssertionError, FlakyFailure, ...: the run's outcome, recorded
+        failure = f"{type(exc).__name__}: {exc}"[:2000]
     bad = log.found
     os.makedirs(out_dir, exist_ok=True)
     if bad:
@@ -323,7 +409,7 @@ def run_database(out_dir: str, db_dir: str, cases: int, progress=print) -> dict:
               "shrunk_failure": failure,
               "hypothesis_version": _hypothesis_version(), "elapsed_s": round(time.time() - t0, 1)}
     write_json_atomic(os.path.join(out_dir, "replay_report.json"), report)
-    progress(f"database replay: {report['cases']} cases, {len(bad)} disagreeing inputs "
+    progress(f"database replay: {report['cases']} check runs, {len(bad)} disagreeing inputs "
              f"({time.time() - t0:.0f} s)")
     return report
 
@@ -335,27 +421,54 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (np.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text}")
+    return value
+
+
+EPILOG = """exit codes: 0 every asked case compared, no disagreement; 1 emulator and device
+disagree on some case (recorded as goldens); 2 bad arguments or output folder, or no GPU; 3 the run is
+incomplete (time limit, a worker failed or stalled, or hypothesis raised something other
+than a disagreement)."""
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulator.device.hypothesis_replay",
-                                 description=__doc__.splitlines()[0])
+                                 description=__doc__.splitlines()[0], epilog=EPILOG)
     ap.add_argument("--out", required=True, help="folder for the report and recorded cases")
     ap.add_argument("--cases", "--generate", type=_positive, default=1000,
                     help="cases to draw (default 1000)")
-    ap.add_argument("--workers", type=_positive, default=max(1, (os.cpu_count() or 2) - 1),
-                    help="shards drawn and emulated in parallel (default: CPUs - 1)")
-    ap.add_argument("--seed", type=int, default=0, help="hypothesis seed of shard 0 (default 0)")
-    ap.add_argument("--time-limit", type=float, default=0.0,
+    ap.add_argument("--workers", type=_positive, default=None,
+                    help="deep run: shards drawn and emulated in parallel (default: CPUs - 1)")
+    ap.add_argument("--seed", type=int, default=None, help="deep run: hypothesis seed of shard 0 (default 0)")
+    ap.add_argument("--time-limit", type=_seconds, default=None,
                     help="deep run: stop after this many seconds and report what was compared")
     ap.add_argument("--database", help="replay this hypothesis example database instead")
     args = ap.parse_args(argv)
-    # fail fast, before anything is drawn
-    require_gpu()
+    deep_only = [f"--{n.replace('_', '-')}" for n in ("workers", "seed", "time_limit")
+                 if getattr(args, n) is not None]
+    if args.database and deep_only:
+        ap.error(f"{', '.join(deep_only)}: only for the deep run, not with --database")
+    try:
+        _check_out_dir(args.out)
+    except ValueError as exc:
+        ap.error(str(exc))
+    require_gpu()  # fail fast, before anything is drawn (no GPU: one line, exit 2)
     if args.database:
         rep = run_database(args.out, args.database, args.cases)
+        incomplete = bool(rep["shrunk_failure"]) and not rep["disagreements"]
     else:
-        rep = run_deep(args.out, args.cases, args.workers, args.seed, args.time_limit)
-    return 0 if rep["disagreements"] == 0 and not rep.get("shard_errors") else 1
+        rep = run_deep(args.out, args.cases, args.workers or max(1, (os.cpu_count() or 2) - 1),
+                       args.seed or 0, args.time_limit or 0.0)
+        incomplete = bool(rep["stopped"] or rep["shard_errors"]) or rep["cases"] < rep["cases_asked"]
+    if rep["disagreements"]:
+        return 1
+    return 3 if incomplete else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .runtime import run_script
+
+    sys.exit(run_script(main))

@@ -206,16 +206,25 @@ def check(fmt: str, recorded: dict, meta: dict) -> list[dict]:
     """``verify`` rows: the shipped model against a recorded sweep (digests and raw parts).
 
     Raises:
-        ValueError: the regenerated inputs are not the ones the device ran (other NumPy
-            random streams): the recording cannot be checked, it must be regenerated.
+        RecordedDataError: the regenerated inputs are not the ones the device ran (other NumPy
+            random streams), or a recorded array has another shape or dtype than the sweep
+            writes: the recording cannot be checked, it must be regenerated.
     """
+    from ..errors import RecordedDataError
+
     name = f"mma_sync_m16n8k32_{fmt}"
+    regen = f"rerun `python -m simulator.device.mma_fp8_sweep --out DIR --fmt {fmt}` on a GPU"
     A, B, C, part, _ = make_tiles(fmt)
-    if input_sha256(A, B, C) != meta["input_sha256"]:
-        raise ValueError(f"mma_fp8_sweep_{fmt}: regenerated inputs differ from the recorded "
-                         "ones; rerun python -m simulator.device.mma_fp8_sweep on a GPU")
+    if input_sha256(A, B, C) != meta["input_sha256"] or meta["tiles"] != A.shape[0]:
+        raise RecordedDataError(f"mma_fp8_sweep_{fmt}: the regenerated inputs are not the "
+                                f"recorded ones (other random streams?); {regen}")
     emu = emulate_probe(name, A, B, C, params_for("mma_sync", fmt))
     mine = record(emu, part)
+    for key, want in mine.items():  # the recording must have exactly the expected layout
+        got = recorded[key]
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise RecordedDataError(f"mma_fp8_sweep_{fmt}.npz: {key!r} is {got.dtype} "
+                                    f"{got.shape}, expected {want.dtype} {want.shape}; {regen}")
     bad_blocks = np.flatnonzero(np.any(mine["digests"] != recorded["digests"], axis=1))
     rows = [row(f"{name} sweep, raw {key}", recorded[key].size,
                 np.count_nonzero(mine[key] != recorded[key])) for key in ("head", "zeros")]
@@ -256,4 +265,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .runtime import run_script
+
+    sys.exit(run_script(main))

@@ -36,14 +36,17 @@ def case_digest(q, k, v, kwargs: dict) -> str:
 
 
 def kwargs_to_json(kwargs: dict) -> dict:
-    """Forward keyword arguments as JSON values (arrays as lists, float32 scalars as floats:
-    exact, a float32 is a float64)."""
+    """Forward keyword arguments as JSON values: arrays as lists, tuples as lists, NumPy
+    scalars as Python numbers (a float32 is exactly a float64). :func:`kwargs_from_json`
+    restores the types :func:`simulator.flash.forward` takes for each argument (seqlens_k an
+    int64 array, window a tuple, descales float32); the digest therefore identifies argument
+    values, not their Python types."""
     out = {}
     for key, val in kwargs.items():
         if isinstance(val, np.ndarray):
             out[key] = val.tolist()
-        elif isinstance(val, np.floating):
-            out[key] = float(val)
+        elif isinstance(val, np.generic):
+            out[key] = val.item()
         elif isinstance(val, tuple):
             out[key] = list(val)
         else:

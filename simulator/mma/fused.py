@@ -179,6 +179,8 @@ def _fused_step_fast(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd
     m, k = a.shape[-2:]
     n = b.shape[-1]
     rows = int(np.prod(lead, dtype=np.int64))
+    if rows * m * n == 0:  # no output at all
+        return np.zeros(lead + (m, n), dtype=np.float32)
     a3 = np.broadcast_to(a, lead + (m, k)).reshape(rows, m, k)
     b3 = np.broadcast_to(b, lead + (k, n)).reshape(rows, k, n)
     c3 = np.broadcast_to(np.asarray(c, dtype=np.float32), lead + (m, n)).reshape(rows, m, n)
