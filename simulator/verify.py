@@ -59,14 +59,14 @@ def run_checks(topics: list[str] | None = None, quick: bool = False) -> list[dic
 
 
 def format_table(rows: list[dict]) -> str:
-    """Human-readable table of check rows."""
-    lines = [f"{'topic':9s} {'check':52s} {'cases':>13s} {'mismatches':>10s}"]
-    for r in rows:
-        if r["check"] == "(elapsed)":
-            continue
+    """Human-readable table of check rows (the check column as wide as its longest name)."""
+    shown = [r for r in rows if r["check"] != "(elapsed)"]
+    width = max([52] + [len(r["check"]) for r in shown])
+    lines = [f"{'topic':9s} {'check':{width}s} {'cases':>13s} {'mismatches':>10s}"]
+    for r in shown:
         mark = "" if r["mismatches"] == 0 else "  <-- " + (r["detail"] or "MISMATCH")
-        lines.append(f"{r['topic']:9s} {r['check']:52s} {r['cases']:13,d} {r['mismatches']:10,d}{mark}")
+        lines.append(f"{r['topic']:9s} {r['check']:{width}s} {r['cases']:13,d} {r['mismatches']:10,d}{mark}")
     total = sum(r["cases"] for r in rows)
     bad = sum(r["mismatches"] for r in rows)
-    lines.append(f"total: {total:,} device results replayed, {bad:,} mismatches")
+    lines.append(f"total: {total:,} device results replayed, {bad:,} mismatch{'' if bad == 1 else 'es'}")
     return "\n".join(lines)
