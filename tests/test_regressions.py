@@ -76,9 +76,9 @@ def test_meta_is_json_serialisable():
 
 
 def test_hypothesis_replay_on_the_device_found_no_disagreement():
-    """The deep runs of `python -m simulator.device.hypothesis_replay` on the H200 (two runs, 15
-    hypothesis-seeded shards each): every drawn case gave the same O and LSE bits on device and
-    emulator, for the kernel source in the repository."""
+    """The deep runs of `python -m simulator.device.hypothesis_replay` on the H200 (four runs, 15
+    hypothesis-seeded shards each, docs/properties.md): every drawn case gave the same O and LSE
+    bits on device and emulator, for the kernel source in the repository."""
     rep = read_json(DATA_DIR / "hypothesis_replay_report.json", rr.REGENERATE)
     assert rep["device"]["gpu"] == "NVIDIA H200"
     assert rep["cases"] >= 100_000 and rep["disagreements"] == 0
