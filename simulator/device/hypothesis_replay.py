@@ -79,8 +79,10 @@ def all_kernel_options() -> list[tuple[str, ...]]:
 
 
 def collect(n: int, seed_value: int | None = None):
-    """``n`` drawn cases as (q, k, v, kwargs) tuples: derandomised (the same every run with
-    the same hypothesis version) when ``seed_value`` is None, else drawn with that seed."""
+    """``n`` drawn cases as (q, k, v, kwargs) tuples: derandomised when ``seed_value`` is None,
+    else drawn with that seed. (hypothesis's draws are not guaranteed across its versions, and
+    seeded runs of thousands of examples were seen to drift between processes after a few
+    hundred: docs/properties.md.)"""
     cases = []
 
     def record(case):

@@ -96,7 +96,6 @@ def unpack_cases(arrays, meta: list[dict]) -> list[dict]:
     return cases
 
 
-
 SAMPLE = "hypothesis_replay_sample"
 REGENERATE = ("python -m simulator.device.hypothesis_replay --out DIR` on a GPU, then "
               "`python scripts/merge_hypothesis_runs.py DIR ...")

@@ -164,7 +164,8 @@ def _operand_exponents(x: np.ndarray, emin: int) -> np.ndarray:
 
 # Outputs per tile of the term loop: the tile's float64 working arrays (a few times 256 KiB)
 # stay in the L2 cache, where each NumPy pass runs about 4x faster than on arrays streamed
-# from memory (measured on a 2-core Xeon VM: 0.28 vs 1.07 ns per element; benchmarks/bench_mma.py).
+# from memory (measured on a 2-core Xeon VM, 2026-12-01: 0.28 vs 1.07 ns per element for a
+# multiply-truncate-add chain on 2^15 vs 2^20 elements; benchmarks/bench_mma.py times the GEMM).
 _TILE_OUTPUTS = 1 << 15
 
 
