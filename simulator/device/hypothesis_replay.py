@@ -355,10 +355,8 @@ def make_device_check(log: CheckLog):
             return
         digest = case_digest(case.q, case.k, case.v, kw)
         if all(f["input_digest"] != digest for f in log.found):
-            log.found.append({"q": case.q, "k": case.k, "v": case.v, "kwargs": kw, "input_digest": digest,
-                          "out": dev[0] if dev[0] is not None else np.zeros(0, np.uint16),
-                          "lse": dev[1] if dev[1] is not None else np.zeros(0, np.uint32),
-                          "device_error": dev[2], "emulator_error": emu[2]})
+            log.found.append(_bad_record({"q": case.q, "k": case.k, "v": case.v, "kwargs": kw,
+                                          "input_digest": digest}, emu, dev))
         raise AssertionError(f"emulator and device disagree on {case!r} "
                              f"(emulator error {emu[2]!r}, device error {dev[2]!r})")
 
