@@ -22,7 +22,7 @@
 //
 // Compile-time configuration (-D, set by simulator/device/forward.py):
 //   FA_DTYPE       0 = bf16, 1 = f16, 2 = e4m3 (inputs; output is bf16 for e4m3)
-//   FA_HEAD_DIM    32, 64, 96, 128, 192, 256
+//   FA_HEAD_DIM    64, 96, 128, 192, 256 (FA3's kernel head dims; the launcher zero-pads)
 //   FA_KBLOCK_M    64, 128, 192
 //   FA_KBLOCK_N    multiple of 16 (32 for e4m3), at most 256
 //   FA_SOFTCAP     0 / 1
@@ -88,8 +88,8 @@ constexpr int kSmemQ = kBlockM * kHeadDim * kElemBytes;
 constexpr int kSmemK = kBlockN * kHeadDim * kElemBytes;
 
 static_assert(kDtype >= 0 && kDtype <= 2, "FA_DTYPE: 0 bf16, 1 f16, 2 e4m3");
-static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 ||
-              kHeadDim == 192 || kHeadDim == 256, "FA_HEAD_DIM");
+static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 ||
+              kHeadDim == 256, "FA_HEAD_DIM: a kernel head dim of FA3 (inputs are zero-padded)");
 static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192, "FA_KBLOCK_M");
 static_assert(kBlockN % kKStep == 0 && kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
               "FA_KBLOCK_N: multiple of 16 (32 for e4m3) up to 256");
@@ -358,6 +358,7 @@ struct __align__(16) Bytes16 {
   u32 x, y, z, w;
 };
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 
 // register r of an m64nNk16 accumulator: row 16 warp + g + 8 ((r >> 1) & 1), column
 // 8 (r >> 2) + 2 q + (r & 1); row/col view entry (mi, ni) is register (ni & 1) + 2 mi + 4 (ni >> 1)
@@ -469,8 +470,9 @@ __device__ __forceinline__ void trace_put(u32* p, int col0, const float (&x)[R])
 }
 // fragment acc_s (s) or acc_o (o) after a step
 #define FA_TRACE_FRAG(slot, step, n, x) trace_put(tr.at((slot), (step), (n)), 0, (x))
-// max_get_scale: row_max, row_sum, scores_scale; before the first online_softmax row_sum is
-// not yet set in the kernel (the emulator's Softmax starts it at 0): recorded as 0
+// max_get_scale: row_max, row_sum (still the previous block's: the rescale is fused into
+// online_softmax), scores_scale; before the first online_softmax row_sum is not yet set in
+// the kernel (the emulator's Softmax starts it at 0): recorded as 0
 #define FA_TRACE_MGS(slot, n)                                                        \
   do {                                                                               \
     u32* p_ = tr.at((slot), kMaxGetScale, (n));                                      \
@@ -542,6 +544,18 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
     n_block_min = lo <= 0 ? 0 : lo / kBlockN;
   }
 
+  // ---- which blocks mask (and so run with Check_inf): hopper/block.h, docs/forward.md ----
+  const bool is_causal = window_left < 0 && window_right == 0;
+  const bool is_local = (window_left >= 0 || window_right >= 0) && !is_causal;
+  const int wl = is_local && window_left < 0 ? seqlen_k_max - 1 : window_left;
+  const int wr = is_local && window_right < 0 ? seqlen_q - 1 : window_right;
+  int n_mask_min = n_block_max;  // get_n_block_min_causal_local_mask
+  if (is_causal || is_local)
+    n_mask_min = imax(n_block_min, (m_block * kBlockM + offset + (is_local ? wr : 0)) / kBlockN);
+  int n_before_local = n_block_min;  // get_n_block_min_before_local_mask
+  if (is_local)
+    n_before_local = imax(n_block_min, ((m_block + 1) * kBlockM + offset - wl + kBlockN - 1) / kBlockN);
+
   const long long q_row_bytes = (long long)heads * kHeadDim * kElemBytes;
   const long long kv_row_bytes = (long long)heads_kv * kHeadDim * kElemBytes;
   u16* out_bh = out + ((long long)b * seqlen_q * heads + h) * kHeadDim;  // row stride heads * d
@@ -596,6 +610,7 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
 
   for (int n = n_block_max - 1, it = 0; n >= n_block_min; --n, ++it) {
     const bool is_first = it == 0;
+    const bool check_inf = is_first || n >= n_mask_min || n < n_before_local;
     FA_TRACE_ONLY(const int ev = trace_base(it);)
 
     // intra_wg_overlap: the previous block's P V, issued one iteration late (traced in the
@@ -654,7 +669,8 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
     }
     FA_TRACE_FRAG(ev + 1 + kSc, kMask, n, s);
 
-    // ---- 4. max_get_scale (Check_inf) ----
+    // ---- 4. max_get_scale (Check_inf on masking blocks only; row_sum *= scale is fused
+    //         into step 5's first add, as the compiler does with softmax.h) ----
     if (is_first) {
 #pragma unroll
       for (int ni = 0; ni < kNCol; ++ni)
@@ -675,9 +691,8 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         row_max[mi] = quad_allreduce_max(row_max[mi]);
-        const float cur = row_max[mi] == bits_f32(kNegInfBits) ? 0.0f : row_max[mi];
+        const float cur = check_inf && row_max[mi] == bits_f32(kNegInfBits) ? 0.0f : row_max[mi];
         scores_scale[mi] = ex2(fmul(fsub(prev[mi], cur), scale_log2));
-        row_sum[mi] = fmul(row_sum[mi], scores_scale[mi]);
       }
     }
     FA_TRACE_MGS(ev + 2 + kSc, n);
@@ -689,7 +704,7 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
       float ms;
       if constexpr (kMaxOffset != 0) ms = ffma(row_max[mi], scale_log2, -(float)kMaxOffset);
       else ms = fmul(row_max[mi], scale_log2);
-      if (row_max[mi] == bits_f32(kNegInfBits)) ms = 0.0f;
+      if (check_inf && row_max[mi] == bits_f32(kNegInfBits)) ms = 0.0f;
       neg_max_scaled[mi] = fneg(ms);
     }
 #pragma unroll
@@ -698,7 +713,9 @@ fa3_forward(const u8* __restrict__ q, const u8* __restrict__ k, const u8* __rest
     for (int ni = 0; ni < kNCol; ++ni)
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
-        row_sum[mi] = (is_first && ni == 0) ? s[reg_of(mi, 0)] : fadd(row_sum[mi], s[reg_of(mi, ni)]);
+        row_sum[mi] = ni > 0 ? fadd(row_sum[mi], s[reg_of(mi, ni)])
+                    : is_first ? s[reg_of(mi, 0)]
+                               : ffma(scores_scale[mi], row_sum[mi], s[reg_of(mi, 0)]);
     FA_TRACE_OS(ev + 3 + kSc, n);
 
     // ---- 6. P = cvt(p) into the A-operand registers of the PV wgmma ----

@@ -80,13 +80,12 @@ def narrow_values(fmt: str):
     return st.one_of(base, base.map(lambda v: -v), st.floats(-4.0, 4.0, width=32))
 
 
-def masks():
-    """Keyword arguments of a mask: none, causal, or a local window (left, right)."""
-    return st.one_of(
-        st.just({}),
-        st.just({"causal": True}),
-        st.tuples(st.integers(-1, 96), st.integers(-1, 96)).map(lambda w: {"window": w}),
-    )
+def masks(local: bool = True):
+    """Keyword arguments of a mask: none, causal, or (``local``) a local window (left, right)."""
+    kinds = [st.just({}), st.just({"causal": True})]
+    if local:
+        kinds.append(st.tuples(st.integers(-1, 96), st.integers(-1, 96)).map(lambda w: {"window": w}))
+    return st.one_of(*kinds)
 
 
 def block_params(fmt: str = "bf16"):
@@ -116,7 +115,8 @@ class AttentionCase:
 
 @st.composite
 def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seqlen: int = 160,
-                     head_dims=(32, 64), edge_values: bool = True):
+                     head_dims=(32, 64), edge_values: bool = True, local: bool = True,
+                     blocks: bool = True):
     """q, k, v and forward kwargs: shapes and block sizes the kernel supports, masks, softcap,
     per-batch seqlens_k (including 0), GQA, FP8 descales, and values with outliers concentrated
     in one head and the format's edge values.
@@ -126,6 +126,8 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
         max_batch, max_seqlen: size bounds (keep them small: the emulator is exact, not fast).
         head_dims: head dimensions to draw from (a subset of 32, 64, 96, 128, 192, 256).
         edge_values: sprinkle the format's edge values into the inputs.
+        local: also draw local windows (the published FA3 wheel has none).
+        blocks: also draw kblock_m / kblock_n / schedule; False leaves FA3's dispatch.
     """
     fmt = dtype or draw(st.sampled_from(list(DTYPES)))
     b = draw(st.integers(1, max_batch))
@@ -150,8 +152,9 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
             x = np.clip(x, -448, 448)
         with np.errstate(over="ignore"):  # f16 outliers beyond 65504 become inf on purpose
             arrays.append(x.astype(DTYPES[fmt]))
-    kwargs = dict(draw(masks()))
-    kwargs.update(draw(block_params(fmt)))
+    kwargs = dict(draw(masks(local=local)))
+    if blocks:
+        kwargs.update(draw(block_params(fmt)))
     if draw(st.booleans()):
         kwargs["softcap"] = float(draw(st.sampled_from([5.0, 30.0])))
     if draw(st.booleans()):

@@ -42,7 +42,7 @@ class LaunchConfig(Config):
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory: Q tile, K block, V^T block."""
-        return (self.kblock_m + 2 * self.kblock_n) * self.head_dim * self.elem_bytes
+        return (self.kblock_m + 2 * self.kblock_n) * self.kernel_head_dim * self.elem_bytes
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -54,7 +54,7 @@ class LaunchConfig(Config):
 
     @property
     def options(self) -> tuple[str, ...]:
-        return kernel_options(self.fmt, self.head_dim, self.kblock_m, self.kblock_n,
+        return kernel_options(self.fmt, self.kernel_head_dim, self.kblock_m, self.kblock_n,
                               self.softcap > 0, self.schedule)
 
 
@@ -87,7 +87,7 @@ def make_launch_config(q, k, v, **kwargs) -> LaunchConfig:
     if max(q.size, k.size) > _INT32_MAX // 2 or cfg.batch > 65535 or cfg.heads > 65535:
         raise ValueError(f"q, k: too large for the kernel's 32-bit indexing ({q.shape}, {k.shape})")
     if cfg.smem_bytes > MAX_SMEM_BYTES:
-        raise ValueError(f"kblock_m, kblock_n: (kblock_m + 2 kblock_n) * head_dim * "
+        raise ValueError(f"kblock_m, kblock_n: (kblock_m + 2 kblock_n) * kernel head dim * "
                          f"{cfg.elem_bytes} bytes = {cfg.smem_bytes} of shared memory exceeds "
                          f"{MAX_SMEM_BYTES}; use smaller blocks")
     return cfg
@@ -107,23 +107,24 @@ def compile_kernel(options: tuple[str, ...]):
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
-            seqlens_k=None, kblock_m=128, kblock_n=128, schedule="intra_wg_overlap",
+            seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None):
     """FlashAttention-3 forward on the GPU (docs/forward.md), the device twin of the emulator.
 
     Args:
         q: [batch, seqlen_q, heads, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim];
             all ml_dtypes.bfloat16, all numpy.float16 or all ml_dtypes.float8_e4m3fn;
-            head_dim in 32, 64, 96, 128, 192, 256; heads_kv divides heads.
+            head_dim a multiple of 8 (16 for e4m3) up to 256, zero-padded to FA3's kernel head
+            dim as the emulator does; heads_kv divides heads.
         softmax_scale: default 1/sqrt(head_dim) (float64, then float32).
         causal: bottom-right aligned causal mask (window right = 0).
         window: (left, right) local window, -1 = unbounded.
         softcap: > 0 applies ``tanh(s * softmax_scale / softcap)`` (scale folded, FA3-style).
         seqlens_k: [batch] ints in 0..seqlen_k (default seqlen_k): keys per batch.
-        kblock_m: 64, 128 or 192 query rows per CTA; kblock_n: keys per block, a multiple of 16
-            (32 for e4m3) up to 256; (kblock_m + 2 kblock_n) * head_dim * elem_bytes must fit
-            in 227 KiB of shared memory.
-        schedule: "plain" or "intra_wg_overlap".
+        kblock_m, kblock_n, schedule: None for FA3's dispatch (as the emulator), or overrides:
+            64, 128 or 192 query rows per CTA; keys per block, a multiple of 16 (32 for e4m3)
+            up to 256; (kblock_m + 2 kblock_n) * kernel head dim * elem_bytes must fit in
+            227 KiB of shared memory; "plain" or "intra_wg_overlap".
         q_descale, k_descale, v_descale: e4m3 only: float32 scalars or [batch, heads_kv].
         arch: must be "sm90" (the GPU is the H200; the emulator's "ideal" has no device twin).
         trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record (as the
@@ -179,8 +180,9 @@ def launch(cfg: LaunchConfig, q, k, v, trace_ctas=None):
     if cfg.smem_bytes > 48 * 1024:
         _allow_smem(cupy, fn, cfg.smem_bytes)
     bits = np.uint8 if cfg.elem_bytes == 1 else np.uint16
-    dq, dk, dv = (cupy.asarray(np.ascontiguousarray(x).view(bits)) for x in (q, k, v))
-    out = cupy.full((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim), 0xFFFF, dtype=cupy.uint16)
+    dq, dk, dv = (cupy.asarray(_pad_head_dim(x, cfg.kernel_head_dim).view(bits)) for x in (q, k, v))
+    out = cupy.full((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.kernel_head_dim), 0xFFFF,
+                    dtype=cupy.uint16)
     lse = cupy.full((cfg.batch, cfg.heads, cfg.seqlen_q), np.nan, dtype=cupy.float32)
     args = (dq, dk, dv, out, lse, cupy.asarray(cfg.seqlens_k.astype(np.int32)),
             cupy.asarray(cfg.q_descale), cupy.asarray(cfg.k_descale), cupy.asarray(cfg.v_descale),
@@ -198,6 +200,16 @@ def launch(cfg: LaunchConfig, q, k, v, trace_ctas=None):
         args += (buf, dctas, np.int32(len(ctas)), np.int32(slots))
     fn(cfg.grid, (cfg.threads,), args, shared_mem=cfg.smem_bytes)
     cupy.cuda.get_current_stream().synchronize()
+    o = np.ascontiguousarray(out.get()[..., : cfg.head_dim]).view(cfg.out_dtype)
     if traced:
-        return out.get().view(cfg.out_dtype), lse.get(), buf.get()
-    return out.get().view(cfg.out_dtype), lse.get()
+        return o, lse.get(), buf.get()
+    return o, lse.get()
+
+
+def _pad_head_dim(x: np.ndarray, kernel_head_dim: int) -> np.ndarray:
+    """Zero columns up to the kernel head dim (what FA3's bulk tensor copy loads there)."""
+    if x.shape[-1] == kernel_head_dim:
+        return np.ascontiguousarray(x)
+    out = np.zeros(x.shape[:-1] + (kernel_head_dim,), dtype=x.dtype)
+    out[..., : x.shape[-1]] = x
+    return out

@@ -44,7 +44,7 @@ MAGIC = 0xFA300000
 MAGIC_MASK = 0xFFF00000
 
 #: per step: (array name, first column, width) in a record's per-thread words; width "S" is the
-#: S fragment (kblock_n / 2 registers), "O" the O fragment (head_dim / 2 registers)
+#: S fragment (kblock_n / 2 registers), "O" the O fragment (kernel head dim / 2 registers)
 COLUMNS = {
     "qk_gemm": (("acc_s", 0, "S"),),
     "softcap": (("acc_s", 0, "S"),),
@@ -60,7 +60,7 @@ COLUMNS = {
 
 def trace_cols(cfg) -> int:
     """Words per thread in a record: max(kblock_n / 2 + 2, head_dim / 2, 8) (kTraceCols)."""
-    return max(cfg.kblock_n // 2 + 2, cfg.head_dim // 2, 8)
+    return max(cfg.kblock_n // 2 + 2, cfg.kernel_head_dim // 2, 8)
 
 
 def record_words(cfg) -> int:
@@ -126,7 +126,7 @@ def _cta_events(cfg, cta, dump: np.ndarray) -> list[Event]:
     """The events of one CTA from its records ``[slots, words]`` (uint32), in slot order."""
     W = cfg.kblock_m // 64
     cols = trace_cols(cfg)
-    width = {"S": cfg.kblock_n // 2, "O": cfg.head_dim // 2}
+    width = {"S": cfg.kblock_n // 2, "O": cfg.kernel_head_dim // 2}
     n_expected = expected_events(cfg, cta)
     events = []
     for slot in range(dump.shape[0]):

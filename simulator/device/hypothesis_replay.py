@@ -52,6 +52,12 @@ from .runtime import device_info, require_gpu, source_sha256
 CONFIGS = [(128, 128, "intra_wg_overlap"), (64, 64, "plain"), (192, 96, "intra_wg_overlap")]
 FORMATS = ("bf16", "f16", "e4m3")
 HEAD_DIMS = (64, 128)
+#: against the real FA3 library (``--target library``): its dtypes, head dims in every kernel
+#: head-dim class (multiples of 16 so that e4m3 accepts them too), no local windows (the
+#: published wheel has none) and FA3's own dispatch (no block arguments)
+LIBRARY_FORMATS = ("bf16", "e4m3")
+LIBRARY_HEAD_DIMS = (16, 48, 64, 80, 96, 112, 128, 144, 176, 192, 224, 256)
+TARGETS = ("twin", "library")
 MAX_SEQLEN = 200
 #: budget of the recorded sample of agreeing cases (raw bytes before compression)
 SAMPLE_BYTES = 6 << 20
@@ -60,10 +66,15 @@ SAMPLE_STRIDE = 97            # every 97th case of a shard is a sampling candida
 
 
 @st.composite
-def replay_cases(draw):
+def replay_cases(draw, target: str = "twin"):
     """An :class:`simulator.strategies.AttentionCase` in one of :data:`FORMATS`, head_dim in
     :data:`HEAD_DIMS`, sequence lengths up to :data:`MAX_SEQLEN` and block parameters from
-    :data:`CONFIGS`."""
+    :data:`CONFIGS`; for ``target="library"`` one of :data:`LIBRARY_FORMATS` and
+    :data:`LIBRARY_HEAD_DIMS`, no local window, and FA3's dispatch."""
+    if target == "library":
+        dtype = draw(st.sampled_from(list(LIBRARY_FORMATS)))
+        return draw(sst.attention_inputs(dtype=dtype, max_seqlen=MAX_SEQLEN,
+                                         head_dims=LIBRARY_HEAD_DIMS, local=False, blocks=False))
     dtype = draw(st.sampled_from(list(FORMATS)))
     case = draw(sst.attention_inputs(dtype=dtype, max_seqlen=MAX_SEQLEN, head_dims=HEAD_DIMS))
     km, kn, sched = draw(st.sampled_from(CONFIGS))
@@ -78,7 +89,7 @@ def all_kernel_options() -> list[tuple[str, ...]]:
                    for softcap in (False, True)})
 
 
-def collect(n: int, seed_value: int | None = None):
+def collect(n: int, seed_value: int | None = None, target: str = "twin"):
     """``n`` drawn cases as (q, k, v, kwargs) tuples: derandomised when ``seed_value`` is None,
     else drawn with that seed. (hypothesis's draws are not guaranteed across its versions, and
     seeded runs of thousands of examples were seen to drift between processes after a few
@@ -89,12 +100,12 @@ def collect(n: int, seed_value: int | None = None):
         cases.append((case.q, case.k, case.v, dict(case.kwargs)))
 
     if n:
-        _run_hypothesis(record, n, seed_value)
+        _run_hypothesis(record, n, seed_value, target)
     return cases
 
 
-def _run_hypothesis(body, n: int, seed_value: int | None) -> None:
-    test = given(replay_cases())(body)
+def _run_hypothesis(body, n: int, seed_value: int | None, target: str = "twin") -> None:
+    test = given(replay_cases(target))(body)
     if seed_value is not None:
         test = seed(seed_value)(test)
     settings(database=None, derandomize=seed_value is None, max_examples=n,
@@ -107,7 +118,8 @@ def _describe(qkv, kw: dict) -> tuple[str, ...]:
     finite = all(np.isfinite(x.astype(np.float32)).all() for x in qkv)
     mask = "causal" if kw.get("causal") else ("local" if "window" in kw else "none")
     return (f"dtype={q.dtype}", f"head_dim={q.shape[-1]}",
-            f"blocks={kw['kblock_m']}x{kw['kblock_n']} {kw['schedule']}", f"mask={mask}",
+            f"blocks={kw.get('kblock_m', 'fa3')}x{kw.get('kblock_n', 'fa3')} "
+            f"{kw.get('schedule', 'fa3')}", f"mask={mask}",
             f"softcap={'yes' if kw.get('softcap', 0) > 0 else 'no'}",
             f"seqlens_k={'yes' if 'seqlens_k' in kw else 'no'}",
             f"gqa={'yes' if q.shape[2] != k.shape[2] else 'no'}",
@@ -129,7 +141,7 @@ def _emulate(q, k, v, kw):
         return None, None, f"{type(exc).__name__}: {exc}"
 
 
-def _shard_worker(shard: int, n: int, seed_value: int, out_queue) -> None:
+def _shard_worker(shard: int, n: int, seed_value: int, out_queue, target: str = "twin") -> None:
     """Draw ``n`` cases with hypothesis seed ``seed_value``, emulate each, stream them out."""
     count = 0
 
@@ -140,17 +152,22 @@ def _shard_worker(shard: int, n: int, seed_value: int, out_queue) -> None:
         count += 1
 
     try:
-        _run_hypothesis(body, n, seed_value)
+        _run_hypothesis(body, n, seed_value, target)
         out_queue.put((shard, None, count, ""))
     except BaseException as exc:  # reported by the parent; the shard's cases so far still count
         out_queue.put((shard, None, count, f"{type(exc).__name__}: {exc}"[:500]))
 
 
-def _device_bits(q, k, v, kw):
+def _device_bits(q, k, v, kw, target: str = "twin"):
     """The device's (O bits, LSE bits, error): any exception, a launch failure included, is the
     device's answer for this case (recorded as a disagreement unless the emulator also
-    rejected the arguments), so that one bad case cannot end a long run unrecorded."""
+    rejected the arguments), so that one bad case cannot end a long run unrecorded.
+    ``target``: "twin" (kernels/fa3_forward.cu) or "library" (the real FA3)."""
     try:
+        if target == "library":
+            from . import fa3_library  # noqa: PLC0415 - needs torch, only for this target
+
+            return (*result_bits(*fa3_library.forward(q, k, v, **kw)), "")
         return (*result_bits(*forward(q, k, v, **kw)), "")
     except Exception as exc:
         return None, None, f"{type(exc).__name__}: {exc}"[:500]
@@ -222,7 +239,7 @@ class DeepTally:
 
 
 def _consume(results, procs: dict, tally: DeepTally, seed0: int, t0: float, time_limit: float,
-             progress) -> str:
+             progress, target: str = "twin") -> str:
     """Compare every streamed case on the GPU until each shard is finished or has died.
     Returns "" for a complete run, else why it stopped ("time limit", "stalled")."""
     finished: set[int] = set()
@@ -247,14 +264,14 @@ def _consume(results, procs: dict, tally: DeepTally, seed0: int, t0: float, time
                 tally.shard_errors[item[0]] = item[3][:500]
             continue
         shard, idx, q, k, v, kw, *emu = item
-        tally.add(shard, idx, seed0 + shard, q, k, v, kw, emu, _device_bits(q, k, v, kw))
+        tally.add(shard, idx, seed0 + shard, q, k, v, kw, emu, _device_bits(q, k, v, kw, target))
         if tally.seen % 5000 == 0:
             progress(f"{tally.seen} cases, {tally.disagreements} disagreements ({time.time() - t0:.0f} s)")
     return ""
 
 
 def run_deep(out_dir: str, cases: int, workers: int, seed0: int, time_limit: float = 0.0,
-             progress=print) -> dict:
+             progress=print, target: str = "twin") -> dict:
     """The deep run (module docstring); returns the report it writes. With ``time_limit`` > 0
     (seconds) the run stops taking cases after that long; a worker that dies, or no case for
     :data:`STALL_S` seconds, also ends it; the report then says why (``stopped``) and holds
@@ -270,29 +287,33 @@ def run_deep(out_dir: str, cases: int, workers: int, seed0: int, time_limit: flo
     ctx = mp.get_context("spawn")
     results = ctx.Queue(maxsize=8 * workers)
     per = [cases // workers + (1 if i < cases % workers else 0) for i in range(workers)]
-    procs = {i: ctx.Process(target=_shard_worker, args=(i, per[i], seed0 + i, results), daemon=True)
+    procs = {i: ctx.Process(target=_shard_worker, args=(i, per[i], seed0 + i, results, target),
+                            daemon=True)
              for i in range(workers) if per[i]}
     for p in procs.values():
         p.start()
     tally = DeepTally()
     stopped, t_compiled = "aborted", 0.0
     try:
-        precompile_options(all_kernel_options(), max(2, workers // 2), progress)
+        if target == "twin":
+            precompile_options(all_kernel_options(), max(2, workers // 2), progress)
         t_compiled = time.time() - t0
-        stopped = _consume(results, procs, tally, seed0, t0, time_limit, progress)
+        stopped = _consume(results, procs, tally, seed0, t0, time_limit, progress, target)
     finally:  # also on an unexpected error or Ctrl-C: stop the workers, keep what was compared
         for p in procs.values():
             if p.is_alive():
                 p.terminate()
             p.join(timeout=60)
-        report = _write_deep(out_dir, tally, cases, seed0, len(procs), stopped, t0, t_compiled)
+        report = _write_deep(out_dir, tally, cases, seed0, len(procs), stopped, t0, t_compiled,
+                             target)
     progress(f"{tally.seen} cases ({tally.seen - tally.repeats} distinct), {tally.disagreements} "
              f"emulator/device disagreements ({time.time() - t0:.0f} s)"
              + (f"; stopped: {stopped}" if stopped else ""))
     return report
 
 
-def _write_deep(out_dir, tally: DeepTally, cases, seed0, shards, stopped, t0, t_compiled) -> dict:
+def _write_deep(out_dir, tally: DeepTally, cases, seed0, shards, stopped, t0, t_compiled,
+                target: str = "twin") -> dict:
     os.makedirs(out_dir, exist_ok=True)
     for name, recs in (("replay_disagreements", tally.bad), ("replay_sample", tally.sample)):
         if recs:
@@ -300,7 +321,7 @@ def _write_deep(out_dir, tally: DeepTally, cases, seed0, shards, stopped, t0, t_
             save_npz_atomic(os.path.join(out_dir, f"{name}.npz"), **arrays)
             write_json_atomic(os.path.join(out_dir, f"{name}.json"), meta)
     report = {
-        "device": device_info(), "kernel_sha256": source_sha256(KERNEL),
+        "device": device_info(), "target": target, **_target_provenance(target),
         "mode": "deep", "cases": tally.seen, "distinct_cases": tally.seen - tally.repeats,
         "cases_asked": cases, "disagreements": tally.disagreements,
         "recorded_disagreements": len(tally.bad), "stopped": stopped,
@@ -308,8 +329,11 @@ def _write_deep(out_dir, tally: DeepTally, cases, seed0, shards, stopped, t0, t_
         "rejected_by_both": tally.rejected_by_both,
         "shards": shards, "seeds": [seed0, seed0 + shards - 1],
         "shard_errors": tally.shard_errors, "sampled_cases": len(tally.sample),
-        "strategy": {"formats": list(FORMATS), "head_dims": list(HEAD_DIMS),
-                     "max_seqlen": MAX_SEQLEN, "configs": [list(c) for c in CONFIGS]},
+        "strategy": ({"formats": list(FORMATS), "head_dims": list(HEAD_DIMS),
+                      "max_seqlen": MAX_SEQLEN, "configs": [list(c) for c in CONFIGS]}
+                     if target == "twin" else
+                     {"formats": list(LIBRARY_FORMATS), "head_dims": list(LIBRARY_HEAD_DIMS),
+                      "max_seqlen": MAX_SEQLEN, "configs": "FA3 dispatch", "local": False}),
         "drawn": dict(sorted(tally.labels.items())),
         "disagreeing": [{"input_digest": b["input_digest"], "kwargs": kwargs_to_json(b["kwargs"]),
                          "device_error": b["device_error"], "emulator_error": b["emulator_error"]}
@@ -318,6 +342,15 @@ def _write_deep(out_dir, tally: DeepTally, cases, seed0, shards, stopped, t0, t_
         "compile_s": round(t_compiled, 1), "elapsed_s": round(time.time() - t0, 1)}
     write_json_atomic(os.path.join(out_dir, "replay_report.json"), report)
     return report
+
+
+def _target_provenance(target: str) -> dict:
+    """The kernel source's sha256 (twin) or the library's provenance (wheel, sha256s)."""
+    if target == "library":
+        from . import fa3_library  # noqa: PLC0415
+
+        return {"library": fa3_library.provenance()}
+    return {"kernel_sha256": source_sha256(KERNEL)}
 
 
 def _hypothesis_version() -> str:
@@ -446,9 +479,14 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=_seconds, default=None,
                     help="deep run: stop after this many seconds and report what was compared")
     ap.add_argument("--database", help="replay this hypothesis example database instead")
+    ap.add_argument("--target", choices=TARGETS, default="twin",
+                    help="deep run: the device side, our twin kernel (default) or the real FA3 "
+                         "library (fa3-fwd, needs torch)")
     args = ap.parse_args(argv)
     deep_only = [f"--{n.replace('_', '-')}" for n in ("workers", "seed", "time_limit")
                  if getattr(args, n) is not None]
+    if args.target != "twin":
+        deep_only.append("--target")
     if args.database and deep_only:
         ap.error(f"{', '.join(deep_only)}: only for the deep run, not with --database")
     try:
@@ -461,7 +499,7 @@ def main(argv=None) -> int:
         incomplete = bool(rep["shrunk_failure"]) and not rep["disagreements"]
     else:
         rep = run_deep(args.out, args.cases, args.workers or max(1, (os.cpu_count() or 2) - 1),
-                       args.seed or 0, args.time_limit or 0.0)
+                       args.seed or 0, args.time_limit or 0.0, target=args.target)
         incomplete = bool(rep["stopped"] or rep["shard_errors"]) or rep["cases"] < rep["cases_asked"]
     if rep["disagreements"]:
         return 1

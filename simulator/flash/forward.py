@@ -20,12 +20,12 @@ from ..numerics import convert, fmul
 from ..numerics.mufu import tanh
 from ..trace import Trace
 from .constants import MAX_OFFSET, host_constants
-from .masks import allowed, block_range, clamp_window, normalize_window
+from .dispatch import Dispatch, check_head_dim, fa3_dispatch
+from .masks import allowed, block_range, fa3_window, kernel_flags, masking_steps, normalize_window
 from .softmax import Softmax, rescale_o
 
 DTYPES = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16",
           np.dtype(ml_dtypes.float8_e4m3fn): "e4m3"}
-HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 SCHEDULES = ("plain", "intra_wg_overlap")
 ARCHS = ("sm90", "ideal")
 _NEG_INF = np.float32(-np.inf)
@@ -55,6 +55,7 @@ class Config:
     heads: int
     heads_kv: int
     head_dim: int
+    kernel_head_dim: int
     window: tuple[int, int]
     softcap: float
     kblock_m: int
@@ -66,6 +67,7 @@ class Config:
     q_descale: np.ndarray
     k_descale: np.ndarray
     v_descale: np.ndarray
+    dispatch: Dispatch
 
     @property
     def out_dtype(self) -> np.dtype:
@@ -78,8 +80,18 @@ class Config:
 
     @property
     def rescale_before_gemm(self) -> bool:
-        """FA3's RescaleOBeforeGemm for the overlapped mainloop: head_dim > 128 and not FP8."""
-        return self.head_dim > 128 and self.fmt != "e4m3"
+        """FA3's RescaleOBeforeGemm for the overlapped mainloop: kernel head dim > 128, not FP8."""
+        return self.kernel_head_dim > 128 and self.fmt != "e4m3"
+
+    @property
+    def causal(self) -> bool:
+        """The kernel's Is_causal (after FA3's window normalisation)."""
+        return kernel_flags(self.window)[0]
+
+    @property
+    def local(self) -> bool:
+        """The kernel's Is_local."""
+        return kernel_flags(self.window)[1]
 
 
 def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
@@ -103,9 +115,11 @@ def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
 
 
 def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
-                seqlens_k=None, kblock_m=128, kblock_n=128, schedule="intra_wg_overlap",
+                seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
                 q_descale=None, k_descale=None, v_descale=None, arch="sm90") -> Config:
-    """Validate every argument of :func:`forward`; raises ValueError naming the argument."""
+    """Validate every argument of :func:`forward` and resolve FA3's dispatch; raises ValueError
+    naming the argument. ``kblock_m``, ``kblock_n``, ``schedule`` None: FA3's choice
+    (:func:`simulator.flash.dispatch.fa3_dispatch`)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
             raise ValueError(f"{name}: expected a plain numpy array, got {type(x).__name__} "
@@ -124,12 +138,21 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
     bk, sk, hkv, dk = k.shape
     if bk != b or dk != d:
         raise ValueError(f"k: expected [batch={b}, seqlen_k, heads_kv, head_dim={d}], got {k.shape}")
-    if d not in HEAD_DIMS:
-        raise ValueError(f"q: head_dim {d} not supported; accepted: {HEAD_DIMS}")
+    check_head_dim(d, fmt)
     if hkv < 1 or h % hkv:
         raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
     if b < 1 or sq < 1 or h < 1:
         raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {q.shape}")
+    if arch not in ARCHS:
+        raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal: expected True or False, got {causal!r}")
+    win = fa3_window(normalize_window(bool(causal), window), sq, sk)
+    is_causal, is_local = kernel_flags(win)
+    disp = fa3_dispatch(fmt, d, sq, causal=is_causal, local=is_local, softcap=_softcap_on(softcap))
+    kblock_m = disp.kblock_m if kblock_m is None else kblock_m
+    kblock_n = disp.kblock_n if kblock_n is None else kblock_n
+    schedule = disp.schedule if schedule is None else schedule
     if isinstance(kblock_m, bool) or not isinstance(kblock_m, (int, np.integer)) or \
             kblock_m not in (64, 128, 192):
         raise ValueError(f"kblock_m: expected 64, 128 or 192 (1-3 warpgroups), got {kblock_m!r}")
@@ -140,11 +163,6 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
                          f"got {kblock_n!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
-    if arch not in ARCHS:
-        raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise ValueError(f"causal: expected True or False, got {causal!r}")
-    win = clamp_window(normalize_window(bool(causal), window), sq, sk)
     if seqlens_k is None:
         seqlens = np.full(b, sk, dtype=np.int64)
     else:
@@ -155,29 +173,46 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
             raise ValueError(f"seqlens_k: values must be in 0..{sk} (k.shape[1]), got {seqlens.tolist()}")
         seqlens = seqlens.astype(np.int64)
     consts = host_constants(d, softmax_scale, softcap)
-    return Config(fmt, b, sq, sk, h, hkv, d, win, float(softcap), int(kblock_m), int(kblock_n),
-                  schedule, arch, consts, seqlens,
+    return Config(fmt, b, sq, sk, h, hkv, d, disp.kernel_head_dim, win, float(softcap),
+                  int(kblock_m), int(kblock_n), schedule, arch, consts, seqlens,
                   _descale("q_descale", q_descale, fmt, b, hkv),
                   _descale("k_descale", k_descale, fmt, b, hkv),
-                  _descale("v_descale", v_descale, fmt, b, hkv))
+                  _descale("v_descale", v_descale, fmt, b, hkv), disp)
+
+
+def _softcap_on(softcap) -> float:
+    """softcap as a float for the dispatch (its validation is host_constants')."""
+    try:
+        return float(softcap) if float(softcap) > 0 else 0.0
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
-            seqlens_k=None, kblock_m=128, kblock_n=128, schedule="intra_wg_overlap",
+            seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
+
+    With no tile arguments it runs what FA3 dispatches for the inputs
+    (:func:`simulator.flash.dispatch.fa3_dispatch`: kernel head dim, kBlockM x kBlockN,
+    IntraWGOverlap, RescaleOBeforeGemm); the real library on the H200 is what it is checked
+    against (``simulator/data/device/fa3_library_report.json``).
 
     Args:
         q: [batch, seqlen_q, heads, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim];
             dtype ml_dtypes.bfloat16, numpy.float16 or ml_dtypes.float8_e4m3fn (all the same);
-            head_dim in 32, 64, 96, 128, 192, 256; heads_kv divides heads (GQA).
-        softmax_scale: default 1/sqrt(head_dim).
-        causal: bottom-right aligned causal mask (window right = 0).
-        window: (left, right) local window, -1 = unbounded.
+            head_dim a multiple of 8 (16 for e4m3) up to 256, run as FA3's kernel head dim
+            (64, 96, 128, 192 or 256) with zero columns; heads_kv divides heads (GQA).
+        softmax_scale: default 1/sqrt(head_dim) (the input's head dim).
+        causal: bottom-right aligned causal mask (window right = 0); with seqlen_q == 1 it is
+            the same as non-causal, and FA3 dispatches it so.
+        window: (left, right) local window, -1 = unbounded (sides wider than the sequence
+            become -1, as in FA3).
         softcap: > 0 enables ``softcap * tanh(s / softcap)`` (tanh.approx.f32).
-        seqlens_k: [batch] ints, keys per batch (default seqlen_k); later keys are absent.
-        kblock_m: 64, 128 or 192 rows per CTA (1-3 warpgroups); kblock_n: keys per block.
-        schedule: "plain" or "intra_wg_overlap" (FA3's default); see docs/forward.md.
+        seqlens_k: [batch] ints, keys per batch (FA3's ``seqused_k``; default seqlen_k).
+        kblock_m: None (FA3's choice) or 64, 128, 192 rows per CTA; kblock_n: None or keys per
+            block (a multiple of 16, 32 for e4m3, up to 256).
+        schedule: None (FA3's), "plain" or "intra_wg_overlap"; see docs/forward.md.
         q_descale, k_descale, v_descale: FP8 only: float32 scalars or [batch, heads_kv].
         arch: "sm90" (MUFU models measured on the H200) or "ideal" (correctly rounded).
         trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record.
@@ -197,8 +232,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim), dtype=cfg.out_dtype)
     lse = np.full((cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
     qp, kp, vp = _padded_inputs(cfg, q, k, v)
-    for n_range, ctas in _cta_groups(cfg).items():
-        _run_group(cfg, n_range, ctas, qp, kp, vp, out, lse, wanted, record)
+    for (n_range, masked), ctas in _cta_groups(cfg).items():
+        _run_group(cfg, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record)
     return ForwardResult(out, lse, record)
 
 
@@ -227,40 +262,45 @@ def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
 
 # ---- setup ------------------------------------------------------------------------------------
 def _padded_inputs(cfg: Config, q, k, v):
-    """Zero-filled copies padded to whole blocks; keys at or after seqlens_k[b] zeroed (as a
-    bulk copy bounded by the sequence length leaves them)."""
+    """Zero-filled copies padded to whole blocks and to the kernel head dim; keys at or after
+    seqlens_k[b] zeroed (as a bulk copy bounded by the sequence length and head dim leaves
+    them)."""
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
-    qp = np.zeros((cfg.batch, m_blocks * cfg.kblock_m, cfg.heads, cfg.head_dim), dtype=q.dtype)
-    qp[:, : cfg.seqlen_q] = q
-    kp = np.zeros((cfg.batch, n_pad, cfg.heads_kv, cfg.head_dim), dtype=k.dtype)
+    d, kd = cfg.head_dim, cfg.kernel_head_dim
+    qp = np.zeros((cfg.batch, m_blocks * cfg.kblock_m, cfg.heads, kd), dtype=q.dtype)
+    qp[:, : cfg.seqlen_q, :, :d] = q
+    kp = np.zeros((cfg.batch, n_pad, cfg.heads_kv, kd), dtype=k.dtype)
     vp = np.zeros_like(kp)
-    kp[:, : cfg.seqlen_k] = k
-    vp[:, : cfg.seqlen_k] = v
+    kp[:, : cfg.seqlen_k, :, :d] = k
+    vp[:, : cfg.seqlen_k, :, :d] = v
     absent = np.arange(n_pad)[None, :] >= cfg.seqlens_k[:, None]  # [batch, keys]
     kp[absent] = 0
     vp[absent] = 0
     return qp, kp, vp
 
 
-def _cta_groups(cfg: Config) -> dict[tuple[int, int], np.ndarray]:
-    """CTAs ``(b, h, m_block)`` grouped by their K/V block range."""
+def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
+    """CTAs ``(b, h, m_block)`` grouped by their K/V block range and which of those blocks
+    run with masking (and so with Check_inf)."""
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
-    groups: dict[tuple[int, int], list] = {}
+    groups: dict[tuple, list] = {}
     for b in range(cfg.batch):  # per batch and m_block (a handful): the ranges
+        sk = int(cfg.seqlens_k[b])
         for mb in range(m_blocks):
-            rng = block_range(mb, cfg.seqlen_q, int(cfg.seqlens_k[b]), cfg.kblock_m,
-                              cfg.kblock_n, cfg.window)
-            groups.setdefault(rng, []).extend((b, h, mb) for h in range(cfg.heads))
-    return {rng: np.array(ctas, dtype=np.int64).reshape(-1, 3) for rng, ctas in groups.items()}
+            rng = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window)
+            masked = masking_steps(mb, cfg.seqlen_q, sk, cfg.seqlen_k, cfg.kblock_m, cfg.kblock_n,
+                                   cfg.window, rng)
+            groups.setdefault((rng, masked), []).extend((b, h, mb) for h in range(cfg.heads))
+    return {key: np.array(ctas, dtype=np.int64).reshape(-1, 3) for key, ctas in groups.items()}
 
 
 # ---- one group of CTAs ---------------------------------------------------------------------------
-def _run_group(cfg: Config, n_range, ctas, qp, kp, vp, out, lse, wanted, record):
+def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record):
     n_min, n_max = n_range
     b, h, mb = ctas[:, 0], ctas[:, 1], ctas[:, 2]
     hkv = h // (cfg.heads // cfg.heads_kv)
-    W, N, d = cfg.kblock_m // 64, cfg.kblock_n, cfg.head_dim
+    W, N, d = cfg.kblock_m // 64, cfg.kblock_n, cfg.kernel_head_dim
     rows = mb[:, None] * cfg.kblock_m + np.arange(cfg.kblock_m)[None, :]            # [G, kBlockM]
     if n_max <= n_min:  # nothing to attend: O = 0, LSE = -inf (already in place)
         _store(cfg, ctas, rows, None, None, out, lse)
@@ -294,11 +334,11 @@ def _run_group(cfg: Config, n_range, ctas, qp, kp, vp, out, lse, wanted, record)
         s = np.where(ok, s, _NEG_INF)
         tracer.frag("mask", n, acc_s=s)
         scores = s[..., view.row[:, :, None], view.col[:, None, :]]                # [G,W,128,2,N/4]
-        first = step == 0
-        scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=True)
+        first, check_inf = step == 0, masked[step]
+        scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=check_inf)
         tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
                     scores_scale=scores_scale)
-        p = soft.online_softmax(scores, is_first=first, check_inf=True)
+        p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
         p_mat = np.empty_like(s)
         p_mat[..., view.row[:, :, None], view.col[:, None, :]] = p
         tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
@@ -370,7 +410,7 @@ def _store(cfg: Config, ctas, rows, acc_o, lse_rows, out, lse):
     gi, ri = np.nonzero(valid)
     if acc_o is None:
         return
-    o = convert(acc_o.reshape(len(ctas), cfg.kblock_m, cfg.head_dim), {
+    o = convert(acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim)[..., : cfg.head_dim], {
         np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16"}[cfg.out_dtype])
     out[b[gi], rows[gi, ri], h[gi]] = o[gi, ri]
     lse[b[gi], h[gi], rows[gi, ri]] = lse_rows.reshape(len(ctas), cfg.kblock_m)[gi, ri]

@@ -39,6 +39,52 @@ def clamp_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple
     return tuple(-1 if w >= span else w for w in window)
 
 
+def fa3_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """FA3's window normalisation (``mha_fwd``): a left side of at least ``seqlen_k - 1`` or a
+    right side of at least ``seqlen_q - 1`` excludes nothing and becomes -1 (unbounded).
+    Applied before the causal / local decision, so it decides which kernel runs."""
+    left, right = window
+    return (-1 if left >= seqlen_k - 1 else left, -1 if right >= seqlen_q - 1 else right)
+
+
+def kernel_flags(window: tuple[int, int]) -> tuple[bool, bool]:
+    """(Is_causal, Is_local) of the kernel for a normalised window (hopper/flash_api.cpp)."""
+    left, right = window
+    causal = left < 0 and right == 0
+    return causal, (left >= 0 or right >= 0) and not causal
+
+
+def masking_steps(m_block: int, seqlen_q: int, seqlen_k: int, seqlen_k_max: int, kblock_m: int,
+                  kblock_n: int, window: tuple[int, int], n_range: tuple[int, int]) -> tuple[bool, ...]:
+    """Which visited blocks (from n_block_max - 1 down to n_block_min) run with masking, and so
+    with ``Check_inf`` (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, hopper/block.h).
+
+    The first block always masks (seqlen_k and causal / local). Causal or local: the following
+    blocks down to ``get_n_block_min_causal_local_mask`` too; then the unmasked blocks
+    (``Check_inf`` false); local: the blocks below ``get_n_block_min_before_local_mask`` mask
+    again. For local attention FA3 replaces an unbounded side by ``seqlen_k_max - 1`` (left) or
+    ``seqlen_q - 1`` (right) before these bounds.
+
+    Returns:
+        one bool per visited block, in visiting order.
+    """
+    n_min, n_max = n_range
+    causal, local = kernel_flags(window)
+    left, right = window
+    if local:
+        left = seqlen_k_max - 1 if left < 0 else left
+        right = seqlen_q - 1 if right < 0 else right
+    offset = seqlen_k - seqlen_q
+    mask_min = n_max  # no causal / local masking loop
+    if causal or local:
+        mask_min = max(n_min, (m_block * kblock_m + offset + (right if local else 0)) // kblock_n)
+    before_local = n_min
+    if local:
+        before_local = max(n_min, -(-((m_block + 1) * kblock_m + offset - left) // kblock_n))
+    return tuple(step == 0 or n >= mask_min or n < before_local
+                 for step, n in enumerate(range(n_max - 1, n_min - 1, -1)))
+
+
 def block_range(m_block: int, seqlen_q: int, seqlen_k: int, kblock_m: int, kblock_n: int,
                 window: tuple[int, int]) -> tuple[int, int]:
     """``(n_block_min, n_block_max)`` of a CTA; blocks are visited from max - 1 down to min."""

@@ -16,7 +16,7 @@ _CHUNK_ELEMENTS = 1 << 24
 
 def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
               seqlens_k=None, q_descale=None, k_descale=None, v_descale=None,
-              kblock_m=128, kblock_n=128, schedule="intra_wg_overlap", arch="sm90"):
+              kblock_m=None, kblock_n=None, schedule=None, arch="sm90"):
     """Attention in float64 on the exact input values.
 
     Args: as :func:`simulator.flash.forward`; ``kblock_m``, ``kblock_n``, ``schedule`` and

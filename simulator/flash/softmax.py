@@ -6,8 +6,8 @@ row/column view of the accumulator, ``[..., 128, kNRows, ncol]``
 (:func:`simulator.hw.rowcol_view`). Every float32 operation is the ``.ftz`` instruction that
 ``--use_fast_math`` produces, and exp2 / 1/x / log2 are the MUFU models of
 :mod:`simulator.numerics.mufu` (``arch="sm90"``, or ``"ideal"`` for correctly rounded ones).
-The exact sequence is docs/forward.md, steps 4, 5 and "finalize"; the seed
-(../shared/seed, section 4) describes the same methods.
+The exact sequence is docs/forward.md, steps 4, 5 and "finalize"; hopper/softmax.h is the
+source, and the SASS of FA3's sm_90 kernels shows how it compiles (the fused row_sum rescale).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class Softmax:
         arch: MUFU model, ``"sm90"`` or ``"ideal"``.
     Attributes:
         row_max, row_sum: float32 ``batch_shape + (128, nrow)``; ``row_sum`` holds thread-local
-            partial sums until :meth:`finalize` reduces it over the quad.
+            partial sums until :meth:`finalize` reduces it over the quad; between
+            :meth:`max_get_scale` and :meth:`online_softmax` it is the previous block's sum.
         lse: after :meth:`finalize`, float32 ``batch_shape + (128, nrow)``, natural log.
     """
 
@@ -50,6 +51,7 @@ class Softmax:
         self.max_offset = max_offset
         self.arch = arch
         self.lse: np.ndarray | None = None
+        self._row_sum_scale: np.ndarray | None = None  # scores_scale waiting for online_softmax
 
     # ---- max_get_scale -------------------------------------------------------------------------
     def max_get_scale(self, scores: np.ndarray, is_first: bool, check_inf: bool = True) -> np.ndarray:
@@ -57,10 +59,13 @@ class Softmax:
 
         First block: ``row_max`` = quad-allreduced row maximum, scale 1. Later blocks:
         ``scale = ex2((prev - cur) * scale_log2)`` with ``cur`` = 0 when the new max is -inf
-        and ``check_inf``; ``row_sum *= scale``.
+        and ``check_inf``. ``row_sum *= scale`` is not done here: the compiled kernel fuses it
+        into the first add of :meth:`online_softmax` (one FFMA), so ``row_sum`` still holds the
+        previous block's sum after this step (docs/forward.md, step 4).
         """
         if is_first:
             self.row_max = quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max")
+            self._row_sum_scale = None
             return np.ones_like(self.row_max)
         prev = self.row_max
         self.row_max = quad_allreduce(
@@ -69,7 +74,7 @@ class Softmax:
         if check_inf:
             cur = np.where(cur == _NEG_INF, np.float32(0), cur)
         scale = ex2(fmul(fsub(prev, cur, ftz=True), self._scale(), ftz=True), arch=self.arch)
-        self.row_sum = fmul(self.row_sum, scale, ftz=True)
+        self._row_sum_scale = scale
         return scale
 
     # ---- online_softmax ------------------------------------------------------------------------
@@ -78,6 +83,10 @@ class Softmax:
 
         ``p = ex2(ffma(s, scale_log2, -max_scaled))`` with ``max_scaled = fmul(max, scale_log2)``
         (``ffma(max, scale_log2, -8)`` with Max_offset 8), 0 for a -inf max under ``check_inf``.
+        First block: ``row_sum = p[0] + p[1] + ...``. Later blocks: ``row_sum =
+        ffma(scores_scale, row_sum, p[0]) + p[1] + ...``: the compiler contracts softmax.h's
+        ``row_sum *= scores_scale`` with the first add of ``reduce_sum`` (FFMA.FTZ in the SASS
+        of every sm_90 kernel of FA3; docs/forward.md, step 5).
         """
         scale = self._scale()
         if self.max_offset:
@@ -87,8 +96,12 @@ class Softmax:
         if check_inf:
             max_scaled = np.where(self.row_max == _NEG_INF, np.float32(0), max_scaled)
         p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True), arch=self.arch)
-        self.row_sum = thread_reduce(p, None if is_first else self.row_sum, op="sum",
-                                     zero_init=is_first)
+        if is_first:
+            self.row_sum = thread_reduce(p, op="sum", zero_init=True)
+        else:
+            start = ffma(self._row_sum_scale, self.row_sum, p[..., 0], ftz=True)
+            self.row_sum = start if p.shape[-1] == 1 else thread_reduce(
+                p[..., 1:], start, op="sum", zero_init=False)
         return p
 
     # ---- finalize ------------------------------------------------------------------------------

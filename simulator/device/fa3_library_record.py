@@ -1,0 +1,154 @@
+"""Record the real FlashAttention-3 library's outputs on the case matrix and the embedded input.
+
+Run on a machine with an sm_90 GPU, torch and the ``fa3-fwd`` wheel importable, from the
+repository root::
+
+    PYTHONUNBUFFERED=1 python3 -m simulator.device.fa3_library_record --out OUTDIR
+
+For every case of :func:`simulator.replay.fa3_cases.matrix` and for the embedded MiniLM input
+(bf16 and e4m3, causal and not, padding keys absent through ``seqused_k``), the inputs are
+regenerated from the case, the library runs with ``flash_attn_func``'s defaults
+(:mod:`simulator.device.fa3_library`), and the bits of out and softmax_lse are recorded.
+Written atomically to OUTDIR:
+
+* ``fa3_library_report.json``: provenance (wheel, version, sha256s, torch, GPU, driver), and
+  per case the case, the digest of its inputs, BLAKE2b-128 digests of the out and LSE bits, or
+  the library's error message when it refused the case; with ``--twin`` also the digests of
+  our twin kernel (``kernels/fa3_forward.cu``) on the same inputs with FA3's dispatch;
+* ``fa3_library_sample.npz``: the full bits of every ``SAMPLE_EVERY``-th case and of the
+  embedded input (``c{i}_out`` uint16, ``c{i}_lse`` uint32), replayed bit for bit in CI;
+* ``fa3_library_full_{j}.npz`` (with ``--full``): the full bits of every case, for analysis
+  (not committed: too large).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..io import save_npz_atomic, write_json_atomic
+from ..replay import fa3_cases
+from ..replay.fa3_cases import case_inputs, input_digest
+from . import fa3_library, runtime
+from . import forward as twin
+from .forward_goldens import precompile_options
+from .numerics_evidence import digest
+
+REPORT_FILE = "fa3_library_report.json"
+SAMPLE_FILE = "fa3_library_sample.npz"
+SAMPLE_EVERY = 8
+EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "inputs" / "minilm.npz"
+
+
+def embedded_cases() -> list[dict]:
+    """The main job's input (default layer) as library cases: bf16 / e4m3 x causal or not."""
+    return [{"embedded": "minilm", "dtype": fmt, "causal": causal}
+            for fmt in ("bf16", "e4m3") for causal in (False, True)]
+
+
+def embedded_inputs(case: dict) -> dict:
+    """Keyword arguments for an :func:`embedded_cases` entry (from ``minilm.npz``)."""
+    import ml_dtypes  # noqa: PLC0415
+
+    with np.load(EMBEDDED, allow_pickle=False) as z:
+        li = [int(x) for x in np.ravel(z["layers"])].index(int(z["default_layer"]))
+        fmt = case["dtype"]
+        dt = ml_dtypes.bfloat16 if fmt == "bf16" else ml_dtypes.float8_e4m3fn
+        q, k, v = (np.ascontiguousarray(z[f"{t}_{fmt}"][li]).view(dt) for t in "qkv")
+        desc = ({f"{t}_descale": np.ascontiguousarray(z[f"{t}_descale"][li], np.float32) for t in "qkv"}
+                if fmt == "e4m3" else {f"{t}_descale": None for t in "qkv"})
+        seqlens = z["seqlens"].astype(np.int32)
+    return {"q": q, "k": k, "v": v, "causal": case["causal"], "softcap": 0.0, "softmax_scale": None,
+            "seqlens_k": seqlens, **desc}
+
+
+def all_cases() -> list[tuple[dict, callable]]:
+    """(case, inputs function) for the matrix, then the embedded input."""
+    return ([(c, case_inputs) for c in fa3_cases.matrix()]
+            + [(c, embedded_inputs) for c in embedded_cases()])
+
+
+def run_case(kwargs: dict):
+    """The library's (out bits uint16, lse bits uint32), or its error message."""
+    try:
+        res = fa3_library.forward(**kwargs)
+    except RuntimeError as exc:  # FA3's TORCH_CHECKs
+        return str(exc).splitlines()[0][:300]
+    return res.out.view(np.uint16), res.lse.view(np.uint32)
+
+
+def _driver() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m simulator.device.fa3_library_record",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path, help="folder for the recordings")
+    ap.add_argument("--full", action="store_true", help="also write every case's full bits")
+    ap.add_argument("--twin", action="store_true", help="also run the twin kernel on every case")
+    args = ap.parse_args(argv)
+    ok, why = fa3_library.available()
+    if not ok:
+        raise runtime.DeviceUnavailable(why)
+    prov = fa3_library.provenance() | {"driver": _driver(), "python": platform.python_version(),
+                                       "date": time.strftime("%Y-%m-%d"),
+                                       "wheel_sha256": fa3_library.WHEEL_SHA256}
+    cases = all_cases()
+    if args.twin:
+        prov["twin"] = runtime.device_info() | {"kernel_sha256": runtime.source_sha256(twin.KERNEL)}
+        opts = sorted({twin.make_launch_config(**make(c)).options for c, make in cases})
+        precompile_options(opts, 16, print)
+    records, sample, full, t0 = [], {}, [], time.time()
+    for i, (case, make) in enumerate(cases):
+        kwargs = make(case)
+        got = run_case(kwargs)
+        rec = {"case": case, "inputs": input_digest(kwargs)}
+        if args.twin:
+            t_out, t_lse = twin.forward(**kwargs)
+            rec["twin_out"] = digest(t_out.view(np.uint16)).hex()
+            rec["twin_lse"] = digest(t_lse.view(np.uint32)).hex()
+        if isinstance(got, str):
+            rec["error"] = got
+        else:
+            out, lse = got
+            rec["out"], rec["lse"] = digest(out).hex(), digest(lse).hex()
+            if i % SAMPLE_EVERY == 0 or "embedded" in case:
+                sample[f"c{i}_out"], sample[f"c{i}_lse"] = out, lse
+            if args.full:
+                full.append((i, out, lse))
+        records.append(rec)
+    elapsed = time.time() - t0
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_npz_atomic(args.out / SAMPLE_FILE, **sample)
+    for j in range(0, len(full), 64):
+        save_npz_atomic(args.out / f"fa3_library_full_{j // 64}.npz",
+                        **{f"c{i}_{n}": a for i, o, lse in full[j:j + 64]
+                           for n, a in (("out", o), ("lse", lse))})
+    errors = sum("error" in r for r in records)
+    twin_equal = sum(r.get("twin_out") == r.get("out") and r.get("twin_lse") == r.get("lse")
+                     for r in records) if args.twin else None
+    write_json_atomic(args.out / REPORT_FILE, {
+        "provenance": prov, "cases": records, "sample_every": SAMPLE_EVERY,
+        "counts": {"cases": len(records), "refused": errors, "seconds": round(elapsed, 1),
+                   "twin_equal_to_library": twin_equal},
+        "regenerate": "python3 -m simulator.device.fa3_library_record --out DIR (sm_90 GPU, torch, "
+                      "fa3-fwd 0.0.3)"})
+    print(json.dumps({"cases": len(records), "refused": errors, "seconds": round(elapsed, 1),
+                      "twin_equal_to_library": twin_equal}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(runtime.run_script(main))

@@ -1,0 +1,148 @@
+"""What FlashAttention-3's host code launches for a forward call on sm_90 (its dispatch).
+
+FA3 (``hopper/flash_api.cpp``, ``mha_fwd``) rounds the head dim up to a compiled kernel head dim
+(``round_up_headdim``: 64, 96, 128, 192, 256; the extra columns of Q, K and V are zero, as the
+bulk tensor copy fills them), treats ``causal`` with ``seqlen_q == 1`` as non-causal, and takes
+the tile from ``tile_size_fwd_sm90`` (``hopper/tile_size.h``): kBlockM, kBlockN, MmaPV_is_RS and
+IntraWGOverlap per element size, kernel head dim, causal, local and softcap. The mainloop
+(``hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp``) adds ``RescaleOBeforeGemm = kHeadDim > 128 and
+not FP8 and IntraWGOverlap``. :func:`fa3_dispatch` returns the same choices with the reason for
+each, so that a user (or ``python -m simulator run``) can see what runs and why.
+
+MmaPV_is_RS (P from registers or through shared memory) moves data only: it is reported, not
+emulated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: kernel head dims FA3 compiles (hopper/flash_api.cpp, round_up_headdim)
+KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
+MAX_HEAD_DIM = 256
+#: head_dim must be a multiple of this (hopper/flash_api.cpp, mha_fwd: "head_size should be a
+#: multiple of 8 / 16")
+ALIGNMENT = {"bf16": 8, "f16": 8, "e4m3": 16}
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """FA3's launch choices for one call (see :func:`fa3_dispatch`).
+
+    Attributes:
+        head_dim: the input's head dim; kernel_head_dim: the compiled one it runs as.
+        causal: the causal flag after FA3's seqlen_q == 1 rule.
+        kblock_m, kblock_n: tile rows and keys per K/V block.
+        mma_pv_is_rs: P from registers (True) or shared memory; no effect on the arithmetic.
+        intra_wg_overlap: the overlapped mainloop (schedule "intra_wg_overlap") or not ("plain").
+        rescale_o_before_gemm: O rescaled before the P V product of each step.
+        reasons: one line per choice, naming the FA3 rule.
+    """
+
+    head_dim: int
+    kernel_head_dim: int
+    causal: bool
+    kblock_m: int
+    kblock_n: int
+    mma_pv_is_rs: bool
+    intra_wg_overlap: bool
+    rescale_o_before_gemm: bool
+    reasons: tuple[str, ...]
+
+    @property
+    def schedule(self) -> str:
+        return "intra_wg_overlap" if self.intra_wg_overlap else "plain"
+
+    def describe(self) -> str:
+        """One line: ``kBlockM x kBlockN 128 x 176, kernel head dim 128, IntraWGOverlap, ...``."""
+        flags = [f"kBlockM x kBlockN {self.kblock_m} x {self.kblock_n}",
+                 f"kernel head dim {self.kernel_head_dim}"
+                 + (f" (input {self.head_dim}, zero-padded)"
+                    if self.head_dim != self.kernel_head_dim else ""),
+                 "IntraWGOverlap" if self.intra_wg_overlap else "no IntraWGOverlap",
+                 "RescaleOBeforeGemm" if self.rescale_o_before_gemm else "rescale after the PV GEMM",
+                 "P from registers" if self.mma_pv_is_rs else "P through shared memory"]
+        return ", ".join(flags)
+
+
+def kernel_head_dim(head_dim: int) -> int:
+    """The compiled head dim FA3 runs ``head_dim`` as (``round_up_headdim``)."""
+    for d in KERNEL_HEAD_DIMS:
+        if head_dim <= d:
+            return d
+    raise ValueError(f"head_dim: FlashAttention forward only supports head dimension at most "
+                     f"{MAX_HEAD_DIM}, got {head_dim}")
+
+
+def check_head_dim(head_dim: int, fmt: str) -> None:
+    """FA3's head-dim checks (``mha_fwd``), with its conditions in the message.
+
+    Raises:
+        ValueError: not a positive multiple of 8 (16 for e4m3), or over 256.
+    """
+    align = ALIGNMENT[fmt]
+    if head_dim < 1 or head_dim % align:
+        raise ValueError(f"head_dim: FA3 needs head_size to be a multiple of {align} for {fmt} "
+                         f"(\"head_size should be a multiple of {align}\"), got {head_dim}")
+    if head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim: FlashAttention forward only supports head dimension at most "
+                         f"{MAX_HEAD_DIM}, got {head_dim}")
+
+
+def tile_size_fwd_sm90(head_dim: int, fmt: str, causal: bool, local: bool,
+                       softcap: bool) -> tuple[int, int, bool, bool]:
+    """``tile_size_fwd_sm90`` of hopper/tile_size.h for head_dim == head_dim_v, no paged KV,
+    V row-major: (kBlockM, kBlockN, MmaPV_is_RS, IntraWGOverlap) for the kernel head dim."""
+    d = kernel_head_dim(head_dim)
+    if fmt != "e4m3":
+        if d <= 64:
+            n128 = causal or local
+            return 192, 128 if n128 else 192, n128, True
+        if d <= 96:
+            return 192, 128 if local else 144, False, True
+        if d <= 128:
+            n128 = causal or local
+            return 128, 128 if n128 else 176, True, True
+        if d <= 192:  # head_dim_v == head_dim here, so headdim_v <= 128 is false: 112
+            return 128, 96 if local else 112, True, True
+        return 128, 64 if local else 80, True, True
+    if d <= 64:
+        return 192, 160, True, True
+    if d <= 96:
+        return 192, 128, True, True
+    if d <= 128:
+        return 128, 192 if (softcap and local) else 224, True, True
+    if d <= 192:
+        return 128, 128 if (softcap and local) else 160, True, True
+    return 128, 64 if local else 128, True, True
+
+
+def fa3_dispatch(fmt: str, head_dim: int, seqlen_q: int, *, causal: bool, local: bool = False,
+                 softcap: float = 0.0) -> Dispatch:
+    """FA3's choices for a call (``mha_fwd`` then ``tile_size_fwd_sm90``), with reasons.
+
+    Args:
+        fmt: "bf16", "f16" or "e4m3"; head_dim: the input's; seqlen_q: query rows.
+        causal: the caller's flag; local: a finite window (after FA3 drops windows that cover
+            the whole sequence); softcap: > 0 when on.
+    Returns:
+        :class:`Dispatch`.
+    Raises:
+        ValueError: a head dim FA3 refuses (see :func:`check_head_dim`).
+    """
+    check_head_dim(head_dim, fmt)
+    kd = kernel_head_dim(head_dim)
+    reasons = [f"kernel head dim {kd}: round_up_headdim({head_dim}) (hopper/flash_api.cpp)"]
+    eff_causal = bool(causal)
+    if causal and seqlen_q == 1 and not local:
+        eff_causal = False
+        reasons.append("causal ignored: seqlen_q == 1 makes it the same as non-causal "
+                       "(hopper/flash_api.cpp, mha_fwd)")
+    m, n, rs, overlap = tile_size_fwd_sm90(head_dim, fmt, eff_causal, local, softcap > 0)
+    reasons.append(f"kBlockM {m}, kBlockN {n}, MmaPV_is_RS {rs}, IntraWGOverlap {overlap}: "
+                   f"tile_size_fwd_sm90(hdim {kd}, {'fp8' if fmt == 'e4m3' else '16-bit'}, "
+                   f"causal {eff_causal}, local {local}, softcap {softcap > 0}) (hopper/tile_size.h)")
+    rescale = kd > 128 and fmt != "e4m3" and overlap
+    reasons.append(f"RescaleOBeforeGemm {rescale}: kHeadDim > 128 and not FP8 and IntraWGOverlap "
+                   "(hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp)")
+    return Dispatch(head_dim, kd, eff_causal, m, n, rs, overlap, rescale, tuple(reasons))
