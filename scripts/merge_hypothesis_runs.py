@@ -1,7 +1,9 @@
 """Merge deep-run folders of ``python -m simulator.device.hypothesis_replay`` into the recorded
 files under ``simulator/data/device/``: one report listing every run with their totals, and one
 sample of agreeing cases (every ``--keep-every``-th sampled case of each run, to keep the
-repository small; the bits are copied unchanged).
+repository small; the bits are copied unchanged). Runs against the twin kernel (``--target
+twin``, the default) become ``hypothesis_replay_*``; runs against the real FA3 library
+(``--target library``) become ``fa3_library_hypothesis_*``; runs of both kinds are not mixed.
 
     python scripts/merge_hypothesis_runs.py RUN_DIR [RUN_DIR ...] [--keep-every 2]
 """
@@ -56,16 +58,27 @@ def main() -> None:
     for c in sample:
         distinct.setdefault(c["input_digest"], c)
     sample = list(distinct.values())
-    kernels = {r["kernel_sha256"] for r in reports}
-    if len(kernels) != 1:
-        raise SystemExit(f"runs of different kernels: {kernels}")
+    targets = {r.get("target", "twin") for r in reports}
+    if len(targets) != 1:
+        raise SystemExit(f"runs against different targets: {targets}")
+    target = targets.pop()
+    if target == "twin":
+        versions = {r["kernel_sha256"] for r in reports}
+        what, prefix = "kernel_sha256", "hypothesis_replay"
+    else:
+        versions = {r["library"]["extension_sha256"] for r in reports}
+        what, prefix = "library_extension_sha256", "fa3_library_hypothesis"
+    if len(versions) != 1:
+        raise SystemExit(f"runs of different {target} builds: {versions}")
     arrays, meta = hr.pack_cases(sample)
-    save_npz_atomic(DATA_DIR / "hypothesis_replay_sample.npz", **arrays)
-    write_json_atomic(DATA_DIR / "hypothesis_replay_sample.json", meta)
-    write_json_atomic(DATA_DIR / "hypothesis_replay_report.json", {
-        "cases": sum(r["cases"] for r in reports),
+    save_npz_atomic(DATA_DIR / f"{prefix}_sample.npz", **arrays)
+    write_json_atomic(DATA_DIR / f"{prefix}_sample.json", meta)
+    write_json_atomic(DATA_DIR / f"{prefix}_report.json", {
+        "target": target, "cases": sum(r["cases"] for r in reports),
+        "distinct_cases": sum(r["distinct_cases"] for r in reports),
         "disagreements": sum(r["disagreements"] for r in reports),
-        "kernel_sha256": kernels.pop(), "device": reports[0]["device"],
+        what: versions.pop(), "device": reports[0]["device"],
+        **({"library": reports[0]["library"]} if target == "library" else {}),
         "sampled_cases_recorded": len(sample), "runs": reports})
     total = sum(r["cases"] for r in reports)
     print(f"{total} cases in {len(reports)} runs; {len(sample)} sampled cases kept")
