@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
                        "(no GPU needed)")
     v.add_argument("--topic", action="append",
-                   help="only this topic (repeatable): numerics, mufu, hw, mma, forward")
+                   help="only this topic (repeatable): numerics, mufu, hw, mma, forward, fa3")
     v.add_argument("--quick", action="store_true", help="fewer cases, a few seconds")
     v.add_argument("--json", action="store_true", help="print rows as JSON")
     v.set_defaults(func=_cmd_verify)

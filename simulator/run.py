@@ -118,9 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(-1 = unbounded; default: -1 -1)")
     g.add_argument("--softcap", type=float, default=0.0, metavar="X", help="softcap (default: 0 = off)")
     g.add_argument("--softmax-scale", type=float, metavar="X", help="default 1/sqrt(head_dim)")
-    g.add_argument("--kblock-m", type=int, default=128, choices=(64, 128, 192))
-    g.add_argument("--kblock-n", type=int, default=128, metavar="N", help="keys per K/V block (default: 128)")
-    g.add_argument("--schedule", choices=("intra_wg_overlap", "plain"), default="intra_wg_overlap")
+    g.add_argument("--kblock-m", type=int, choices=(64, 128, 192),
+                   help="rows per CTA (default: FA3's choice for the input, printed as 'dispatch')")
+    g.add_argument("--kblock-n", type=int, metavar="N",
+                   help="keys per K/V block (default: FA3's choice)")
+    g.add_argument("--schedule", choices=("intra_wg_overlap", "plain"),
+                   help="mainloop (default: FA3's choice)")
     g = p.add_argument_group("what to show and write")
     g.add_argument("--trace-cta", type=_cta, action="append", metavar="B,H,M",
                    help="record the trace of this CTA (batch, head, m_block); repeatable "
@@ -131,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which quad for --step: 0..31 in warpgroup 0, 32..63 in warpgroup 1, ... "
                    "(default: 0, threads 0-3)")
     g.add_argument("--device", action="store_true",
-                   help="also run the H200 kernel (CuPy) and print the bit diff and first divergence")
+                   help="also run the real FA3 library (when torch and fa3-fwd are installed) and "
+                   "the twin kernel (CuPy) on the GPU and print the bit diffs and first divergence")
     g.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
                    help="result .npz, written atomically (default: %(default)s)")
     g.add_argument("--plot", metavar="PATH.png",
@@ -659,6 +663,9 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
     lines.append(f"params    softmax_scale {_f(scale)}{f' (1/sqrt({d}))' if default else ''}, "
                  f"{mask}, softcap {cfg.softcap:g}, kBlockM x kBlockN {cfg.kblock_m} x {cfg.kblock_n}, "
                  f"{cfg.schedule}")
+    disp = cfg.dispatch
+    own = (cfg.kblock_m, cfg.kblock_n, cfg.schedule) == (disp.kblock_m, disp.kblock_n, disp.schedule)
+    lines.append(f"dispatch  {'FA3' if own else 'overridden; FA3 would run'}: {disp.describe()}")
     if work.descales:
         dq = work.descales["q_descale"]
         lines.append(f"          descales q [{_f(dq.min())} .. {_f(dq.max())}], k "
@@ -804,16 +811,35 @@ def check_device() -> None:
 
 
 def run_device(work: Workload, kwargs: dict, out, lse, trace, trace_ctas, kblock_m) -> tuple[bool, str]:
-    """The H200 kernel on the same input: ``(identical, report)``."""
+    """The real FA3 library (when installed) and the twin kernel on the same input:
+    ``(identical to both, report)``."""
     from . import compare
+    from .device import fa3_library
     from .device import forward as device_forward
 
+    lines, same = [], True
+    ok, why = fa3_library.available()
+    if ok:
+        tiles = ("kblock_m", "kblock_n", "schedule")
+        lib = {k: v for k, v in kwargs.items() if k not in tiles}
+        if any(kwargs.get(k) is not None for k in tiles):
+            lines.append("library   (FA3 chooses its own tiles: --kblock-m/--kblock-n/--schedule "
+                         "apply to the emulator and the twin only)")
+        try:
+            l_out, l_lse = fa3_library.forward(work.q, work.k, work.v, **lib)
+        except (RuntimeError, ValueError) as exc:
+            raise UsageError(f"--device: the FA3 library refused the call: {exc}") from None
+        rep_o, rep_l = compare.diff(out, l_out), compare.diff(lse, l_lse)
+        lines += [f"library   O:   {rep_o}", f"          LSE: {rep_l}"]
+        same = rep_o.identical and rep_l.identical
+    else:
+        lines.append(f"library   not run: {why}")
     d_out, d_lse, _ = _device_call(device_forward, work, kwargs)
     rep_o = compare.diff(out, d_out)
     rep_l = compare.diff(lse, d_lse)
-    lines = [f"device    O:   {rep_o}", f"          LSE: {rep_l}"]
-    same = rep_o.identical and rep_l.identical
-    if not same:
+    lines += [f"twin      O:   {rep_o}", f"          LSE: {rep_l}"]
+    if not (rep_o.identical and rep_l.identical):
+        same = False
         lines.append("          first divergence: " + _first_divergence(
             work, kwargs, out, lse, d_out, d_lse, trace, trace_ctas, kblock_m))
     return same, "\n".join(lines)

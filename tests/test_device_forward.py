@@ -71,8 +71,8 @@ def test_forward_rejects_bad_arrays():
         dev.forward(q, k.astype(np.float16), v)
     with pytest.raises(ValueError, match="^v: expected a 4-d array"):
         dev.forward(q, k, list(v))
-    with pytest.raises(ValueError, match="head_dim"):
-        dev.forward(*_qkv(d=48))
+    with pytest.raises(ValueError, match="head_dim"):  # FA3: a multiple of 8
+        dev.forward(*_qkv(d=20))
     with pytest.raises(ValueError, match="heads_kv"):
         dev.forward(*_qkv(h=3, hkv=2))
     with pytest.raises(ValueError, match="4-d"):

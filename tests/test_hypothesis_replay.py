@@ -20,7 +20,7 @@ def stand_in_device(monkeypatch):
     """The emulator as the 'device', flipping one bit of O in the 3rd case it sees."""
     seen = {"n": 0}
 
-    def device_bits(q, k, v, kw):
+    def device_bits(q, k, v, kw, target="twin"):
         out, lse, err = hr._emulate(q, k, v, kw)
         seen["n"] += 1
         if seen["n"] == 3 and out is not None:
@@ -98,7 +98,7 @@ def test_database_replay_stores_a_disagreement_and_replays_it_first(tmp_path, mo
     assert replayed[0] == "float8_e4m3fn"  # the stored example ran first
 
 
-def _crashing_worker(shard, n, seed_value, out_queue):
+def _crashing_worker(shard, n, seed_value, out_queue, target="twin"):
     """A shard worker that dies like a segfault (no final message) in shard 1."""
     import os
 

@@ -124,7 +124,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     ("wrong dtype", ["--input", "{dtype}"], "q has dtype int32"),
     ("missing array", ["--input", "{missing_k}"], "missing array k"),
     ("unreadable", ["--input", "{garbage}"], "not a readable .npz file"),
-    ("bad head_dim", ["--input", "{head_dim}"], "head_dim 20 not supported"),
+    ("bad head_dim", ["--input", "{head_dim}"], "head_size should be a multiple of 8"),
     ("unknown option", ["--bogus"], "unrecognized arguments: --bogus"),
     ("bad choice", ["--dtype", "f64"], "invalid choice: 'f64'"),
     ("bad kblock", ["--kblock-n", "100"], "kblock_n"),
@@ -365,7 +365,9 @@ def test_no_key_rows_follow_the_mask(causal, window):
 
 
 def test_traced_cta_without_keys_says_so(tmp_path):
-    r = _run("--causal", "--step", "--trace-cta", "1,3,0", "--out", str(tmp_path / "c.npz"))
+    # kBlockM 64: rows 0-63 of sentence 1 (8 tokens) see no key under the causal mask
+    r = _run("--causal", "--kblock-m", "64", "--step", "--trace-cta", "1,3,0", "--out",
+             str(tmp_path / "c.npz"))
     assert r.returncode == 0, r.stderr
     assert ("CTA (1, 3, 0) visits no K/V block: it writes O = 0 and LSE = -inf without any "
             "step") in r.stdout

@@ -36,6 +36,7 @@ class CaseResult:
     ok: bool
     out_diff: int | None = None
     lse_diff: int | None = None
+    values: int = 0
 
 
 def load() -> tuple[dict, dict]:
@@ -77,9 +78,35 @@ def check_case(index: int, record: dict, sample: dict, digest) -> CaseResult:
     res = forward(**kwargs)
     out, lse = res.out.view(np.uint16), res.lse.view(np.uint32)
     ok = digest(out).hex() == record["out"] and digest(lse).hex() == record["lse"]
-    result = CaseResult(index, label(record["case"]), ok)
+    result = CaseResult(index, label(record["case"]), ok, values=out.size + lse.size)
     if f"c{index}_out" in sample:
         result.out_diff = int(np.count_nonzero(out != sample[f"c{index}_out"]))
         result.lse_diff = int(np.count_nonzero(lse != sample[f"c{index}_lse"]))
         result.ok = result.ok and result.out_diff == 0 and result.lse_diff == 0
     return result
+
+
+def check_all(quick: bool = False) -> list[dict]:
+    """``verify`` rows: the emulator on every recorded library case (every 8th when ``quick``)
+    and on the sampled hypothesis-drawn library calls (the first 10 when ``quick``)."""
+    from ..device import replay_record as rr  # noqa: PLC0415 - CPU-only helpers
+    from ..device.numerics_evidence import digest, row  # noqa: PLC0415
+
+    report, sample = load()
+    records = report["cases"]
+    picked = range(0, len(records), 8) if quick else range(len(records))
+    results = [check_case(i, records[i], sample, digest) for i in picked]
+    bad = [r for r in results if not r.ok]
+    rows = [row(f"forward vs the real FA3 library, {len(results)} recorded calls",
+                sum(r.values for r in results), len(bad), "; ".join(r.label for r in bad[:3]))]
+    meta = read_json(DATA / "fa3_library_hypothesis_sample.json", REGENERATE)
+    cases = rr.unpack_cases(read_npz(DATA / "fa3_library_hypothesis_sample.npz", REGENERATE), meta)
+    cases = cases[:10] if quick else cases
+    total = mism = 0
+    for c in cases:
+        out, lse = rr.result_bits(*forward(c["q"], c["k"], c["v"], **c["kwargs"]))
+        total += out.size + lse.size
+        mism += int(np.count_nonzero(out != c["out_bits"]) + np.count_nonzero(lse != c["lse_bits"]))
+    rows.append(row(f"forward vs the real FA3 library, {len(cases)} hypothesis-drawn calls",
+                    total, mism))
+    return rows
