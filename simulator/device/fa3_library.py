@@ -92,11 +92,11 @@ def _to_torch(torch, x: np.ndarray, name: str):
     return torch.from_numpy(raw).cuda().view(getattr(torch, tname))
 
 
-def _descale(torch, x, batch: int, heads_kv: int, name: str):
+def _descale(torch, x, batch: int, heads_kv: int):
     if x is None:
         return None
     arr = np.broadcast_to(np.asarray(x, dtype=np.float32), (batch, heads_kv))
-    return torch.from_numpy(np.ascontiguousarray(arr)).cuda()
+    return torch.from_numpy(np.array(arr, dtype=np.float32)).cuda()  # a writable copy
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
@@ -126,9 +126,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     out, lse, *_ = iface._flash_attn_forward(
         tq, tk, tv, seqused_k=used, softmax_scale=softmax_scale, causal=bool(causal),
         window_size_left=int(window[0]), window_size_right=int(window[1]), softcap=float(softcap),
-        q_descale=_descale(torch, q_descale, b, hkv, "q_descale"),
-        k_descale=_descale(torch, k_descale, b, hkv, "k_descale"),
-        v_descale=_descale(torch, v_descale, b, hkv, "v_descale"),
+        q_descale=_descale(torch, q_descale, b, hkv),
+        k_descale=_descale(torch, k_descale, b, hkv),
+        v_descale=_descale(torch, v_descale, b, hkv),
         num_splits=1, pack_gqa=None)
     torch.cuda.synchronize()
     out_np = out.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16 if out.dtype == torch.bfloat16
