@@ -48,7 +48,9 @@ def test_deep_run_streams_shards_and_records_the_disagreement(tmp_path, stand_in
 
 
 def test_time_limit_stops_the_run(tmp_path, stand_in_device):
-    rep = hr.run_deep(str(tmp_path), cases=10_000, workers=2, seed0=0, time_limit=3.0,
+    # 20 s: spawned workers import and load the MUFU tables first (seconds on a busy 2-core
+    # machine); 10,000 cases take minutes, so the limit still stops the run
+    rep = hr.run_deep(str(tmp_path), cases=10_000, workers=2, seed0=0, time_limit=20.0,
                       progress=lambda m: None)
     assert rep["stopped_at_time_limit"] and 0 < rep["cases"] < 10_000
 
