@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..numerics.bits import is_int, reject_subclass
 from .threads import WARP_SIZE, WARPGROUP_SIZE, thread_index
 
 _SHAPE_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)$")
@@ -189,9 +190,11 @@ class Layout:
         """Return ``values`` as an array ``[..., threads, registers]`` or raise ValueError.
 
         Raises:
-            ValueError: fewer than 2 dimensions, a thread axis other than ``threads`` long, or a
-                register count other than ``registers``; the message says which.
+            ValueError: fewer than 2 dimensions, a thread axis other than ``threads`` long, a
+                register count other than ``registers``, or an ndarray subclass (a masked
+                array); the message says which.
         """
+        reject_subclass(what, values, ValueError)
         v = np.asarray(values)
         if v.ndim < 2:
             raise ValueError(f"{what}: expected an array [..., thread, register], got shape "
@@ -206,7 +209,9 @@ class Layout:
         return v
 
     def check_matrix(self, m, what: str = "matrix") -> np.ndarray:
-        """Return ``m`` as an array ``[..., rows, cols]`` or raise ValueError saying what differs."""
+        """Return ``m`` as an array ``[..., rows, cols]`` or raise ValueError saying what differs
+        (also for an ndarray subclass such as a masked array)."""
+        reject_subclass(what, m, ValueError)
         m = np.asarray(m)
         if m.ndim < 2 or m.shape[-2:] != (self.rows, self.cols):
             raise ValueError(f"{what}: expected [..., {self.rows}, {self.cols}] for {self.name}, "
@@ -281,20 +286,31 @@ def accumulator_layout(shape: str, *, tiles: tuple[int, int] = (1, 1)) -> Layout
         a cached, read-only :class:`Layout`; ``layout.row``, ``layout.col`` are int32 arrays
         ``(128, N/2)`` for a single wgmma tile.
     Raises:
-        ValueError: bad shape (N not a multiple of 8, N > 256, ...) or tiles not positive ints.
+        ValueError: bad shape (N not a multiple of 8, N > 256, ...), tiles not positive ints,
+            or a tiled matrix of more than ``MAX_FRAGMENT_ELEMENTS`` (2^22) elements.
     Source: module docstring; device check in ``simulator/data/device/hw_layouts.npz``.
     """
-    return _accumulator(parse_shape(shape).name, _check_tiles(tiles))
+    s = parse_shape(shape)
+    return _accumulator(s.name, _check_tiles(tiles, s))
 
 
-def _check_tiles(tiles) -> tuple[int, int]:
+#: largest tiled fragment (matrix elements) a layout is built for: 2^22, e.g. 2048 x 2048, so
+#: that a mistyped ``tiles`` fails at once instead of exhausting memory
+MAX_FRAGMENT_ELEMENTS = 1 << 22
+
+
+def _check_tiles(tiles, shape: MmaShape | None = None) -> tuple[int, int]:
     try:
-        mma_m, mma_n = (int(t) for t in tiles)
-    except (TypeError, ValueError):
-        raise ValueError(f"tiles must be a pair of positive ints (MMA_M, MMA_N), got {tiles!r}") \
-            from None
-    if mma_m < 1 or mma_n < 1 or (mma_m, mma_n) != tuple(tiles):
+        parts = tuple(tiles)
+    except TypeError:
+        parts = ()
+    if len(parts) != 2 or not all(is_int(t) and t >= 1 for t in parts):
         raise ValueError(f"tiles must be a pair of positive ints (MMA_M, MMA_N), got {tiles!r}")
+    mma_m, mma_n = (int(t) for t in parts)
+    if shape is not None and shape.m * mma_m * shape.n * mma_n > MAX_FRAGMENT_ELEMENTS:
+        raise ValueError(f"tiles {tiles!r}: a {shape.name} accumulator tiled {mma_m} x {mma_n} is "
+                         f"a {shape.m * mma_m} x {shape.n * mma_n} matrix; at most "
+                         f"{MAX_FRAGMENT_ELEMENTS:,} elements are supported")
     return mma_m, mma_n
 
 
@@ -399,8 +415,9 @@ class RowColView:
         """``[..., threads, nrow, ncol]`` -> fragment ``[..., threads, registers]`` (a copy).
 
         Raises:
-            ValueError: trailing shape is not (threads, nrow, ncol).
+            ValueError: trailing shape is not (threads, nrow, ncol), or an ndarray subclass.
         """
+        reject_subclass("row/col tensor", tensor, ValueError)
         t = np.asarray(tensor)
         want = (self.layout.threads, self.nrow, self.ncol)
         if t.ndim < 3 or t.shape[-3:] != want:

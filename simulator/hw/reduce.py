@@ -36,9 +36,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ..numerics import fadd, fmax, fmin, require_float32
+from ..numerics.bits import reject_subclass, require_bool
 from .fragment import Fragment
 from .layouts import rowcol_view
-from .shuffle import FULL_MASK, shfl_sync
+from .shuffle import FULL_MASK, _check_width, shfl_sync
 from .threads import WARP_SIZE, WARPGROUP_SIZE, check_thread_axis
 
 _OPS = {"sum": fadd, "add": fadd, "max": fmax, "min": fmin}
@@ -53,7 +54,9 @@ def resolve_op(op, ftz: bool = True) -> Callable[[np.ndarray, np.ndarray], np.nd
         ftz: the ``.ftz`` modifier for the named operators (default True: ``--use_fast_math``).
     Raises:
         ValueError: unknown operator name.
+        TypeError: ``ftz`` is not a bool.
     """
+    ftz = require_bool("ftz", ftz)
     if callable(op):
         return op
     try:
@@ -80,11 +83,12 @@ def allreduce(x, op="sum", width: int = 4, *, axis: int = -2, ftz: bool = True) 
         float32 array of the same shape: every lane of a group holds the group's result.
     Raises:
         ValueError: width not a power of two in 2..32; thread axis not 32/128; unknown op.
-        TypeError: ``x`` not float32 (for the named operators).
+        TypeError: ``x`` not float32 (for the named operators) or an ndarray subclass (a
+            masked array); ``width`` not an int; ``ftz`` not a bool.
     """
-    if width not in (2, 4, 8, 16, 32):
-        raise ValueError(f"width must be a power of two in 2..32, got {width}")
+    width = _check_width(width, (2, 4, 8, 16, 32))
     fn = resolve_op(op, ftz)
+    reject_subclass("x", x)
     x = np.asarray(x)
     check_thread_axis(x, axis, (WARP_SIZE, WARPGROUP_SIZE), "x")
     offset = width // 2
@@ -102,6 +106,7 @@ def quad_allreduce(x, op="sum", *, axis: int = -2, ftz: bool = True) -> np.ndarr
 def _as_rowcol(tensor) -> np.ndarray:
     if isinstance(tensor, Fragment):
         return rowcol_view(tensor.layout).apply(tensor.data)
+    reject_subclass("tensor", tensor)
     t = np.asarray(tensor)
     if t.ndim < 3:
         raise ValueError(f"tensor: expected a Fragment or a row/col array [..., thread, nrow, "
@@ -128,9 +133,11 @@ def thread_reduce(tensor, summary=None, *, op="sum", zero_init: bool = True,
     Raises:
         ValueError: bad shapes (the message names the axis), or summary missing with
             ``zero_init=False``.
-        TypeError: non-float32 input for a named operator.
+        TypeError: non-float32 input for a named operator, an ndarray subclass (a masked
+            array), or a flag that is not a bool.
     Source: hopper/softmax.h ``thread_reduce_``; device check: ``hw_reduce.npz``.
     """
+    zero_init = require_bool("zero_init", zero_init)
     t = _as_rowcol(tensor)
     fn = resolve_op(op, ftz)
     if not callable(op):
@@ -141,6 +148,7 @@ def thread_reduce(tensor, summary=None, *, op="sum", zero_init: bool = True,
     else:
         if summary is None:
             raise ValueError("thread_reduce: zero_init=False needs a summary [..., thread, nrow]")
+        reject_subclass("summary", summary)
         s = np.asarray(summary)
         if s.shape[-2:] != want[-2:]:
             raise ValueError(f"summary: expected [..., {want[-2]}, {want[-1]}] (thread, nrow), "
@@ -159,6 +167,7 @@ def reduce_max(tensor, summary=None, *, zero_init: bool = True, warp_reduce: boo
     flag is here for symmetry with :func:`reduce_sum`). Arguments, shapes, errors: see
     :func:`thread_reduce`. Returns float32 ``[..., thread, nrow]``.
     """
+    warp_reduce = require_bool("warp_reduce", warp_reduce)
     out = thread_reduce(tensor, summary, op="max", zero_init=zero_init, ftz=ftz)
     return quad_allreduce(out, "max", axis=-2, ftz=ftz) if warp_reduce else out
 
@@ -169,5 +178,6 @@ def reduce_sum(tensor, summary=None, *, zero_init: bool = True, warp_reduce: boo
     ``warp_reduce``) the quad allreduce. ``online_softmax`` calls it with warp_reduce=False and
     ``finalize`` runs the quad allreduce on row_sum later. See :func:`thread_reduce`.
     """
+    warp_reduce = require_bool("warp_reduce", warp_reduce)
     out = thread_reduce(tensor, summary, op="sum", zero_init=zero_init, ftz=ftz)
     return quad_allreduce(out, "sum", axis=-2, ftz=ftz) if warp_reduce else out

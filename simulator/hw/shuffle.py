@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..numerics.bits import is_int, reject_subclass, require_bool
 from .threads import WARP_SIZE, WARPGROUP_SIZE, check_thread_axis
 
 FULL_MASK = 0xFFFFFFFF
@@ -69,25 +70,49 @@ def c_for_width(width: int, mode: str) -> int:
 
     Raises:
         ValueError: width not a power of two in 1..32, or unknown mode.
+        TypeError: width not an int.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if width not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"width must be a power of two in 1..32, got {width}")
+    _check_mode(mode)
+    width = _check_width(width, (1, 2, 4, 8, 16, 32))
     return ((WARP_SIZE - width) << 8) | (0 if mode == "up" else 0x1F)
 
 
+def _check_mode(mode) -> str:
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+def _check_width(width, allowed: tuple[int, ...]) -> int:
+    lo, hi = allowed[0], allowed[-1]
+    if not is_int(width):
+        raise TypeError(f"width: expected an int (a power of two in {lo}..{hi}), got {width!r} "
+                        f"({type(width).__name__})")
+    if int(width) not in allowed:
+        raise ValueError(f"width must be a power of two in {lo}..{hi}, got {width}")
+    return int(width)
+
+
 def _u32_operand(name: str, v, threads: int) -> np.ndarray:
+    reject_subclass(name, v)
     a = np.asarray(v)
-    if a.dtype.kind not in "iu" and not (a.dtype == object):
-        raise TypeError(f"{name}: expected an integer (or per-lane integer array), got {a.dtype}")
-    a = a.astype(np.int64)
+    if a.dtype == object:
+        odd = next((e for e in a.flat if not is_int(e)), None) if a.size else None
+        if odd is not None:
+            raise TypeError(f"{name}: expected an int or a per-lane int array, got an element "
+                            f"{odd!r} ({type(odd).__name__})")
+    elif a.dtype.kind not in "iu":
+        got = f"{v!r} ({type(v).__name__})" if a.ndim == 0 else f"an array of dtype {a.dtype}"
+        raise TypeError(f"{name}: expected an int or a per-lane int array, got {got}")
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != threads):
         raise ValueError(f"{name}: expected an int or a per-thread array of shape ({threads},), "
                          f"got shape {a.shape}")
-    if a.size and (a.min() < 0 or a.max() > FULL_MASK):
-        raise ValueError(f"{name}: a 32-bit operand must be in 0..0xffffffff")
-    return np.broadcast_to(a, (threads,))
+    if a.size:
+        lo, hi = a.min(), a.max()
+        if lo < 0 or hi > FULL_MASK:
+            raise ValueError(f"{name}: a 32-bit operand must be in 0..0xffffffff, got "
+                             f"{int(lo) if lo < 0 else int(hi)}")
+    return np.broadcast_to(a.astype(np.int64), (threads,))
 
 
 def source_lanes(mode: str, b, c, threads: int = WARP_SIZE) -> tuple[np.ndarray, np.ndarray]:
@@ -101,11 +126,12 @@ def source_lanes(mode: str, b, c, threads: int = WARP_SIZE) -> tuple[np.ndarray,
         ``(j, p)``: int64 ``(threads,)`` lane in the warp (0..31), bool ``(threads,)``.
     Raises:
         ValueError: unknown mode, threads not 32/128, operands out of 32-bit range.
+        TypeError: an operand that is not an int or an int array.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if threads not in (WARP_SIZE, WARPGROUP_SIZE):
-        raise ValueError(f"threads must be 32 (warp) or 128 (warpgroup), got {threads}")
+    _check_mode(mode)
+    if not is_int(threads) or threads not in (WARP_SIZE, WARPGROUP_SIZE):
+        raise ValueError(f"threads must be 32 (warp) or 128 (warpgroup), got {threads!r}")
+    threads = int(threads)
     bb = _u32_operand("b", b, threads)
     cc = _u32_operand("c", c, threads)
     lane = np.arange(threads, dtype=np.int64) % WARP_SIZE
@@ -133,6 +159,24 @@ def _lane_bits(mask: int) -> np.ndarray:
     return ((np.int64(mask) >> np.arange(WARP_SIZE)) & 1).astype(bool)
 
 
+def _active_lanes(active, lead: tuple[int, ...]) -> np.ndarray:
+    reject_subclass("active", active)
+    a = np.asarray(active)
+    if a.dtype != bool:
+        raise TypeError(f"active: expected a bool array (lanes that execute), got dtype {a.dtype}")
+    try:
+        return np.broadcast_to(a, lead)
+    except ValueError:
+        raise ValueError(f"active: shape {a.shape} does not broadcast to the lanes of x "
+                         f"{lead} ([..., threads])") from None
+
+
+def _over_registers(lanes: np.ndarray, trailing: int) -> np.ndarray:
+    """A per-lane mask ``[..., threads]`` (or ``(threads,)``) with the axes after the thread
+    axis appended, so that it broadcasts against ``x``."""
+    return lanes.reshape(lanes.shape + (1,) * trailing)
+
+
 UNDEFINED_POLICIES = ("zero", "source", "raise")
 
 
@@ -157,23 +201,31 @@ def shfl_sync(x, mode: str, b, c=None, membermask: int = FULL_MASK, *, active=No
     Returns:
         the shuffled array (same shape and dtype as ``x``), or a :class:`ShuffleResult`.
     Raises:
-        ValueError: thread axis not 32 or 128, bad mode/operands, an active lane that is not
-            named in ``membermask`` (undefined in PTX), or an undefined read with
-            ``undefined="raise"``.
-        TypeError: ``x`` is not a 4-byte dtype.
+        ValueError: thread axis not 32 or 128, bad mode/operands (out of 32-bit range, wrong
+            shape), an active lane that is not named in ``membermask`` (undefined in PTX), or an
+            undefined read with ``undefined="raise"``.
+        TypeError: ``x`` is not a 4-byte dtype or is an ndarray subclass (a masked array);
+            ``b``, ``c``, ``membermask`` or ``axis`` not integers; ``active`` not bool;
+            ``full`` not a bool.
     """
-    if undefined not in UNDEFINED_POLICIES:
+    if not isinstance(undefined, str) or undefined not in UNDEFINED_POLICIES:
         raise ValueError(f"undefined must be one of {UNDEFINED_POLICIES}, got {undefined!r}")
+    full = require_bool("full", full)
+    _check_mode(mode)
+    reject_subclass("x", x)
     x = np.asarray(x)
     if x.dtype.itemsize != 4:
         raise TypeError(f"x: shfl.sync moves 32-bit values; got dtype {x.dtype}")
     ax = check_thread_axis(x, axis, (WARP_SIZE, WARPGROUP_SIZE), "x")
     threads = x.shape[ax]
     if c is None:
-        c = c_for_width(WARP_SIZE, mode) if mode in MODES else 0
+        c = c_for_width(WARP_SIZE, mode)
+    want = "membermask: expected a 32-bit lane mask (an int in 0..0xffffffff), got"
+    if not is_int(membermask):
+        raise TypeError(f"{want} {membermask!r} ({type(membermask).__name__})")
+    if not 0 <= membermask <= FULL_MASK:
+        raise ValueError(f"{want} {membermask!r} ({type(membermask).__name__})")
     mm = int(membermask)
-    if not 0 <= mm <= FULL_MASK:
-        raise ValueError(f"membermask must be a 32-bit lane mask, got {membermask!r}")
     j, p = source_lanes(mode, b, c, threads)
     src = (np.arange(threads) // WARP_SIZE) * WARP_SIZE + j
     value = np.take(x, src, axis=ax)
@@ -181,7 +233,7 @@ def shfl_sync(x, mode: str, b, c=None, membermask: int = FULL_MASK, *, active=No
         return value
     named = np.tile(_lane_bits(mm), threads // WARP_SIZE)
     lead = x.shape[:ax + 1]
-    act = named if active is None else np.broadcast_to(np.asarray(active, dtype=bool), lead)
+    act = named if active is None else _active_lanes(active, lead)
     stray = act & ~named
     if stray.any():
         lanes = sorted({int(t) % WARP_SIZE for t in np.nonzero(stray.reshape(-1, threads).any(0))[0]})
@@ -196,10 +248,10 @@ def shfl_sync(x, mode: str, b, c=None, membermask: int = FULL_MASK, *, active=No
             raise ValueError(f"lanes {lanes} read from lanes that do not execute shfl.sync "
                              f"(membermask 0x{mm:08x}): unpredictable in PTX")
         if undefined == "zero":
-            zap = np.expand_dims(bad, tuple(range(ax + 1, x.ndim)))
+            zap = _over_registers(bad, x.ndim - ax - 1)
             value = np.where(zap, np.zeros((), dtype=x.dtype), value)
     if not act.all():
-        keep = np.expand_dims(~act, tuple(range(ax + 1, x.ndim)))
+        keep = _over_registers(~act, x.ndim - ax - 1)
         value = np.where(keep, x, value)
     if full:
         return ShuffleResult(value, p, defined)

@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..numerics.bits import is_int
+
 WARP_SIZE = 32
 QUAD_SIZE = 4
 WARPS_PER_WARPGROUP = 4
@@ -68,9 +70,10 @@ def thread_index(t=None, *, threads: int = WARPGROUP_SIZE) -> ThreadIndex:
         ValueError: ``threads`` is not 32 or 128, or an index is out of range.
         TypeError: ``t`` is not an integer array.
     """
-    if threads not in (WARP_SIZE, WARPGROUP_SIZE):
+    if not is_int(threads) or threads not in (WARP_SIZE, WARPGROUP_SIZE):
         raise ValueError(f"threads must be {WARPGROUP_SIZE} (warpgroup) or {WARP_SIZE} (warp), "
-                         f"got {threads}")
+                         f"got {threads!r}")
+    threads = int(threads)
     t = np.arange(threads) if t is None else _as_index("t", t, threads)
     lane = t % WARP_SIZE
     return ThreadIndex(thread=t, warp=t // WARP_SIZE, lane=lane, quad=lane // QUAD_SIZE,
@@ -116,7 +119,12 @@ def check_thread_axis(x, axis: int = -2, allowed=(WARPGROUP_SIZE,), what: str = 
         the non-negative axis index.
     Raises:
         ValueError: ``x`` has too few dimensions or the thread axis has another length.
+        TypeError: ``axis`` is not an int.
     """
+    if not is_int(axis):
+        raise TypeError(f"axis: expected an int (the thread axis of {what}), got {axis!r} "
+                        f"({type(axis).__name__})")
+    axis = int(axis)
     x = np.asarray(x)
     if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
         raise ValueError(f"{what}: expected a thread axis at axis {axis}, but the array has "

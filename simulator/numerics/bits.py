@@ -55,6 +55,23 @@ def require_bool(name: str, value) -> bool:
     raise TypeError(f"{name}: expected True or False, got {value!r}")
 
 
+def is_int(value) -> bool:
+    """Whether ``value`` is a Python or NumPy integer scalar (a bool is not)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def reject_subclass(name: str, x, error: type[Exception] = TypeError) -> None:
+    """Refuse masked arrays, matrices and other ndarray subclasses (their meaning would be lost
+    when NumPy operations return plain arrays); plain arrays and non-arrays pass.
+
+    Raises:
+        ``error`` (TypeError by default): naming ``name`` and the type given.
+    """
+    if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+        raise error(f"{name}: expected a plain numpy array, got {type(x).__name__} "
+                    "(a mask or subclass meaning would be lost)")
+
+
 def to_bits(x: np.ndarray) -> np.ndarray:
     """View a float32 array as uint32 bit patterns (no copy when contiguous).
 

@@ -1,0 +1,147 @@
+"""Argument checking of the library layers: bad arguments fail at once, naming the argument."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from simulator import hw
+
+BF16 = ml_dtypes.bfloat16
+
+
+# ---- shuffles, reductions, layouts --------------------------------------------------------------
+X32 = np.arange(32, dtype=np.float32).reshape(32, 1)
+
+
+def _sh(*args, **kwargs):
+    return hw.shfl_sync(X32, *args, **kwargs)
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+def _masked(a):
+    return np.ma.masked_array(a, mask=np.zeros(a.shape, bool))
+
+
+@pytest.mark.parametrize("shape", [(2, 32, 1), (3, 2, 32, 4), (2, 128, 3)])
+@pytest.mark.parametrize("mask", [0x0000FFFF, 0xFFFF0000, 0x5555AAAA])
+def test_shuffle_batch_axes_with_a_partial_membermask(shape, mask):
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    flat = x.reshape((-1,) + shape[-2:])
+    for mode, b in (("bfly", 1), ("up", 3), ("down", 2), ("idx", 5)):
+        got = hw.shfl_sync(x, mode, b, membermask=mask, full=True)
+        want = [hw.shfl_sync(f, mode, b, membermask=mask, full=True) for f in flat]
+        np.testing.assert_array_equal(got.value.reshape(flat.shape), [w.value for w in want])
+        assert all(np.array_equal(got.defined, w.defined) for w in want)
+    y = hw.shfl_xor(x, 1, membermask=mask)
+    np.testing.assert_array_equal(y.reshape(flat.shape),
+                                  [hw.shfl_xor(f, 1, membermask=mask) for f in flat])
+
+
+def test_shuffle_batch_axes_with_active_lanes_and_another_axis():
+    x = np.arange(2 * 3 * 32, dtype=np.uint32).reshape(2, 32, 3)
+    active = np.zeros((2, 32), bool)
+    active[0, :8] = True
+    active[1, :] = True
+    got = hw.shfl_sync(x, "bfly", 1, active=active, full=True)
+    for i in range(2):
+        one = hw.shfl_sync(x[i], "bfly", 1, active=active[i], full=True)
+        np.testing.assert_array_equal(got.value[i], one.value)
+        np.testing.assert_array_equal(got.defined[i], one.defined)
+    xt = np.moveaxis(x, 1, 0)  # thread axis first: [32, 2, 3]
+    np.testing.assert_array_equal(hw.shfl_sync(xt, "bfly", 1, membermask=0xFFFF, axis=0),
+                                  np.moveaxis(hw.shfl_sync(x, "bfly", 1, membermask=0xFFFF), 1, 0))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: _sh("bfly", 2**64), ValueError, r"b: .*0\.\.0xffffffff, got 18446744073709551616"),
+    (lambda: _sh("bfly", -1), ValueError, "b: .*got -1"),
+    (lambda: _sh("bfly", np.full(32, 2**63, np.uint64)), ValueError, "b: .*got 9223372036854775808"),
+    (lambda: _sh("bfly", np.array([1.7] * 32, dtype=object)), TypeError, r"b: expected an int.*1\.7"),
+    (lambda: _sh("bfly", np.array([True] * 32, dtype=object)), TypeError, "b: expected an int.*True"),
+    (lambda: _sh("bfly", 1.7), TypeError, r"b: expected an int.*1\.7 \(float\)"),
+    (lambda: _sh("bfly", True), TypeError, r"b: expected an int.*True \(bool\)"),
+    (lambda: _sh("bfly", np.ones(32)), TypeError, "b: expected an int.*float64"),
+    (lambda: _sh("bfly", 1, 31.0), TypeError, r"c: expected an int.*31\.0"),
+    (lambda: _sh("bfly", 1, 2**40), ValueError, "c: .*got 1099511627776"),
+    (lambda: _sh("bfly", 1, membermask="0xffff"), TypeError, "membermask: .*'0xffff' \\(str\\)"),
+    (lambda: _sh("bfly", 1, membermask=65535.0), TypeError, r"membermask: .*65535\.0 \(float\)"),
+    (lambda: _sh("bfly", 1, membermask=True), TypeError, r"membermask: .*True \(bool\)"),
+    (lambda: _sh("bfly", 1, membermask=2**32), ValueError, "membermask: .*4294967296"),
+    (lambda: _sh("bfly", 1, membermask=-1), ValueError, "membermask: .*got -1"),
+    (lambda: _sh("bfly", 1, axis=1.5), TypeError, r"axis: expected an int.*1\.5"),
+    (lambda: _sh("bfly", 1, full=1), TypeError, "full: expected True or False, got 1"),
+    (lambda: _sh("bfly", 1, active=np.full(32, 1.5)), TypeError, "active: .*float64"),
+    (lambda: _sh("bfly", 1, active=np.ones(16, bool)), ValueError, r"active: shape \(16,\)"),
+    (lambda: _sh(["bfly"], 1), ValueError, "mode must be one of"),
+    (lambda: _sh("bfly", 1, undefined=["zero"]), ValueError, "undefined must be one of"),
+    (lambda: hw.shfl_xor(X32, 1, width=4.0), TypeError, r"width: expected an int.*4\.0"),
+    (lambda: hw.shfl_xor(X32, 1, width=True), TypeError, r"width: expected an int.*True"),
+    (lambda: hw.shfl_xor(X32, 1.0), TypeError, r"b: expected an int.*1\.0"),
+    (lambda: hw.shfl_xor(X32, 1, membermask=65535.0), TypeError, "membermask"),
+    (lambda: hw.allreduce(X32, width=4.0), TypeError, r"width: expected an int.*4\.0"),
+    (lambda: hw.allreduce(X32, width=2**70), ValueError, "width must be a power of two"),
+    (lambda: hw.c_for_width(4.0, "bfly"), TypeError, r"width: expected an int.*4\.0"),
+    (lambda: hw.source_lanes("bfly", 1, 31, threads=32.0), ValueError, r"threads must be .*32\.0"),
+    (lambda: hw.thread_index(threads=32.0), ValueError, r"threads must be .*32\.0"),
+])
+def test_shuffle_arguments_are_checked(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_good_integer_operands_still_work():
+    ref = hw.shfl_sync(X32, "bfly", 1, membermask=0xFFFF)
+    for b in (np.int64(1), np.uint32(1), np.ones(32, np.uint8), np.array([1] * 32, dtype=object)):
+        np.testing.assert_array_equal(hw.shfl_sync(X32, "bfly", b, membermask=np.uint32(0xFFFF)), ref)
+    assert np.array_equal(hw.allreduce(X32, width=np.int64(4)), hw.allreduce(X32, width=4))
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: hw.allreduce(x, ftz=0),
+    lambda x: hw.resolve_op("sum", ftz="no"),
+    lambda x: hw.thread_reduce(x[..., None], zero_init=1),
+    lambda x: hw.reduce_sum(x[..., None], warp_reduce=None),
+    lambda x: hw.reduce_max(x[..., None], warp_reduce=0),
+])
+def test_reduction_flags_must_be_bools(call):
+    x = np.ones((128, 2), np.float32)
+    with pytest.raises(TypeError, match="expected True or False"):
+        call(x)
+
+
+def test_subclasses_are_refused_by_shuffles_reductions_and_fragments():
+    x = np.ma.masked_array(np.ones((128, 2), np.float32))
+    with pytest.raises(TypeError, match="x: expected a plain numpy array"):
+        hw.shfl_xor(x, 1)
+    with pytest.raises(TypeError, match="x: expected a plain numpy array"):
+        hw.allreduce(x)
+    with pytest.raises(TypeError, match="b: expected a plain numpy array"):
+        hw.shfl_sync(np.ones((32, 1), np.float32), "bfly", np.ma.masked_array(np.ones(32, int)))
+    with pytest.raises(ValueError, match="Fragment data: expected a plain numpy array"):
+        hw.Fragment(np.ma.masked_array(np.ones((128, 8), np.float32)), "m64n16k16")
+    with pytest.raises(ValueError, match="matrix: expected a plain numpy array"):
+        hw.Fragment.from_matrix(np.ma.masked_array(np.ones((64, 16), np.float32)), "m64n16k16")
+
+
+@pytest.mark.parametrize("tiles", [(10**6, 10**6), (1, 10**9), (2**40, 1)])
+def test_huge_tiles_fail_at_once(tiles):
+    with pytest.raises(ValueError, match=r"tiles .*at most 4,194,304 elements"):
+        hw.accumulator_layout("m64n16k16", tiles=tiles)
+    with pytest.raises(ValueError, match=r"tiles .*at most 4,194,304 elements"):
+        hw.rowcol_view("m64n16k16", tiles=tiles)
+
+
+@pytest.mark.parametrize("tiles", [(1.0, 2), (True, 1), (1, 2, 3), (0, 1), "12", None])
+def test_tiles_must_be_two_positive_ints(tiles):
+    with pytest.raises(ValueError, match="tiles must be a pair of positive ints"):
+        hw.accumulator_layout("m64n16k16", tiles=tiles)
+
+
+def test_largest_tiling_still_builds():
+    lay = hw.accumulator_layout("m64n16k16", tiles=(np.int64(2), 3))
+    assert (lay.rows, lay.cols) == (128, 48)
