@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from simulator import hw
+from simulator.numerics import fadd, mufu, to_float32
 
 BF16 = ml_dtypes.bfloat16
 
@@ -145,3 +146,32 @@ def test_tiles_must_be_two_positive_ints(tiles):
 def test_largest_tiling_still_builds():
     lay = hw.accumulator_layout("m64n16k16", tiles=(np.int64(2), 3))
     assert (lay.rows, lay.cols) == (128, 48)
+
+
+# ---- numerics: flags and conversions ------------------------------------------------------------
+@pytest.mark.parametrize("fn", [mufu.ex2, mufu.rcp, mufu.lg2])
+@pytest.mark.parametrize("arch", ["sm90", "ideal"])
+@pytest.mark.parametrize("flag", [None, 0, 1, "no", 0.0])
+def test_mufu_ftz_must_be_a_bool(fn, arch, flag):
+    with pytest.raises(TypeError, match=f"ftz: expected True or False, got {flag!r}"):
+        fn(np.float32([1.5]), arch, ftz=flag)
+
+
+@pytest.mark.parametrize("fn", [mufu.ex2, mufu.rcp, mufu.lg2])
+def test_mufu_ftz_numpy_bool_is_fine(fn):
+    x = np.array([2.0**-130, 3.0], dtype=np.float32)
+    for flag in (False, True):
+        want = fn(x, "ideal", ftz=flag)
+        assert np.array_equal(fn(x, "ideal", ftz=np.bool_(flag)).view(np.uint32), want.view(np.uint32))
+
+
+def test_float32_ftz_must_be_a_bool():
+    x = np.ones(2, np.float32)
+    with pytest.raises(TypeError, match="ftz: expected True or False, got None"):
+        fadd(x, x, ftz=None)
+
+
+@pytest.mark.parametrize("x", [_masked(np.ones((2, 2), BF16)), np.ones((2, 2), np.float16).view(_Sub)])
+def test_subclasses_are_refused_by_to_float32(x):
+    with pytest.raises(TypeError, match="x: expected a plain numpy array, got (MaskedArray|_Sub)"):
+        to_float32(x)

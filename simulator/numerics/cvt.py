@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .bits import SIGN_MASK, require_float32, to_bits
+from .bits import SIGN_MASK, reject_subclass, require_float32, to_bits
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,10 @@ def to_float32(x) -> np.ndarray:
     Returns:
         float32 array of the same shape.
     Raises:
-        TypeError: any other dtype.
+        TypeError: any other dtype, or an ndarray subclass (a masked array, whose mask would
+            be lost).
     """
+    reject_subclass("x", x)
     if not isinstance(x, np.ndarray) or x.dtype not in _BY_DTYPE:
         got = x.dtype if isinstance(x, np.ndarray) else type(x).__name__
         raise TypeError(

@@ -51,7 +51,7 @@ import functools
 import numpy as np
 
 from . import mufu_data
-from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, from_bits, require_float32
+from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, from_bits, require_bool, require_float32
 from .float32 import fadd, fmul
 from .mufu_ideal import ideal_ex2, ideal_lg2, ideal_rcp, ideal_tanh
 
@@ -212,11 +212,13 @@ def ex2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     Returns:
         float32 array of ``x``'s shape. Error vs correctly rounded: -2..+1 ulp (H200).
     Raises:
-        TypeError: ``x`` is not float32.  ValueError: unknown ``arch``.
+        TypeError: ``x`` is not float32 (or is an ndarray subclass), or ``ftz`` is not a bool.
+        ValueError: unknown ``arch``.
         MufuDataError: the calibrated tables are missing or fail their checksum.
     Source: PTX ISA "ex2"; device evidence simulator/data/device/mufu_report.json.
     """
     x, flat = _prep(x)
+    ftz = require_bool("ftz", ftz)
     arch = _check_arch(arch)
     if arch == IDEAL:
         return ideal_ex2(x, ftz=ftz)
@@ -246,6 +248,7 @@ def rcp(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     Source: PTX ISA "rcp"; simulator/data/device/mufu_report.json.
     """
     x, flat = _prep(x)
+    ftz = require_bool("ftz", ftz)
     arch = _check_arch(arch)
     if arch == IDEAL:
         return ideal_rcp(x, ftz=ftz)
@@ -280,6 +283,7 @@ def lg2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     Source: PTX ISA "lg2"; simulator/data/device/mufu_report.json.
     """
     x, flat = _prep(x)
+    ftz = require_bool("ftz", ftz)
     arch = _check_arch(arch)
     if arch == IDEAL:
         return ideal_lg2(x, ftz=ftz)

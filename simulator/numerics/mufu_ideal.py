@@ -20,7 +20,7 @@ import decimal
 
 import numpy as np
 
-from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, flush_subnormal
+from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, flush_subnormal, require_bool
 
 # float64 results closer than this (relative) to a float32 midpoint are re-derived exactly.
 _AMBIGUOUS_REL = 2.0**-44
@@ -100,7 +100,7 @@ def _finish(r: np.ndarray, ftz: bool) -> np.ndarray:
 
 def _prep(x: np.ndarray, ftz: bool) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
-    return flush_subnormal(x) if ftz else x
+    return flush_subnormal(x) if require_bool("ftz", ftz) else x
 
 
 def ideal_ex2(x: np.ndarray, ftz: bool = True) -> np.ndarray:
