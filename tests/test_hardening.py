@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from simulator import hw
+from simulator import hw, mma
 from simulator.numerics import fadd, mufu, to_float32
 
 BF16 = ml_dtypes.bfloat16
@@ -175,3 +175,46 @@ def test_float32_ftz_must_be_a_bool():
 def test_subclasses_are_refused_by_to_float32(x):
     with pytest.raises(TypeError, match="x: expected a plain numpy array, got (MaskedArray|_Sub)"):
         to_float32(x)
+
+
+# ---- tensor-core operands and instruction strings -----------------------------------------------
+A = np.ones((64, 16), dtype=BF16)
+B = np.ones((16, 64), dtype=BF16)
+C = np.zeros((64, 64), dtype=np.float32)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: mma.wgmma("m64n64k16.f32.bf16.bf16", _masked(A), B, C), "A"),
+    (lambda: mma.wgmma("m64n64k16.f32.bf16.bf16", A, _masked(B), C), "B"),
+    (lambda: mma.wgmma("m64n64k16.f32.bf16.bf16", A, B, _masked(C)), "C"),
+    (lambda: mma.wgmma("m64n64k16.f32.bf16.bf16", A.view(_Sub), B, C), "A"),
+    (lambda: mma.gemm(_masked(A), B), "A"),
+    (lambda: mma.gemm(A, B, _masked(C)), "C"),
+])
+def test_subclasses_are_refused_by_mma(call, name):
+    with pytest.raises(TypeError, match=f"{name}: expected a plain numpy array, got (MaskedArray|_Sub)"):
+        call()
+
+
+@pytest.mark.parametrize("instruction", [None, 3, b"wgmma.m64n64k16.f32.bf16.bf16"])
+def test_gemm_instruction_must_be_a_string(instruction):
+    with pytest.raises(ValueError, match="instruction: expected a string"):
+        mma.gemm(A, B, instruction=instruction)
+
+
+@pytest.mark.parametrize("instruction", [
+    "wgmma.m64n064k16.f32.bf16.bf16", "wgmma.m64n64k16.f32.bf16.bf16\n",
+    "mma_sync.m16n8k16.f32.bf16.bf16.f32\n", "wgmma.m64n00064k16.f32.bf16.bf16",
+])
+def test_instruction_shapes_are_matched_in_full(instruction):
+    with pytest.raises(ValueError, match="unsupported"):
+        mma.gemm(A, B, instruction=instruction)
+    kind, _, shape = instruction.partition(".")
+    with pytest.raises(ValueError, match="unsupported"):
+        mma.parse(kind, shape)
+
+
+def test_parse_kind_is_checked():
+    with pytest.raises(ValueError, match="kind: expected 'wgmma' or 'mma_sync', got 'mma.sync'"):
+        mma.parse("mma.sync", "m16n8k16.f32.bf16.bf16.f32")
+    assert mma.parse("wgmma", "m64n64k16.f32.bf16.bf16").n == 64

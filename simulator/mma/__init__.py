@@ -21,14 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..numerics import FORMATS, to_float32
+from ..numerics.bits import reject_subclass
 from .fused import FusedDotAdd, fused_dot_add
 from .instructions import EXACT, PARAMS, params_for
 
 __all__ = ["EXACT", "PARAMS", "Instruction", "gemm", "mma_sync", "mma_sync_fragments", "parse",
            "wgmma", "wgmma_fragments"]
 
-_WGMMA_RE = re.compile(r"^m64n(\d+)k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)$")
-_MMA_RE = re.compile(r"^m16n8k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)\.f32$")
+_WGMMA_RE = re.compile(r"m64n([1-9]\d*)k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)")
+_MMA_RE = re.compile(r"m16n8k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)\.f32")
 SUPPORTED = (
     "wgmma m64nNk16.f32.{bf16,f16}.<same> (N = 8..256, step 8); "
     "wgmma m64nNk32.f32.{e4m3,e5m2}.<same>; "
@@ -71,7 +72,10 @@ def parse(kind: str, shape: str) -> Instruction:
     Raises:
         ValueError: unsupported string, listing the supported ones.
     """
-    match = (_WGMMA_RE if kind == "wgmma" else _MMA_RE).match(shape) if isinstance(shape, str) else None
+    if kind not in ("wgmma", "mma_sync"):
+        raise ValueError(f"kind: expected 'wgmma' or 'mma_sync', got {kind!r}")
+    regex = _WGMMA_RE if kind == "wgmma" else _MMA_RE
+    match = regex.fullmatch(shape) if isinstance(shape, str) else None
     if kind == "wgmma" and match:
         n, k, fa, fb = int(match[1]), int(match[2]), match[3], match[4]
         m = 64
@@ -90,6 +94,7 @@ def parse(kind: str, shape: str) -> Instruction:
 
 def _operand(name: str, x, fmt: str) -> np.ndarray:
     dtype = FORMATS[fmt].dtype
+    reject_subclass(name, x)
     if not isinstance(x, np.ndarray) or x.dtype != dtype:
         got = x.dtype if isinstance(x, np.ndarray) else type(x).__name__
         raise TypeError(f"{name}: expected an array of dtype {dtype} for {fmt} operands, got {got}")
@@ -101,6 +106,7 @@ def _operand(name: str, x, fmt: str) -> np.ndarray:
 def _accumulator(c, shape_mn: tuple[int, int]) -> np.ndarray:
     if c is None:
         return np.zeros(shape_mn, dtype=np.float32)
+    reject_subclass("C", c)
     if not isinstance(c, np.ndarray) or c.dtype != np.float32:
         got = c.dtype if isinstance(c, np.ndarray) else type(c).__name__
         raise TypeError(f"C: expected a float32 array, got {got}")
@@ -189,6 +195,9 @@ def gemm(A, B, C=None, *, instruction: str = "wgmma.m64n64k16.f32.bf16.bf16") ->
         ValueError: K not a multiple of the instruction's k, bad instruction, shape mismatch.
         TypeError: operand dtypes.
     """
+    if not isinstance(instruction, str):
+        raise ValueError(f"instruction: expected a string 'wgmma.<shape>' or 'mma_sync.<shape>' "
+                         f"(e.g. 'wgmma.m64n64k16.f32.bf16.bf16'), got {instruction!r}")
     kind, _, shape = instruction.partition(".")
     if kind not in ("wgmma", "mma_sync"):
         raise ValueError(f"instruction: expected 'wgmma.<shape>' or 'mma_sync.<shape>', got {instruction!r}")
