@@ -16,12 +16,16 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from .numerics.bits import is_int, reject_subclass
+
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _FLOATS = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16),
            np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)}
 
 
 def _check_pair(a, b, what=("a", "b")) -> tuple[np.ndarray, np.ndarray]:
+    for name, x in zip(what, (a, b), strict=True):
+        reject_subclass(name, x, ValueError)
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype != b.dtype:
         raise ValueError(f"{what[0]}, {what[1]}: dtypes differ ({a.dtype} vs {b.dtype})")
@@ -96,13 +100,18 @@ def diff(a, b, *, top: int = 5) -> DiffReport:
 
     Args:
         a, b: arrays of the same shape and dtype (float32, float16, bfloat16, e4m3, e5m2).
-        top: how many of the worst elements to list.
+        top: how many of the worst elements to list (an int >= 0).
     Returns:
         :class:`DiffReport`; distances are in ulp of the format (the count of representable
         values between the two), NaN against a number is counted apart.
     Raises:
-        ValueError: different shapes or dtypes, or a non-float dtype.
+        ValueError: different shapes or dtypes, a non-float dtype, an ndarray subclass (a
+            masked array, whose mask would be ignored), or ``top`` not an int >= 0.
     """
+    if not is_int(top) or top < 0:
+        raise ValueError(f"top: expected an int >= 0 (how many worst elements to list), got "
+                         f"{top!r}")
+    top = int(top)
     a, b = _check_pair(a, b)
     ua, ub = (x.view(_UINT[x.dtype.itemsize]) for x in (a, b))
     bad = ua != ub

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from simulator import hw, mma
+from simulator import compare, hw, mma
 from simulator.numerics import fadd, mufu, to_float32
 
 BF16 = ml_dtypes.bfloat16
@@ -218,3 +218,27 @@ def test_parse_kind_is_checked():
     with pytest.raises(ValueError, match="kind: expected 'wgmma' or 'mma_sync', got 'mma.sync'"):
         mma.parse("mma.sync", "m16n8k16.f32.bf16.bf16.f32")
     assert mma.parse("wgmma", "m64n64k16.f32.bf16.bf16").n == 64
+
+
+# ---- compare.diff -------------------------------------------------------------------------------
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_subclasses_are_refused_by_diff(which):
+    x = np.array([1.0, 2.0], np.float32)
+    args = {"a": x, "b": x.copy()}
+    args[which] = np.ma.masked_array(x, mask=[True, False])
+    with pytest.raises(ValueError, match=f"{which}: expected a plain numpy array, got MaskedArray"):
+        compare.diff(args["a"], args["b"])
+
+
+@pytest.mark.parametrize("top", [-1, None, True, False, 1.0, "3"])
+def test_diff_top_must_be_an_int_at_least_zero(top):
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    with pytest.raises(ValueError, match=f"top: expected an int >= 0 .*got {top!r}"):
+        compare.diff(a, a + np.float32(1), top=top)
+
+
+def test_diff_top_zero_and_numpy_ints():
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    assert compare.diff(a, a + np.float32(1), top=0).worst == []
+    assert len(compare.diff(a, a + np.float32(1), top=np.int64(2)).worst) == 2
+    assert len(compare.diff(a, a + np.float32(1), top=10).worst) == 3
