@@ -75,7 +75,13 @@ def score_rows(draw, min_size: int = 1, max_size: int = 256):
 
 
 def narrow_values(fmt: str):
-    """Python floats that probe ``fmt``'s rounding and range edges (both signs)."""
+    """Python floats that probe ``fmt``'s rounding and range edges (both signs).
+
+    Raises:
+        ValueError: ``fmt`` is not one of the formats with edge values (bf16, f16, e4m3).
+    """
+    if not isinstance(fmt, str) or fmt not in _EDGES:
+        raise ValueError(f"fmt: expected one of {', '.join(_EDGES)}, got {fmt!r}")
     base = st.sampled_from(_EDGES[fmt])
     return st.one_of(base, base.map(lambda v: -v), st.floats(-4.0, 4.0, width=32))
 

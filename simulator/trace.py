@@ -15,8 +15,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .numerics.bits import is_int
+
 STEPS = ("qk_gemm", "softcap", "mask", "max_get_scale", "online_softmax", "rescale_o",
          "pv_gemm", "finalize", "epilogue")
+
+
+def _check_cta(cta) -> tuple[int, int, int]:
+    try:
+        parts = tuple(cta)
+    except TypeError:
+        parts = None
+    if parts is None or len(parts) != 3 or not all(is_int(c) and c >= 0 for c in parts):
+        raise ValueError(f"cta: expected three ints >= 0 (batch, head, m_block), got {cta!r}")
+    return tuple(int(c) for c in parts)
+
+
+def _check_n_block(n_block) -> int | None:
+    if n_block is None:
+        return None
+    if not is_int(n_block) or n_block < 0:
+        raise ValueError(f"n_block: expected None or an int >= 0, got {n_block!r}")
+    return int(n_block)
 
 
 @dataclass
@@ -40,9 +60,15 @@ class Trace:
     events: list[Event] = field(default_factory=list)
 
     def add(self, step: str, cta, n_block, **data) -> None:
-        if step not in STEPS:
+        """Append an event (arrays are copied).
+
+        Raises:
+            ValueError: unknown ``step``; ``cta`` not three ints >= 0 (batch, head, m_block);
+                ``n_block`` neither None nor an int >= 0.
+        """
+        if not isinstance(step, str) or step not in STEPS:
             raise ValueError(f"step: unknown {step!r}; known: {', '.join(STEPS)}")
-        self.events.append(Event(step, tuple(int(c) for c in cta), n_block,
+        self.events.append(Event(step, _check_cta(cta), _check_n_block(n_block),
                                  {k: np.array(v, copy=True) for k, v in data.items()}))
 
     def for_cta(self, cta) -> list[Event]:

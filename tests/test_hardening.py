@@ -6,8 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from simulator import compare, hw, mma
+from simulator import compare, hw, mma, strategies
 from simulator.numerics import fadd, mufu, to_float32
+from simulator.trace import Trace
 
 BF16 = ml_dtypes.bfloat16
 
@@ -242,3 +243,35 @@ def test_diff_top_zero_and_numpy_ints():
     assert compare.diff(a, a + np.float32(1), top=0).worst == []
     assert len(compare.diff(a, a + np.float32(1), top=np.int64(2)).worst) == 2
     assert len(compare.diff(a, a + np.float32(1), top=10).worst) == 3
+
+
+# ---- traces and strategies ----------------------------------------------------------------------
+@pytest.mark.parametrize("cta", [(0, 1), (0, 1, 2, 3), 5, None, (0, 1.5, 0), (0, True, 0), (0, -1, 0),
+                                 ("0", "1", "2")])
+def test_trace_cta_is_three_ints(cta):
+    with pytest.raises(ValueError, match="cta: expected three ints >= 0"):
+        Trace().add("mask", cta, 0)
+
+
+@pytest.mark.parametrize("n_block", [-1, 1.0, "0", True])
+def test_trace_n_block_is_none_or_an_int(n_block):
+    with pytest.raises(ValueError, match="n_block: expected None or an int >= 0"):
+        Trace().add("mask", (0, 0, 0), n_block)
+
+
+def test_trace_with_valid_events_round_trips():
+    import io
+
+    t = Trace()
+    t.add("mask", [np.int64(0), 1, 2], np.int64(3), acc_s=np.zeros((1, 128, 4), np.float32))
+    t.add("finalize", (0, 1, 2), None, lse=np.zeros((1, 128, 2), np.float32))
+    with np.load(io.BytesIO(t.to_npz_bytes())) as z:
+        back = Trace.from_npz(z)
+    assert [(e.step, e.cta, e.n_block) for e in back] == [("mask", (0, 1, 2), 3),
+                                                           ("finalize", (0, 1, 2), None)]
+
+
+@pytest.mark.parametrize("fmt", ["bad", "e5m2", None, ["bf16"]])
+def test_narrow_values_names_the_formats(fmt):
+    with pytest.raises(ValueError, match=r"fmt: expected one of e4m3, bf16, f16, got"):
+        strategies.narrow_values(fmt)
