@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
 
-from simulator import compare, hw, mma, strategies
-from simulator.numerics import fadd, mufu, to_float32
+from simulator import cli, compare, hw, mma, strategies
+from simulator.errors import RecordedDataError
+from simulator.numerics import fadd, mufu, mufu_data, to_float32
 from simulator.trace import Trace
 
 BF16 = ml_dtypes.bfloat16
@@ -275,3 +280,123 @@ def test_trace_with_valid_events_round_trips():
 def test_narrow_values_names_the_formats(fmt):
     with pytest.raises(ValueError, match=r"fmt: expected one of e4m3, bf16, f16, got"):
         strategies.narrow_values(fmt)
+
+
+# ---- MUFU data and its cache --------------------------------------------------------------------
+@pytest.fixture
+def fresh_mufu(monkeypatch, tmp_path):
+    """MUFU tables loaded afresh, with the decoded-table cache in a temporary folder."""
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
+    monkeypatch.setattr(mufu_data, "_WARNED", set(), raising=False)
+    mufu_data.load.cache_clear()
+    mufu._model.cache_clear()
+    yield tmp_path
+    mufu_data.load.cache_clear()
+    mufu._model.cache_clear()
+
+
+def test_mufu_data_error_is_recorded_data_error():
+    assert issubclass(mufu_data.MufuDataError, RecordedDataError)
+    assert issubclass(mufu.MufuDataError, RuntimeError)
+
+
+def test_missing_shipped_table_is_reported_as_missing(fresh_mufu, monkeypatch, capsys):
+    data = fresh_mufu / "data"
+    data.mkdir()
+    shutil.copy(mufu_data.DATA_DIR / "sm90.json", data / "sm90.json")  # sm90.npz deleted
+    monkeypatch.setattr(mufu_data, "DATA_DIR", data)
+    missing = r"sm90\.npz: file not found.*python -m simulator calibrate"
+    with pytest.raises(mufu_data.MufuDataError, match=missing):
+        mufu.ex2(np.float32([1.0]))
+    (data / "sm90.json").unlink()  # both files gone: sm90 is still the shipped architecture
+    with pytest.raises(mufu_data.MufuDataError, match=r"sm90\.npz: file not found"):
+        mufu.rcp(np.float32([1.0]))
+    with pytest.raises(ValueError, match="unknown arch 'sm80'"):
+        mufu.rcp(np.float32([1.0]), "sm80")
+    capsys.readouterr()
+    assert cli.main(["verify", "--topic", "mufu", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: MUFU data") and "sm90.npz: file not found" in err
+
+
+@pytest.fixture(scope="module")
+def good_cache(tmp_path_factory):
+    """Tables decoded once, and the cache file they were written to."""
+    folder = tmp_path_factory.mktemp("good-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FA3SIM_CACHE", str(folder))
+        mp.delenv(mufu_data.ENV_DIR, raising=False)
+        mufu_data.load.cache_clear()
+        tables = mufu_data.load("sm90")
+        mufu_data.load.cache_clear()
+    (path,) = folder.glob("mufu-tables-*.npz")
+    return tables, path
+
+
+def _cache_path():
+    return mufu_data._cache_path(mufu_data.provenance("sm90")["tables_blake2b"])
+
+
+def _load_with_warnings():
+    mufu_data.load.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tables = mufu_data.load("sm90")
+    return tables, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def _empty_zip(arrays):
+    return {}
+
+
+def _missing_key(arrays):
+    return {k: v for k, v in arrays.items() if k != "lg2_e0"}
+
+
+def _altered_entry(arrays):
+    out = dict(arrays)
+    out["rcp"] = arrays["rcp"].copy()
+    out["rcp"][4321] ^= np.uint32(1)
+    return out
+
+
+def _other_dtype(arrays):
+    return {**arrays, "tanh": arrays["tanh"].view(np.int32)}
+
+
+@pytest.mark.parametrize("damage", [_empty_zip, _missing_key, _altered_entry, _other_dtype])
+def test_wrong_cache_is_ignored_once_and_rebuilt(fresh_mufu, good_cache, damage):
+    good, good_file = good_cache
+    path = _cache_path()
+    path.parent.mkdir(parents=True)
+    with np.load(good_file) as z:
+        np.savez(path, **damage({k: z[k] for k in z.files}))
+    again, warned = _load_with_warnings()
+    assert len(warned) == 1 and str(path) in warned[0] and "rewriting the cache" in warned[0]
+    assert all(np.array_equal(good[k], again[k]) for k in good)
+    with np.load(path) as z:  # rebuilt
+        assert mufu_data.checksum({k: z[k] for k in z.files}) == mufu_data.checksum(good)
+    _, warned = _load_with_warnings()
+    assert warned == []
+
+
+@pytest.mark.parametrize("kind", ["directory", "devnull"])
+def test_unusable_cache_path_falls_back_to_decoding(fresh_mufu, good_cache, kind):
+    if kind == "devnull" and not os.path.exists(os.devnull):
+        pytest.skip("no /dev/null")
+    good, _ = good_cache
+    path = _cache_path()
+    path.parent.mkdir(parents=True)
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(os.devnull)
+    tables, warned = _load_with_warnings()
+    assert len(warned) == 1 and str(path) in warned[0] and "cannot use the MUFU table cache" in warned[0]
+    assert all(np.array_equal(good[k], tables[k]) for k in good)
+    mufu_data.load.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process: no second warning
+        mufu_data.load("sm90")
+    assert path.is_dir() if kind == "directory" else path.is_symlink()

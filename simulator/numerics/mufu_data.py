@@ -31,10 +31,13 @@ import hashlib
 import io
 import json
 import os
+import stat
+import warnings
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import RecordedDataError
 from .mufu_ideal import ideal_ex2, ideal_lg2, ideal_rcp, ideal_tanh
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "mufu"
@@ -46,6 +49,8 @@ FORMAT_VERSION = 1
 TANH_IDENTITY, TANH_TABLE, TANH_ONE, TANH_SPECIAL = 0, 1, 2, 3
 
 TABLES = ("ex2_pos", "ex2_neg", "rcp", "lg2_e0", "lg2_em1", "tanh")
+#: architectures whose data ships with the package (a missing file is an error, not an unknown arch)
+SHIPPED_ARCHS = ("sm90",)
 _REF = {"ex2_pos": ideal_ex2, "ex2_neg": ideal_ex2, "rcp": ideal_rcp, "lg2_e0": ideal_lg2,
         "lg2_em1": ideal_lg2, "tanh": ideal_tanh}
 #: the MUFU instruction each table samples (its _list kernel in kernels/probes/mufu.cu)
@@ -53,7 +58,7 @@ TABLE_KERNEL = {"ex2_pos": "ex2_ftz", "ex2_neg": "ex2_ftz", "rcp": "rcp_ftz", "l
                 "lg2_em1": "lg2_ftz", "tanh": "tanh_"}
 
 
-class MufuDataError(RuntimeError):
+class MufuDataError(RecordedDataError):
     """Calibrated MUFU data is missing, unreadable or fails its checksum; says how to regenerate."""
 
 
@@ -121,6 +126,16 @@ def available_archs() -> list[str]:
     return sorted(found)
 
 
+def expected_archs() -> list[str]:
+    """Architectures that should have calibrated data: the shipped ones and every one with at
+    least one of its two files in a data folder (usable or not; see :func:`available_archs`)."""
+    found = set(SHIPPED_ARCHS)
+    for d in search_dirs():
+        if d.is_dir():
+            found |= {p.stem for p in (*d.glob("*.npz"), *d.glob("*.json"))}
+    return sorted(found)
+
+
 def _paths(arch: str) -> tuple[Path, Path]:
     for d in search_dirs():
         if (d / f"{arch}.npz").is_file():
@@ -170,13 +185,70 @@ def _cache_path(checksum_hex: str) -> Path:
     return cache_dir() / f"mufu-tables-{FORMAT_VERSION}-{checksum_hex}.npz"
 
 
+_WARNED: set[str] = set()  # cache problems already reported in this process
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=5)
+
+
+def _unusable_cache(path: Path, why: str) -> None:
+    _warn_once("unusable", f"cannot use the MUFU table cache {path} ({why}); decoding the tables "
+                           "from the shipped data instead, which takes seconds in every process. "
+                           "Remove it, or set FA3SIM_CACHE to a writable folder.")
+
+
 def _read_cache(checksum_hex: str) -> dict[str, np.ndarray] | None:
+    """The cached tables, or None when there is no usable cache file (a damaged one is reported
+    here and rebuilt by the caller; its content is verified by :func:`_cached_tables`)."""
     path = _cache_path(checksum_hex)
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        _unusable_cache(path, f"{type(exc).__name__}: {exc}")
+        return None
+    if not stat.S_ISREG(mode):  # a directory, or a link to /dev/null or a FIFO
+        _unusable_cache(path, "not a regular file")
+        return None
     try:
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
-    except Exception:  # absent, unreadable or foreign: decode from the shipped data instead
+    except Exception as exc:  # unreadable or foreign content: decode from the shipped data instead
+        _damaged_cache(path, f"cannot read it ({type(exc).__name__}: {exc})")
         return None
+
+
+def _damaged_cache(path: Path, why: str) -> None:
+    warnings.warn(f"ignoring the MUFU table cache {path}: {why}; decoding the tables from the "
+                  "shipped data and rewriting the cache", RuntimeWarning, stacklevel=4)
+
+
+def _cached_tables(cached: dict[str, np.ndarray], raw: dict[str, np.ndarray],
+                   expected: str) -> dict[str, np.ndarray] | None:
+    """``cached`` if it holds exactly the tables whose checksum is ``expected``, else None
+    (after one warning)."""
+    want = {name: np.dtype(np.uint32) for name in TABLES}
+    for key in ("tanh_kind", "tanh_shift"):
+        want[key] = raw[key].dtype if key in raw else np.dtype(np.uint8)
+    path = _cache_path(expected)
+    missing = sorted(set(want) - set(cached))
+    if missing:
+        _damaged_cache(path, f"arrays {missing} are missing")
+        return None
+    odd = sorted(k for k, dt in want.items() if cached[k].dtype != dt or cached[k].ndim != 1)
+    if odd:
+        _damaged_cache(path, f"arrays {odd} have the wrong dtype or shape")
+        return None
+    tables = {k: cached[k] for k in want}
+    got = checksum(tables)
+    if got != expected:
+        _damaged_cache(path, f"checksum {got} of its tables differs from the recorded {expected}")
+        return None
+    return tables
 
 
 def _write_cache(checksum_hex: str, tables: dict[str, np.ndarray]) -> None:
@@ -188,6 +260,8 @@ def _write_cache(checksum_hex: str, tables: dict[str, np.ndarray]) -> None:
         write_bytes_atomic(_cache_path(checksum_hex), buf.getvalue())
     except OSError:  # a read-only home is fine: we just decode next time
         pass
+    except ValueError as exc:  # the cache path exists and is not a regular file
+        _unusable_cache(_cache_path(checksum_hex), str(exc))
 
 
 def _fail(path: Path, what: str) -> MufuDataError:
@@ -199,6 +273,10 @@ def _fail(path: Path, what: str) -> MufuDataError:
 @functools.lru_cache(maxsize=8)
 def load(arch: str) -> dict[str, np.ndarray]:
     """Decoded tables of ``arch`` (uint32 device bits plus tanh parameters), checksum-verified.
+
+    A cache file of the decoded tables (:func:`cache_dir`) that is damaged or does not match
+    the recorded checksum is ignored with a RuntimeWarning and rewritten; a cache path that
+    cannot be used at all (a directory, a device) is reported once per process.
 
     Raises:
         MufuDataError: a file is missing or unreadable, or the checksum of the reconstructed
@@ -227,6 +305,8 @@ def load(arch: str) -> dict[str, np.ndarray]:
                                   f"(recorded in {json_path.name})")
     cached = _read_cache(expected)
     if cached is not None:
+        cached = _cached_tables(cached, raw, expected)
+    if cached is not None:
         tables = cached
     else:
         try:
@@ -238,11 +318,10 @@ def load(arch: str) -> dict[str, np.ndarray]:
                                             raw[f"{name}__exc_bits"], ref)
         except (KeyError, IndexError, ValueError) as exc:
             raise _fail(npz_path, f"malformed content ({exc!r})") from exc
-    got = checksum(tables)  # verified whether decoded now or read from the cache
-    if got != expected:
-        raise _fail(npz_path, f"checksum mismatch of the reconstructed tables: got {got}, "
-                              f"expected {expected} (recorded in {json_path.name})")
-    if cached is None:
+        got = checksum(tables)  # a cached copy was verified the same way by _cached_tables
+        if got != expected:
+            raise _fail(npz_path, f"checksum mismatch of the reconstructed tables: got {got}, "
+                                  f"expected {expected} (recorded in {json_path.name})")
         _write_cache(expected, tables)
     for a in tables.values():
         a.setflags(write=False)
