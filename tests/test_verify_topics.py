@@ -7,7 +7,7 @@ from simulator.device import hw_evidence, hw_probe
 
 
 def test_every_topic_is_registered():
-    assert set(verify.TOPICS) == {"numerics", "mufu", "hw", "mma", "forward"}
+    assert set(verify.TOPICS) == {"numerics", "mufu", "hw", "mma", "forward", "fa3"}
 
 
 def test_hw_topic_replays_and_catches_a_wrong_ftz(monkeypatch):
