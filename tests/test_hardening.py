@@ -400,3 +400,45 @@ def test_unusable_cache_path_falls_back_to_decoding(fresh_mufu, good_cache, kind
         warnings.simplefilter("error")  # once per process: no second warning
         mufu_data.load("sm90")
     assert path.is_dir() if kind == "directory" else path.is_symlink()
+
+
+# ---- forward arguments --------------------------------------------------------------------------
+def _qkv(fmt=BF16, shape=(2, 8, 2, 32)):
+    x = np.ones(shape, dtype=np.float32).astype(fmt)
+    return x, x, x
+
+
+@pytest.mark.parametrize("name", ["softmax_scale", "softcap"])
+@pytest.mark.parametrize("value", [10**400, -10**400, 10**5000], ids=["1e400", "-1e400", "1e5000"])
+def test_ints_beyond_float64_are_a_value_error(name, value):
+    from simulator import flash
+    from simulator.flash import host_constants
+    for call in (lambda: flash.forward(*_qkv(), **{name: value}),
+                 lambda: flash.reference(*_qkv(), **{name: value}),
+                 lambda: host_constants(32, **{"softmax_scale": None, "softcap": 0.0, name: value})):
+        with pytest.raises(ValueError, match=rf"^{name}: expected a finite .*beyond float64's range"):
+            call()
+
+
+@pytest.mark.parametrize("wrap", [_masked, lambda a: a.view(_Sub)])
+def test_seqlens_k_subclasses_are_refused(wrap):
+    from simulator import flash
+    seqlens = wrap(np.array([8, 3], dtype=np.int64))
+    with pytest.raises(ValueError, match=r"^seqlens_k: expected a plain numpy array, got .*mask or subclass"):
+        flash.forward(*_qkv(), seqlens_k=seqlens)
+
+
+@pytest.mark.parametrize("name", ["q_descale", "k_descale", "v_descale"])
+@pytest.mark.parametrize("wrap", [_masked, lambda a: a.view(_Sub)])
+def test_descale_subclasses_are_refused(name, wrap):
+    from simulator import flash
+    descale = wrap(np.ones((2, 2), dtype=np.float32))
+    with pytest.raises(ValueError, match=rf"^{name}: expected a plain numpy array, got .*mask or subclass"):
+        flash.forward(*_qkv(ml_dtypes.float8_e4m3fn), **{name: descale})
+
+
+def test_plain_seqlens_k_and_descales_still_work():
+    from simulator import flash
+    res = flash.forward(*_qkv(ml_dtypes.float8_e4m3fn), seqlens_k=[8, 3], q_descale=np.float32(1.0),
+                        k_descale=np.ones((2, 2), np.float32), v_descale=np.ones((2, 2), np.float32))
+    assert res.out.shape == (2, 8, 2, 32)

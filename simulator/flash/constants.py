@@ -31,10 +31,10 @@ def host_constants(head_dim: int, softmax_scale: float | None, softcap: float) -
         ValueError: non-finite or non-positive ``softmax_scale``, negative or non-finite softcap.
     """
     scale = default_softmax_scale(head_dim) if softmax_scale is None else softmax_scale
-    if not _is_number(scale) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"softmax_scale: expected a finite positive number, got {softmax_scale!r}")
-    if not _is_number(softcap) or not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
+    if not _is_finite_number(scale) or scale <= 0:
+        raise ValueError(f"softmax_scale: expected a finite positive number, got {_short(softmax_scale)}")
+    if not _is_finite_number(softcap) or softcap < 0:
+        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {_short(softcap)}")
     log2e = math.log2(math.e)
     tiny = np.finfo(np.float32).tiny
     with np.errstate(over="ignore", under="ignore"):
@@ -63,3 +63,24 @@ def _check_f32(name: str, value, given, tiny, what: str = "") -> None:
 
 def _is_number(x) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_finite_number(x) -> bool:
+    """A number whose float64 value is finite (an int beyond float64's range is not)."""
+    if not _is_number(x):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _short(x) -> str:
+    """repr of an argument for a message; an int beyond float64's range as its magnitude."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        try:
+            float(x)
+        except OverflowError:
+            exponent = int(math.log10(abs(x)))
+            return f"an int of about {'-' if x < 0 else ''}10**{exponent} (beyond float64's range)"
+    return repr(x)

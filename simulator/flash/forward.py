@@ -99,6 +99,9 @@ def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
         return np.ones((batch, heads_kv), dtype=np.float32)
     if fmt != "e4m3":
         raise ValueError(f"{name}: descales apply to e4m3 inputs only, got {fmt} inputs")
+    if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+        raise ValueError(f"{name}: expected a plain numpy array, got {type(x).__name__} "
+                         "(a mask or subclass meaning would be lost)")
     arr = np.asarray(x)
     if arr.dtype != np.float32:
         raise ValueError(f"{name}: expected float32 (a scalar or [batch, heads_kv]), got {arr.dtype}")
@@ -166,6 +169,9 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
     if seqlens_k is None:
         seqlens = np.full(b, sk, dtype=np.int64)
     else:
+        if isinstance(seqlens_k, np.ndarray) and type(seqlens_k) is not np.ndarray:
+            raise ValueError(f"seqlens_k: expected a plain numpy array, got {type(seqlens_k).__name__} "
+                             "(a mask or subclass meaning would be lost)")
         seqlens = np.asarray(seqlens_k)
         if seqlens.shape != (b,) or not np.issubdtype(seqlens.dtype, np.integer):
             raise ValueError(f"seqlens_k: expected {b} integers, got {seqlens_k!r}")
