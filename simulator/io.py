@@ -1,11 +1,17 @@
-"""Atomic file output: every file the tool writes appears whole or not at all.
+"""Atomic file output and checked reads of recorded data.
 
 Each writer writes to a temporary file in the destination folder, flushes it to disk and
 renames it over the destination (``os.replace`` is atomic on POSIX and Windows).
+
+:func:`read_npz` and :func:`read_json` read recorded files; a file listed in the
+``MANIFEST.json`` of its folder (``simulator/data/device/MANIFEST.json``, written by
+``scripts/make_manifest.py``) must have the SHA-256 recorded there, so an altered recording
+is reported as corrupt data (exit 2), not as an emulator regression.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -15,6 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from .errors import RecordedDataError
+
+#: the recorded device data of the replay, and the manifest of its files' SHA-256
+DEVICE_DATA_DIR = Path(__file__).resolve().parent / "data" / "device"
+MANIFEST_NAME = "MANIFEST.json"
+MANIFEST_FORMAT = "fa3sim-manifest/1"
+MAKE_MANIFEST = "python scripts/make_manifest.py"
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
@@ -65,18 +77,83 @@ def _quoted(regenerate: str) -> str:
     return text + "`" if text.count("`") % 2 else text
 
 
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_entries(folder: str | os.PathLike) -> dict[str, dict]:
+    """``{name: {"bytes", "sha256"}}`` of the regular files of ``folder`` (sorted by name),
+    leaving out the manifest itself and hidden files: what ``scripts/make_manifest.py`` writes."""
+    folder = Path(folder)
+    out = {}
+    for path in sorted(folder.iterdir(), key=lambda p: p.name):
+        if path.name == MANIFEST_NAME or path.name.startswith(".") or not path.is_file():
+            continue
+        data = path.read_bytes()
+        out[path.name] = {"bytes": len(data), "sha256": sha256_bytes(data)}
+    return out
+
+
+def read_manifest(folder: str | os.PathLike) -> dict[str, dict] | None:
+    """The ``files`` of ``folder/MANIFEST.json``, or None when the folder has none.
+
+    Raises:
+        RecordedDataError: the manifest is unreadable or not a manifest (naming the script
+            that rewrites it).
+    """
+    path = Path(folder) / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
+                                f"regenerate it with `{MAKE_MANIFEST}`") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if (not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT
+            or not isinstance(files, dict)
+            or not all(isinstance(e, dict) and isinstance(e.get("sha256"), str) for e in files.values())):
+        raise RecordedDataError(f"{path} is not a {MANIFEST_FORMAT} manifest of file sha256s; "
+                                f"regenerate it with `{MAKE_MANIFEST}`")
+    return files
+
+
+def check_manifest(path: str | os.PathLike, data: bytes, regenerate: str) -> None:
+    """Raise RecordedDataError when ``path`` is listed in its folder's manifest with a SHA-256
+    other than that of ``data`` (its content); files not listed pass unchecked."""
+    path = Path(path)
+    entry = (read_manifest(path.parent) or {}).get(path.name)
+    if entry is not None and sha256_bytes(data) != entry["sha256"]:
+        raise RecordedDataError(f"recording corrupt: {path} sha256 differs from {MANIFEST_NAME}; "
+                                f"regenerate with {_quoted(regenerate)} (or, for an intended new "
+                                f"recording, run `{MAKE_MANIFEST}`)")
+
+
+def _read_recorded(path: Path, regenerate: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RecordedDataError(f"{path} is missing; regenerate it with {_quoted(regenerate)}") from None
+    except OSError as exc:
+        raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
+                                f"regenerate it with {_quoted(regenerate)}") from None
+    check_manifest(path, data, regenerate)
+    return data
+
+
 def read_npz(path: str | os.PathLike, regenerate: str) -> dict[str, np.ndarray]:
     """All arrays of a recorded ``.npz`` file.
 
     Raises:
-        RecordedDataError: missing or unreadable, naming the file and ``regenerate``.
+        RecordedDataError: missing or unreadable, or its SHA-256 differs from the manifest of
+            its folder, naming the file and ``regenerate``.
     """
     path = Path(path)
+    raw = _read_recorded(path, regenerate)
     try:
-        with np.load(path) as data:
+        with np.load(io.BytesIO(raw)) as data:
             return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise RecordedDataError(f"{path} is missing; regenerate it with {_quoted(regenerate)}") from None
     except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError, EOFError ...
         raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
                                 f"regenerate it with {_quoted(regenerate)}") from None
@@ -85,10 +162,9 @@ def read_npz(path: str | os.PathLike, regenerate: str) -> dict[str, np.ndarray]:
 def read_json(path: str | os.PathLike, regenerate: str):
     """A recorded JSON file. Raises RecordedDataError like :func:`read_npz`."""
     path = Path(path)
+    raw = _read_recorded(path, regenerate)
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RecordedDataError(f"{path} is missing; regenerate it with {_quoted(regenerate)}") from None
-    except (OSError, ValueError) as exc:
+        return json.loads(raw.decode())
+    except ValueError as exc:  # UnicodeDecodeError, json.JSONDecodeError
         raise RecordedDataError(f"{path} is unreadable ({type(exc).__name__}: {exc}); "
                                 f"regenerate it with {_quoted(regenerate)}") from None

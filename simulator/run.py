@@ -240,15 +240,43 @@ def check_shapes(where: str, q, k, v, seqlens_k=None, descales: dict | None = No
 
 def _load_embedded(args) -> Workload:
     try:
-        with np.load(EMBEDDED, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        raw = EMBEDDED.read_bytes()
     except FileNotFoundError:
         raise RecordedDataError(f"{EMBEDDED} is missing (a broken install?); regenerate it with "
                                 f"`{EXTRACT}`") from None
+    except OSError as exc:
+        raise RecordedDataError(f"{EMBEDDED} is unreadable ({type(exc).__name__}: {exc}); "
+                                f"regenerate it with `{EXTRACT}`") from None
+    check_embedded_sha256(EMBEDDED, raw)
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
     except Exception as exc:  # zipfile / format errors of a damaged file
         raise RecordedDataError(f"{EMBEDDED} is unreadable ({type(exc).__name__}: {exc}); "
                                 f"regenerate it with `{EXTRACT}`") from None
     return _load_bundle(arrays, EMBEDDED, args, embedded=True)
+
+
+def check_embedded_sha256(path: Path, raw: bytes) -> None:
+    """The embedded input's bytes against the ``npz_sha256`` of its provenance file (the
+    ``.json`` beside it); RecordedDataError (exit 2) when it differs or cannot be checked."""
+    from .io import sha256_bytes
+
+    prov_path = path.with_suffix(".json")
+    try:
+        want = json.loads(prov_path.read_text()).get("npz_sha256")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise RecordedDataError(f"recording corrupt: {prov_path} (the provenance of {path.name}) is "
+                                f"missing or unreadable ({type(exc).__name__}); regenerate both "
+                                f"with `{EXTRACT}`") from None
+    if not isinstance(want, str):
+        raise RecordedDataError(f"recording corrupt: {prov_path} records no npz_sha256 of "
+                                f"{path.name}; regenerate both with `{EXTRACT}`")
+    got = sha256_bytes(raw)
+    if got != want:
+        raise RecordedDataError(f"recording corrupt: {path} sha256 {got[:16]}... differs from the "
+                                f"npz_sha256 {want[:16]}... of {prov_path.name}; regenerate both "
+                                f"with `{EXTRACT}` (or reinstall the package)")
 
 
 def _load_bundle(arrays, path: Path, args, *, embedded: bool) -> Workload:

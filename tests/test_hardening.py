@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -442,3 +443,120 @@ def test_plain_seqlens_k_and_descales_still_work():
     res = flash.forward(*_qkv(ml_dtypes.float8_e4m3fn), seqlens_k=[8, 3], q_descale=np.float32(1.0),
                         k_descale=np.ones((2, 2), np.float32), v_descale=np.ones((2, 2), np.float32))
     assert res.out.shape == (2, 8, 2, 32)
+
+
+# ---- recorded device data against its manifest --------------------------------------------------
+def _data_copy(tmp_path, names):
+    """A copy of the recorded device folder's manifest and ``names``, in ``tmp_path``."""
+    from simulator import io as sio
+
+    folder = tmp_path / "device"
+    folder.mkdir()
+    for name in [sio.MANIFEST_NAME, *names]:
+        shutil.copy(sio.DEVICE_DATA_DIR / name, folder / name)
+    return folder
+
+
+def test_manifest_matches_every_listed_file():
+    from simulator import io as sio
+
+    listed = sio.read_manifest(sio.DEVICE_DATA_DIR)
+    assert listed, f"{sio.DEVICE_DATA_DIR / sio.MANIFEST_NAME} is missing; run `{sio.MAKE_MANIFEST}`"
+    now = sio.manifest_entries(sio.DEVICE_DATA_DIR)
+    stale = sorted(n for n, e in listed.items() if n not in now or now[n]["sha256"] != e["sha256"])
+    assert not stale, (f"simulator/data/device/{sio.MANIFEST_NAME} is stale for {stale} (a new "
+                       f"recording?): run `{sio.MAKE_MANIFEST}` and commit the manifest")
+
+
+def test_replayed_recordings_are_listed(monkeypatch):
+    """Every file the replay reads through read_npz / read_json is in the manifest."""
+    from simulator import io as sio
+    from simulator import verify
+
+    seen = []
+    real = sio.check_manifest
+
+    def spy(path, data, regenerate):
+        seen.append(Path(path))
+        return real(path, data, regenerate)
+
+    monkeypatch.setattr(sio, "check_manifest", spy)
+    verify.run_checks(["hw", "mma", "numerics"], quick=True)
+    listed = sio.read_manifest(sio.DEVICE_DATA_DIR)
+    device = [p for p in seen if p.parent == sio.DEVICE_DATA_DIR]
+    assert {p.name for p in device} >= {"hw_layouts.npz", "mma_report.json", "numerics_digests.npz"}
+    assert not [p.name for p in device if p.name not in listed]
+
+
+def _flip_one_value(path):
+    """Rewrite an .npz with one bit of its first non-empty array flipped: still a valid file."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    name = next(k for k, a in arrays.items() if a.size and a.dtype.kind in "uif")
+    flat = arrays[name].reshape(-1).view(np.uint8)
+    flat[0] ^= 1
+    np.savez(path, **arrays)
+
+
+def test_altered_recording_is_corrupt_data_not_a_mismatch(tmp_path, monkeypatch, capsys):
+    from simulator.device import hw_evidence
+
+    folder = _data_copy(tmp_path, ["hw_layouts.npz", "hw_shuffle.npz"])
+    _flip_one_value(folder / "hw_shuffle.npz")
+    monkeypatch.setattr(hw_evidence, "DATA_DIR", folder)
+    capsys.readouterr()
+    assert cli.main(["verify", "--topic", "hw", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"error: recording corrupt: {folder / 'hw_shuffle.npz'} sha256 differs from "
+                          "MANIFEST.json; regenerate with `python -m simulator.device.hw_probe"), err
+    assert "python scripts/make_manifest.py" in err
+
+
+def test_read_npz_and_read_json_check_listed_files(tmp_path):
+    from simulator import io as sio
+
+    folder = _data_copy(tmp_path, ["mma_fp8_probe.json", "mma_fp8_sweep_e4m3.npz"])
+    assert sio.read_json(folder / "mma_fp8_probe.json", "regen")
+    assert sio.read_npz(folder / "mma_fp8_sweep_e4m3.npz", "regen")
+    text = (folder / "mma_fp8_probe.json").read_text()
+    (folder / "mma_fp8_probe.json").write_text(text.replace("}", " }", 1))  # same JSON, other bytes
+    with pytest.raises(RecordedDataError, match=r"^recording corrupt: .*mma_fp8_probe\.json sha256 "
+                       r"differs from MANIFEST\.json; regenerate with `regen`"):
+        sio.read_json(folder / "mma_fp8_probe.json", "regen")
+    _flip_one_value(folder / "mma_fp8_sweep_e4m3.npz")
+    with pytest.raises(RecordedDataError, match=r"^recording corrupt: .*mma_fp8_sweep_e4m3\.npz"):
+        sio.read_npz(folder / "mma_fp8_sweep_e4m3.npz", "regen")
+    np.savez(folder / "unlisted.npz", x=np.zeros(2))  # not in the manifest: read unchecked
+    assert sio.read_npz(folder / "unlisted.npz", "regen")["x"].shape == (2,)
+
+
+@pytest.mark.parametrize("manifest", ["not json", "[]", '{"format": "other", "files": {}}',
+                                      '{"format": "fa3sim-manifest/1", "files": {"a": 3}}'])
+def test_a_broken_manifest_is_recorded_data_error(tmp_path, manifest):
+    from simulator import io as sio
+
+    (tmp_path / sio.MANIFEST_NAME).write_text(manifest)
+    np.savez(tmp_path / "a.npz", x=np.zeros(2))
+    with pytest.raises(RecordedDataError, match=r"MANIFEST\.json is .*python scripts/make_manifest\.py"):
+        sio.read_npz(tmp_path / "a.npz", "regen")
+
+
+def test_make_manifest_script(tmp_path):
+    import subprocess
+    import sys
+
+    np.savez(tmp_path / "a.npz", x=np.arange(3))
+    (tmp_path / "b.json").write_text("{}\n")
+    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "make_manifest.py"),
+              "--folder", str(tmp_path)]
+    assert subprocess.run(script, capture_output=True).returncode == 0
+    from simulator import io as sio
+
+    assert set(sio.read_manifest(tmp_path)) == {"a.npz", "b.json"}
+    assert subprocess.run([*script, "--check"], capture_output=True).returncode == 0
+    (tmp_path / "b.json").write_text("{ }\n")
+    r = subprocess.run([*script, "--check"], capture_output=True, text=True)
+    assert r.returncode == 1 and "b.json: sha256 differs" in r.stdout
+    with pytest.raises(RecordedDataError, match="recording corrupt"):
+        sio.read_json(tmp_path / "b.json", "regen")

@@ -405,3 +405,51 @@ def test_ctrl_c_exits_130_without_traceback(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err == "interrupted\n", (p.returncode, err)
     assert _only(tmp_path) == ["long.npz"]
+
+
+def _embedded_copy(tmp_path, monkeypatch, alter=True, provenance=None):
+    """run.EMBEDDED pointed at a copy (optionally with one value changed) beside its .json."""
+    path = tmp_path / "inputs" / "minilm.npz"
+    path.parent.mkdir()
+    prov = run.EMBEDDED.with_suffix(".json").read_text()
+    path.with_suffix(".json").write_text(prov if provenance is None else provenance(prov))
+    if alter:
+        z = dict(np.load(run.EMBEDDED))
+        z["q_bf16"] = z["q_bf16"].copy()
+        z["q_bf16"][1, 0, 0, 0, 0] ^= 1
+        np.savez_compressed(path, **z)
+    else:
+        path.write_bytes(run.EMBEDDED.read_bytes())
+    monkeypatch.setattr(run, "EMBEDDED", path)
+    return path
+
+
+@pytest.mark.parametrize("case", ["altered", "no npz_sha256", "no provenance"])
+def test_altered_embedded_input_is_recording_corrupt(tmp_path, monkeypatch, capsys, case):
+    from simulator import cli
+
+    if case == "altered":
+        path = _embedded_copy(tmp_path, monkeypatch)
+        needle = f"recording corrupt: {path} sha256 "
+    elif case == "no npz_sha256":
+        path = _embedded_copy(tmp_path, monkeypatch, alter=False,
+                              provenance=lambda t: t.replace('"npz_sha256"', '"npz_sha"'))
+        needle = "records no npz_sha256 of minilm.npz"
+    else:
+        path = _embedded_copy(tmp_path, monkeypatch, alter=False)
+        path.with_suffix(".json").unlink()
+        needle = "minilm.json (the provenance of minilm.npz) is missing or unreadable"
+    capsys.readouterr()
+    rc = cli.main(["run", "--no-progress", "--heads", "0", "--out", str(tmp_path / "o.npz")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: recording corrupt: ") and needle in err, err
+    assert "python scripts/extract_minilm.py" in err
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_unaltered_embedded_copy_runs(tmp_path, monkeypatch, capsys):
+    from simulator import cli
+
+    _embedded_copy(tmp_path, monkeypatch, alter=False)
+    assert cli.main(["run", "--no-progress", "--heads", "0", "--out", str(tmp_path / "o.npz")]) == 0
