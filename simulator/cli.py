@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 the emulator disagrees with recorded or live device bits; 2 usage or
 input error, including missing or unreadable recorded data and a missing GPU (a one-line
-message, no traceback); 3 internal error (a bug: the traceback is printed).
+message, no traceback); 3 internal error (a bug: the traceback is printed); 130 interrupted
+(Ctrl-C at any point, imports included: one line, no traceback).
 """
 
 from __future__ import annotations
@@ -82,8 +83,42 @@ def _cmd_run(args) -> int:
 
         return run.main(args.rest)
     except KeyboardInterrupt:  # Ctrl-C: no traceback; the atomic writes leave no partial file
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    print("interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+class _InterruptWatch:
+    """Notices a Ctrl-C that an import swallowed.
+
+    A KeyboardInterrupt inside the import of a C extension (NumPy's ``import_array``) is printed
+    through ``sys.excepthook`` and replaced by an ImportError. While installed, this hook prints
+    no KeyboardInterrupt and remembers it, so the ImportError that follows is reported as an
+    interruption (exit 130), not as an internal error.
+    """
+
+    def __init__(self):
+        self.seen = False
+        self.previous = sys.excepthook
+
+    def __call__(self, kind, value, tb):
+        if isinstance(kind, type) and issubclass(kind, KeyboardInterrupt):
+            self.seen = True
+            return
+        self.previous(kind, value, tb)
+
+    def caused(self, exc: BaseException) -> bool:
+        """True when Ctrl-C was pressed during this command or ``exc`` comes from one."""
+        seen, e = set(), exc
+        while e is not None and id(e) not in seen:
+            if isinstance(e, KeyboardInterrupt):
+                return True
+            seen.add(id(e))
+            e = e.__cause__ or e.__context__
+        return self.seen
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bit-exact emulator of a Hopper (sm_90) warpgroup running the "
         "FlashAttention-3 forward online softmax, with its CUDA twin.",
         epilog="Exit codes: 0 ok, 1 emulator/device mismatch, 2 usage or input error (also "
-        "missing/unreadable recorded data, no GPU), 3 internal error.",
+        "missing/unreadable recorded data, no GPU), 3 internal error, 130 interrupted (Ctrl-C).",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -129,11 +164,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code. Ctrl-C at any point (imports included) gives
+    ``interrupted`` on stderr and 130."""
+    watch = _InterruptWatch()
+    sys.excepthook = watch
+    try:
+        return _main(argv, watch)
+    except KeyboardInterrupt:
+        return _interrupted()
+    except Exception as exc:
+        if watch.caused(exc):
+            return _interrupted()
+        raise
+    finally:
+        if sys.excepthook is watch:
+            sys.excepthook = watch.previous
+
+
+def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["calibrate"]:  # its own options and --help live in mufu_calibrate
         try:
             return _cmd_calibrate(argparse.Namespace(rest=argv[1:]))
         except RuntimeError as exc:  # DeviceUnavailable, NVRTC failures
+            if watch.caused(exc):
+                return _interrupted()
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if argv[:1] == ["run"]:  # its own options, --help and one-line errors live in simulator.run
@@ -150,12 +205,18 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        return _interrupted()
     except (UsageError, RecordedDataError, DeviceUnavailable) as exc:
+        if watch.caused(exc):
+            return _interrupted()
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         sys.stderr.close()
         return EXIT_OK
-    except Exception:  # a bug: show everything
-        traceback.print_exc()
+    except Exception as exc:
+        if watch.caused(exc):
+            return _interrupted()
+        traceback.print_exc()  # a bug: show everything
         return EXIT_INTERNAL

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True,
@@ -54,3 +56,64 @@ def test_sweep_without_gpu_or_with_bad_out_is_exit_2(tmp_path):
     assert r.returncode == 2 and "--blocks" in r.stderr
     r = _run("calibrate", "--help")
     assert r.returncode == 0 and "--out" in r.stdout
+
+
+# A real SIGINT, sent by the child to itself when it first imports MODULE: Ctrl-C at that moment.
+_CTRL_C_AT_IMPORT = r"""
+import os, runpy, signal, sys
+target = sys.argv[1]
+fired = []
+def hook(event, args):
+    if event == "import" and args[0] == target and not fired:
+        fired.append(True)
+        os.kill(os.getpid(), signal.SIGINT)
+sys.addaudithook(hook)
+sys.argv = ["simulator", *sys.argv[2:]]
+runpy.run_module("simulator", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("command, module", [
+    ("run", "simulator.cli"),               # the command line itself
+    ("run", "simulator.device.runtime"),    # cli.main's first import
+    ("run", "ml_dtypes"),                   # simulator.run's imports
+    ("run", "numpy._typing"),               # inside NumPy's import_array: becomes an ImportError
+    ("run", "simulator.flash"),
+    ("verify", "simulator.verify"),
+])
+def test_ctrl_c_during_imports_is_one_line_and_exit_130(tmp_path, command, module):
+    args = (["run", "--no-progress", "--out", str(tmp_path / "o.npz")] if command == "run"
+            else ["verify", "--quick", "--topic", "hw"])
+    r = subprocess.run([sys.executable, "-c", _CTRL_C_AT_IMPORT, module, *args],
+                       capture_output=True, text=True, timeout=300)
+    assert (r.returncode, r.stderr) == (130, "interrupted\n"), (r.returncode, r.stderr[-2000:])
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_ctrl_c_swallowed_by_an_import_is_exit_130(monkeypatch, capsys):
+    """NumPy prints a KeyboardInterrupt of its import through sys.excepthook and raises ImportError."""
+    from simulator import cli, verify
+
+    def numpy_import(*a, **kw):
+        sys.excepthook(KeyboardInterrupt, KeyboardInterrupt(), None)
+        raise ImportError("numpy._core.multiarray failed to import")
+
+    hook = sys.excepthook
+    monkeypatch.setattr(verify, "run_checks", numpy_import)
+    assert cli.main(["verify", "--quick"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert sys.excepthook is hook
+
+    def plain_ctrl_c(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify, "run_checks", plain_ctrl_c)
+    assert cli.main(["verify", "--quick"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+    def import_error(*a, **kw):  # without Ctrl-C an ImportError is still a bug
+        raise ImportError("no module named x")
+
+    monkeypatch.setattr(verify, "run_checks", import_error)
+    assert cli.main(["verify", "--quick"]) == 3
+    assert "ImportError: no module named x" in capsys.readouterr().err
