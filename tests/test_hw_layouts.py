@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simulator import hw
-from simulator.device import hw_probe
+from simulator.device import hw_probe, runtime
 
 DATA = Path(hw.__file__).resolve().parents[1] / "data" / "device"
 REPO = Path(hw.__file__).resolve().parents[2]
@@ -28,12 +28,12 @@ def test_report_is_clean_and_from_an_h200():
 
 def test_recorded_kernels_are_the_current_sources():
     for rel, info in REPORT["kernels"].items():
-        text = (REPO / "kernels" / rel).read_bytes()
+        text = (runtime.KERNELS_DIR / rel).read_bytes()
         assert hashlib.sha256(text).hexdigest() == info["sha256"], rel
 
 
 def test_generated_wgmma_section_is_up_to_date():
-    text = (REPO / "kernels" / "probes" / "layouts.cu").read_text()
+    text = (runtime.KERNELS_DIR / "probes" / "layouts.cu").read_text()
     body = text.split("// BEGIN GENERATED\n", 1)[1].split("// END GENERATED", 1)[0]
     assert body == hw_probe.render_wgmma_wrappers()
 

@@ -236,7 +236,7 @@ def test_decoded_table_cache(tmp_path, monkeypatch):
 
 
 def test_recordings_belong_to_the_current_probe_kernel():
-    """kernels/probes/mufu.cu changed => re-run `python -m simulator calibrate` on a GPU."""
+    """simulator/kernels/probes/mufu.cu changed => re-run `python -m simulator calibrate` on a GPU."""
     from simulator.device.runtime import source_sha256
 
     want = source_sha256("probes/mufu.cu")

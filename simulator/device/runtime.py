@@ -1,8 +1,9 @@
 """CuPy plumbing: availability checks, NVRTC module cache, provenance of a device run.
 
-Kernels live in the repository's ``kernels/`` folder and are compiled with NVRTC through
-``cupy.RawModule`` for ``sm_90a`` with ``--use_fast_math`` (FlashAttention-3's flags), unless a
-caller passes other options.
+Kernels live in the package's ``simulator/kernels/`` folder (package data, so an installed
+wheel has the device twin too) and are compiled with NVRTC through ``cupy.RawModule`` for
+``sm_90a`` with ``--use_fast_math`` (FlashAttention-3's flags), unless a caller passes other
+options.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 DEFAULT_OPTIONS = ("-arch=sm_90a", "--use_fast_math", "-std=c++17")
 INSTALL_HINT = ".venv/bin/pip install -e '.[gpu]' in the repository (installs cupy-cuda13x)"
 
@@ -70,7 +71,7 @@ def run_script(main, argv=None) -> int:
 
 
 def kernel_source(relpath: str) -> str:
-    """Text of a kernel source under ``kernels/`` (e.g. ``"probes/numerics.cu"``)."""
+    """Text of a kernel source under ``simulator/kernels/`` (e.g. ``"probes/numerics.cu"``)."""
     path = KERNELS_DIR / relpath
     if not path.is_file():
         raise FileNotFoundError(f"kernel source not found: {path}")
@@ -84,7 +85,8 @@ def source_sha256(relpath: str) -> str:
 
 @functools.lru_cache(maxsize=32)
 def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
-    """Compile ``kernels/<relpath>`` with NVRTC once per (source, options) and return the module.
+    """Compile ``simulator/kernels/<relpath>`` with NVRTC once per (source, options) and return
+    the module.
 
     Raises:
         DeviceUnavailable: no CuPy or no GPU.
@@ -96,7 +98,8 @@ def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
         module = cupy.RawModule(code=src, options=options, backend="nvrtc")
         module.compile()
     except cupy.cuda.compiler.CompileException as exc:
-        raise RuntimeError(f"NVRTC failed to compile kernels/{relpath}:\n{exc.get_message()}") from exc
+        raise RuntimeError(f"NVRTC failed to compile simulator/kernels/{relpath}:\n"
+                           f"{exc.get_message()}") from exc
     return module
 
 
