@@ -1,0 +1,767 @@
+"""FlashAttention-3's split-KV combine kernel on sm_90, bit for bit, and the host rules around it.
+
+With ``num_splits > 1`` FA3's forward runs every (m_block, head, batch) tile once per split, each
+split over its own range of K/V blocks (:func:`n_block_range_for_split`, hopper/block.h); the
+Split epilogue (hopper/epilogue_fwd.hpp) stores each split's O in float32 *after* the
+mainloop's finalize (so already divided by that split's own row sum, not rounded) and its LSE;
+a split that sees no key (an empty block range) writes LSE = -inf and leaves its O unwritten
+(``store_zero``: "the mha_combine kernel ... will not use the value of O if LSE is -inf"). The
+combine kernel (hopper/flash_fwd_combine_kernel.h, launched by
+hopper/flash_fwd_combine_launch_template.h) then merges the splits of every query row.
+:func:`combine` is that kernel; :func:`num_splits_heuristic`, :func:`get_num_splits` and
+:func:`get_pack_gqa` are the host decisions of hopper/heuristics.h and hopper/flash_api.cpp.
+
+The exact operation sequence, read from the SASS of the published ``fa3-fwd`` 0.0.3 wheel
+(the 54 sm_90 combine kernels: bf16, f16, f32 output; kBlockM x kBlockK 8 x 128 and 16 x 64;
+kLogMaxSplits 4..8; varlen or not: all show the same sequence), is docs/combine.md. In short,
+per query row, with ``T`` threads per row (32 when ``head_dim_v > 64``, else 16) and each
+thread ``lane`` holding the splits ``lane + T*j`` (``j = 0 .. kMaxSplits/T - 1``, splits at or
+beyond the split count read as -inf)::
+
+    m      = FMNMX.FTZ over the thread's splits (j order), then SHFL.BFLY T/2 .. 1 with FMNMX.FTZ
+    cur    = m == -inf ? 0 : m                                  FSETP.NEU + FSEL
+    e_j    = MUFU.EX2(FMUL.FTZ(FADD.FTZ(lse_j, -cur), 0x3fb8aa3b))   expf, --use_fast_math
+    sum    = FADD.FTZ(0, e_0), then FADD.FTZ(sum, e_j) for j = 1 ..   (the thread's own splits)
+    sum    = SHFL.BFLY T/2 .. 1 with FADD.FTZ(own, other)           (Allreduce<T>, utils.h)
+    LSE    = FFMA.FTZ(MUFU.LG2(sum), 0x3f317218, m)               logf(sum) + m, contracted
+    inv    = sum != 0 (FSETP.NE.FTZ, false for NaN) ? MUFU.RCP(sum) : 0
+    w_j    = FMUL.FTZ(e_j, inv)
+    O      = +0; for s = 0 .. max_valid_split: if w_s > 0 (FSETP.GT.FTZ): O = FFMA.FTZ(w_s, O_s, O)
+    out    = F2FP.BF16.F32.PACK_AB(O) (cvt.rn.bf16x2.f32; F16 for f16, a plain store for f32)
+
+where ``max_valid_split`` is the largest split index whose LSE is not -inf (NaN counts), -1 if
+none, and every float32 operation is the ``.ftz`` form.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import ml_dtypes
+import numpy as np
+
+from ..hw import allreduce
+from ..numerics import fadd, ffma, fmax, fmul, fsub
+from ..numerics.bits import flush_subnormal, is_int
+from ..numerics.cvt import convert
+from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2, rcp
+
+__all__ = [
+    "LAYOUTS",
+    "MAX_SPLITS",
+    "CombineKernel",
+    "SplitPlan",
+    "combine",
+    "combine_kernel",
+    "get_num_splits",
+    "get_pack_gqa",
+    "n_block_range_for_split",
+    "num_splits_heuristic",
+    "plan_splits",
+    "round_up_headdim",
+    "round_up_headdimv",
+    "should_pack_gqa",
+    "tile_size_fwd_sm90",
+]
+
+#: FA3's limit on splits (mha_fwd and mha_combine: "num_splits > 256 not supported")
+MAX_SPLITS = 256
+#: threads per CTA of the combine kernel (flash_fwd_combine_launch_template.h: kNThreads 256)
+COMBINE_THREADS = 256
+#: accepted ``layout`` values of :func:`combine` (see its docstring)
+LAYOUTS = ("forward", "accum", "combine")
+
+_NEG_INF = np.float32(-np.inf)
+_ZERO = np.float32(0.0)
+_INT32 = 1 << 32
+
+_OUT_FORMATS = {
+    np.dtype(ml_dtypes.bfloat16): "bf16",
+    np.dtype(np.float16): "f16",
+    np.dtype(np.float32): "f32",
+}
+_OUT_NAMES = {"bf16": np.dtype(ml_dtypes.bfloat16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+              "f16": np.dtype(np.float16), "float16": np.dtype(np.float16), "fp16": np.dtype(np.float16),
+              "f32": np.dtype(np.float32), "float32": np.dtype(np.float32), "fp32": np.dtype(np.float32)}
+_ELEMENT_SIZE = {"bf16": 2, "f16": 2, "e4m3": 1}
+
+
+# ---- argument checks ------------------------------------------------------------------------------
+def _int(name: str, value, least: int | None = None, most: int | None = None) -> int:
+    if isinstance(value, bool) or not is_int(value):
+        raise ValueError(f"{name}: expected an int, got {value!r} ({type(value).__name__})")
+    v = int(value)
+    if least is not None and v < least:
+        raise ValueError(f"{name}: expected an int >= {least}, got {v}")
+    if most is not None and v > most:
+        raise ValueError(f"{name}: expected an int <= {most}, got {v}")
+    return v
+
+
+def _bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}: expected a bool, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def _fmt(dtype) -> str:
+    if isinstance(dtype, str) and dtype in _ELEMENT_SIZE:
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    names = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16",
+             np.dtype(ml_dtypes.float8_e4m3fn): "e4m3"}
+    if dt is None or dt not in names:
+        raise ValueError(f"dtype: expected 'bf16', 'f16' or 'e4m3' (or the matching NumPy / ml_dtypes "
+                         f"dtype), got {dtype!r}")
+    return names[dt]
+
+
+def _out_dtype(out_dtype) -> np.dtype:
+    if isinstance(out_dtype, str):
+        if out_dtype in _OUT_NAMES:
+            return _OUT_NAMES[out_dtype]
+        raise ValueError(f"out_dtype: expected bfloat16, float16 or float32 (the combine kernel's "
+                         f"Element types), got {out_dtype!r}")
+    try:
+        dt = np.dtype(out_dtype)
+    except TypeError:
+        dt = None
+    if dt not in _OUT_FORMATS:
+        raise ValueError(f"out_dtype: expected bfloat16, float16 or float32 (the combine kernel's "
+                         f"Element types), got {out_dtype!r}")
+    return dt
+
+
+def _float32_array(name: str, x) -> np.ndarray:
+    if not isinstance(x, np.ndarray) or type(x) is not np.ndarray:
+        raise ValueError(f"{name}: expected a plain numpy.ndarray of float32, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise ValueError(f"{name}: expected dtype float32 (FA3's ElementPartial and LSE type), got {x.dtype}")
+    return x
+
+
+# ---- kernel configuration -------------------------------------------------------------------------
+class CombineKernel(NamedTuple):
+    """The combine kernel FA3 launches (run_mha_fwd_combine_ / run_flash_fwd_combine).
+
+    Attributes:
+        kblock_m, kblock_k: rows and V columns per CTA (8 x 128 for ``head_dim_v > 64``, else
+            16 x 64).
+        log_max_splits: kLogMaxSplits (4 only with kBlockM 16 and <= 16 splits; else 5..8 for
+            <= 32, 64, 128, 256 splits); kMaxSplits = 2 ** log_max_splits.
+        threads_per_row: kSmemThreadsPerColLSEt = 256 / kBlockMSmem (32 or 16): the threads that
+            share one row's LSEs and reduce them with Allreduce.
+        splits_per_thread: kMaxSplits / threads_per_row; thread ``lane`` holds splits
+            ``lane + threads_per_row * j``.
+    """
+
+    kblock_m: int
+    kblock_k: int
+    log_max_splits: int
+    threads_per_row: int
+    splits_per_thread: int
+
+    @property
+    def max_splits(self) -> int:
+        return 1 << self.log_max_splits
+
+
+def combine_kernel(num_splits: int, head_dim_v: int) -> CombineKernel:
+    """Which combine kernel FA3 runs for ``num_splits`` (params.num_splits) and ``head_dim_v``
+    (params.dv).
+
+    Source: hopper/flash_api.cpp ``run_mha_fwd_combine`` (kBlockK 64 if ``dv <= 64`` else 128),
+    hopper/flash_fwd_combine_launch_template.h ``run_mha_fwd_combine_`` (kBlockM = 8 for kBlockK
+    128, 16 for 64; kLogMaxSplits from num_splits), hopper/flash_fwd_combine_kernel.h
+    (kBlockMSmem = kBlockM here, kSmemThreadsPerColLSEt = 256 / kBlockMSmem, S2RLayoutAtomLSE
+    = Layout<Shape<kSmemThreadsPerColLSEt, 256 / kSmemThreadsPerColLSEt>>, column-major).
+    SASS: the 8 x 128 kernels reduce with SHFL.BFLY 0x10, 0x8, 0x4, 0x2, 0x1, the 16 x 64 ones
+    with 0x8 .. 0x1; kLogMaxSplits 5..8 (8 x 128) show 1, 2, 4, 8 MUFU.EX2 per thread.
+
+    Raises:
+        ValueError: num_splits not in 1..256, head_dim_v < 1.
+    """
+    num_splits = _int("num_splits", num_splits, 1, MAX_SPLITS)
+    head_dim_v = _int("head_dim_v", head_dim_v, 1)
+    kblock_k = 64 if head_dim_v <= 64 else 128
+    kblock_m = 8 if kblock_k % 128 == 0 else (16 if kblock_k % 64 == 0 else 32)
+    if kblock_m >= 16 and num_splits <= 16:
+        log = 4
+    elif num_splits <= 32:
+        log = 5
+    elif num_splits <= 64:
+        log = 6
+    elif num_splits <= 128:
+        log = 7
+    else:
+        log = 8
+    kblock_m_smem = next(b for b in (128, 64, 32, 16, 8) if kblock_m % b == 0)
+    threads = COMBINE_THREADS // kblock_m_smem
+    return CombineKernel(kblock_m, kblock_k, log, threads, (1 << log) // threads)
+
+
+# ---- the combine kernel -----------------------------------------------------------------------------
+def _lane_allreduce(x: np.ndarray, op: str, width: int) -> np.ndarray:
+    """``Allreduce<width>`` over the last axis ``[rows, width]`` (width 16 or 32), as the warps of
+    the kernel run it: 32 lanes per warp, so width-16 rows pair up in one warp (lanes 0-15 and
+    16-31), which the butterfly (offsets width/2 .. 1) never mixes."""
+    rows = x.shape[0]
+    if width == 32:
+        return allreduce(x, op, 32, axis=-1, ftz=True)
+    pad = rows % 2
+    if pad:
+        x = np.concatenate([x, np.zeros((1, width), dtype=x.dtype)])
+    y = allreduce(x.reshape(-1, 32), op, width, axis=-1, ftz=True).reshape(-1, width)
+    return y[:rows]
+
+
+def _combine_rows(lse: np.ndarray, o: np.ndarray, count: np.ndarray, kernel: CombineKernel,
+                  arch: str, out_fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel on flat rows: ``lse`` [S, R], ``o`` [S, R, dv] float32, ``count`` [R] splits
+    each row reads (>= 2). Returns (out [R, dv] in the output format, lse [R] float32)."""
+    num, rows = lse.shape
+    T, J = kernel.threads_per_row, kernel.splits_per_thread
+    kmax = kernel.max_splits
+    # Step 1: sLSE, kMaxSplits x rows; splits at or beyond the row's count read as -inf
+    full = np.full((kmax, rows), _NEG_INF, dtype=np.float32)
+    full[:num] = lse
+    split_idx = np.arange(kmax)[:, None]
+    full[split_idx >= count[None, :]] = _NEG_INF
+    # Step 3: thread lane of a row holds splits lane + T*j: regs[j, r, lane]
+    regs = full.reshape(J, T, rows).transpose(0, 2, 1)
+    # Step 4: the row's max (thread-local in j order, then the butterfly)
+    m = regs[0]
+    for j in range(1, J):
+        m = fmax(m, regs[j], ftz=True)
+    lse_max = _lane_allreduce(m, "max", T)
+    valid = full != _NEG_INF  # FSETP.NEU: NaN counts as a valid split
+    max_valid = np.where(valid.any(axis=0), kmax - 1 - np.argmax(valid[::-1], axis=0), -1)
+    cur = np.where(lse_max == _NEG_INF, _ZERO, lse_max)
+    e = [ex2(fmul(fsub(regs[j], cur, ftz=True), LOG2E_F32, ftz=True), arch=arch, ftz=True)
+         for j in range(J)]
+    total = fadd(_ZERO, e[0], ftz=True)
+    for j in range(1, J):
+        total = fadd(total, e[j], ftz=True)
+    total = _lane_allreduce(total, "sum", T)
+    lse_row = ffma(lg2(total, arch=arch, ftz=True), LN2_F32, lse_max, ftz=True)
+    nonzero = (flush_subnormal(total) != _ZERO) & ~np.isnan(total)  # FSETP.NE.FTZ (ordered)
+    inv = np.where(nonzero, rcp(np.where(nonzero, total, np.float32(1)), arch=arch, ftz=True), _ZERO)
+    weights = np.stack([fmul(e[j], inv, ftz=True) for j in range(J)])       # [J, R, T]
+    weights = weights.transpose(0, 2, 1).reshape(kmax, rows)                # split-major
+    # Step 6: O = sum over splits in order, one FFMA per split with a positive weight
+    acc = np.zeros(o.shape[1:], dtype=np.float32)
+    for s in range(min(num, int(max_valid.max(initial=-1)) + 1)):
+        w = weights[s]
+        take = (s <= max_valid) & (flush_subnormal(w) > _ZERO)              # FSETP.GT.FTZ
+        if take.any():
+            acc[take] = ffma(w[take, None], o[s, take], acc[take], ftz=True)
+    # Step 7: convert_type_out
+    out = acc if out_fmt == "f32" else convert(acc, out_fmt)
+    return out, lse_row[:, 0]  # the thread of split 0 stores the LSE (all lanes agree)
+
+
+def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, arch: str = "sm90",
+            num_splits=None, num_splits_dynamic=None, layout: str = "forward", out=None, lse=None):
+    """FA3's combine kernel (hopper/flash_fwd_combine_kernel.h) as the sm_90 build computes it.
+
+    Args:
+        out_partial: float32, each split's O (normalised by that split's row sum), by ``layout``:
+            ``"forward"`` (default; what :func:`simulator.flash.forward` returns with
+            ``num_splits``): ``[num_splits, ..., seqlen, heads, head_dim_v]``;
+            ``"accum"`` (FA3's ``out_accum`` of ``mha_fwd``): ``[num_splits, batch, heads,
+            seqlen, head_dim_v]``, or for a varlen launch ``[num_splits, heads, total_q,
+            head_dim_v]`` (no batch axis: rows of sequence b are ``cu_seqlens_q[b] ..
+            cu_seqlens_q[b+1] - 1``);
+            ``"combine"`` (``flash_attn_combine`` / ``mha_combine``): ``[num_splits, batch, seqlen,
+            heads, head_dim]``.
+            ``...`` is any number of leading axes (usually the batch).
+        lse_partial: float32 LSE of each split (natural log, -inf for a split that sees no key):
+            ``[num_splits, ..., heads, seqlen]`` for ``"forward"`` and ``"accum"`` (FA3's
+            ``softmax_lse_accum``: ``[num_splits, batch, heads, seqlen]``, varlen ``[num_splits,
+            heads, total_q]``), ``[num_splits, ..., seqlen, heads]`` for ``"combine"``.
+        out_dtype: the output Element: bfloat16 (``ml_dtypes.bfloat16`` or ``"bf16"``), float16
+            or float32. ``mha_fwd`` uses the input dtype (bf16 for e4m3 inputs);
+            ``flash_attn_combine`` defaults to float32.
+        head_dim_v: FA3's ``params.dv``, which picks the kernel (kBlockK 64 for ``<= 64``, else
+            128): ``mha_fwd`` passes ``head_size_v``, ``mha_combine`` the last dim rounded up to a
+            multiple of 4. Must be ``out_partial.shape[-1]`` up to that rounding.
+        arch: MUFU model, ``"sm90"`` (H200 tables) or ``"ideal"`` (correctly rounded).
+        num_splits: FA3's ``params.num_splits`` (picks kLogMaxSplits, hence which splits each
+            thread holds and the summation order); default ``out_partial.shape[0]``; 2..256.
+        num_splits_dynamic: None, or ints broadcasting against the output LSE shape
+            (``[..., heads, seqlen]``; e.g. ``[batch, 1, 1]``): the per-batch split counts of a
+            varlen launch (``params.num_splits_dynamic_ptr``, from the prepare kernel). A row
+            reads splits ``0 .. count - 1`` (the others as -inf); rows with ``count <= 1`` are
+            not written by the kernel (``if (num_splits <= 1) return;``).
+        layout: ``"forward"``, ``"accum"`` or ``"combine"`` (above).
+        out, lse: optional output arrays (the shapes and dtypes returned), written in place where
+            the kernel writes; rows it leaves unwritten keep their values (with
+            ``num_splits_dynamic``: what the unsplit epilogue stored). Without them those rows
+            hold O = 0 and LSE = NaN.
+    Returns:
+        ``(out, lse)``: ``out`` in ``out_dtype`` ``[..., seqlen, heads, head_dim_v]`` (FA3's
+        ``out``); ``lse`` float32 ``[..., heads, seqlen]`` (``softmax_lse``) for ``"forward"``
+        and ``"accum"``, ``[..., seqlen, heads]`` for ``"combine"`` (``mha_combine`` returns a
+        transposed view of that shape).
+    Raises:
+        ValueError: arrays that are not plain float32 ndarrays, shapes that do not match the
+            layout, num_splits outside 2..256 (the kernel returns without writing for one split:
+            FA3 only launches it for ``num_splits > 1``) or below the splits a row reads, an
+            unknown out_dtype, layout or arch, head_dim_v that does not match.
+        MufuDataError: the calibrated MUFU tables are missing or corrupt.
+    Source: hopper/flash_fwd_combine_kernel.h (steps 1-7), flash_fwd_combine_launch_template.h,
+        hopper/flash_api.cpp (run_mha_fwd_combine, mha_fwd, mha_combine). SASS evidence (fa3-fwd
+        0.0.3, ``FlashAttnFwdCombine<(8, 128), 5, 256, 1, false, false, bfloat16_t, float,
+        Sm90>``), in docs/combine.md: the module docstring's sequence, e.g. ``FADD.FTZ R7, R8,
+        -R7; FMUL.FTZ R7, R7, 1.4426950216293334961; MUFU.EX2 R7, R7; FADD.FTZ R11, RZ, R7``,
+        ``MUFU.LG2 R9, R10; FFMA.FTZ R9, R9, 0.69314718246459960938, R6``, ``@!P0 FFMA.FTZ R11,
+        R3, R16, R11`` and ``F2FP.BF16.F32.PACK_AB R2, R9, R11``.
+    """
+    out_partial = _float32_array("out_partial", out_partial)
+    lse_partial = _float32_array("lse_partial", lse_partial)
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    if not isinstance(arch, str):
+        raise ValueError(f"arch: expected a string ('sm90' or 'ideal'), got {arch!r}")
+    ex2(np.zeros(1, np.float32), arch=arch)  # an unknown arch raises here, naming it
+    odt = _out_dtype(out_dtype)
+    names = {"forward": ("[num_splits, ..., seqlen, heads, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
+             "accum": ("[num_splits, ..., heads, seqlen, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
+             "combine": ("[num_splits, ..., seqlen, heads, head_dim_v]", "[num_splits, ..., seqlen, heads]")}
+    o_name, l_name = names[layout]
+    if out_partial.ndim < 4:
+        raise ValueError(f"out_partial: expected {o_name} (layout {layout!r}), got shape "
+                         f"{list(out_partial.shape)}")
+    # canonical order: O [S, ..., H, Sq, dv], LSE [S, ..., H, Sq]
+    o = out_partial if layout == "accum" else np.swapaxes(out_partial, -3, -2)
+    want = o.shape[:-1]
+    want_given = want if layout != "combine" else (*want[:-2], want[-1], want[-2])
+    if lse_partial.shape != want_given:
+        raise ValueError(f"lse_partial: expected {l_name} = {list(want_given)} to match out_partial "
+                         f"{list(out_partial.shape)} (layout {layout!r}), got {list(lse_partial.shape)}")
+    lse_c = lse_partial if layout != "combine" else np.swapaxes(lse_partial, -2, -1)
+    num, dv = o.shape[0], o.shape[-1]
+    if num < 1:
+        raise ValueError("out_partial: the split axis (axis 0) is empty")
+    head_dim_v = _int("head_dim_v", head_dim_v, 1)
+    if not dv <= head_dim_v <= -(-dv // 4) * 4:
+        raise ValueError(f"head_dim_v: expected out_partial's last dim {dv} (or it rounded up to a "
+                         f"multiple of 4, as mha_combine pads), got {head_dim_v}")
+    static = num if num_splits is None else _int("num_splits", num_splits)
+    if not 2 <= static <= MAX_SPLITS:
+        raise ValueError(f"num_splits: expected 2..{MAX_SPLITS} (FA3 runs the combine only for "
+                         f"num_splits > 1; with one split the kernel returns without writing), got {static}")
+    kernel = combine_kernel(static, head_dim_v)
+    rows_shape = want[1:]                                   # [..., H, Sq]
+    if num_splits_dynamic is None:
+        count = np.full(rows_shape, static, dtype=np.int64)
+    else:
+        dyn = np.asarray(num_splits_dynamic)
+        if dyn.dtype.kind not in "iu":
+            raise ValueError(f"num_splits_dynamic: expected ints, got dtype {dyn.dtype}")
+        try:
+            count = np.broadcast_to(dyn.astype(np.int64), rows_shape)
+        except ValueError:
+            raise ValueError(f"num_splits_dynamic: shape {list(dyn.shape)} does not broadcast to the "
+                             f"rows {list(rows_shape)} ([..., heads, seqlen])") from None
+        if count.size and (count.min() < 0 or count.max() > static):
+            raise ValueError(f"num_splits_dynamic: expected counts in 0..num_splits ({static}), got "
+                             f"{int(count.min())}..{int(count.max())}")
+    written = count > 1
+    if written.any() and int(count[written].max()) > num:
+        raise ValueError(f"out_partial: rows read {int(count[written].max())} splits but only {num} "
+                         "are given (axis 0)")
+    out_shape = (*rows_shape[:-2], rows_shape[-1], rows_shape[-2], dv)
+    lse_shape = rows_shape if layout != "combine" else (*rows_shape[:-2], rows_shape[-1], rows_shape[-2])
+    out_arr = _buffer("out", out, out_shape, odt, 0)
+    lse_arr = _buffer("lse", lse, lse_shape, np.dtype(np.float32), np.nan)
+    if not written.any():
+        return out_arr, lse_arr
+    res_o, res_l = _combine_rows(np.ascontiguousarray(lse_c[:, written]), o[:, written],
+                                 count[written], kernel, arch, _OUT_FORMATS[odt])
+    np.swapaxes(out_arr, -3, -2)[written] = res_o           # views: the caller's layout
+    (lse_arr if layout != "combine" else np.swapaxes(lse_arr, -2, -1))[written] = res_l
+    return out_arr, lse_arr
+
+
+def _buffer(name: str, given, shape: tuple, dtype: np.dtype, fill) -> np.ndarray:
+    if given is None:
+        return np.full(shape, fill, dtype=dtype)
+    if not isinstance(given, np.ndarray) or type(given) is not np.ndarray:
+        raise ValueError(f"{name}: expected None or a plain numpy.ndarray, got {type(given).__name__}")
+    if given.shape != tuple(shape) or given.dtype != dtype:
+        raise ValueError(f"{name}: expected shape {list(shape)} and dtype {dtype}, got "
+                         f"{list(given.shape)} {given.dtype}")
+    if not given.flags.writeable:
+        raise ValueError(f"{name}: the array is read-only")
+    return given
+
+
+# ---- split ranges (hopper/block.h) -------------------------------------------------------------------
+def _wrap32(x: int) -> int:
+    """The int32 value C++ computes for ``x`` (two's complement wrap of signed overflow)."""
+    x &= _INT32 - 1
+    return x - _INT32 if x >= 1 << 31 else x
+
+
+def _cdiv(a: int, b: int) -> int:
+    """C++ integer division (truncation toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def n_block_range_for_split(n_block_min, n_block_max, split_idx, num_splits):
+    """The K/V blocks ``[min, max)`` one split visits: the ``Split`` part of
+    ``BlockMN::get_n_block_min_max`` (hopper/block.h)::
+
+        num_splits_dynamic = uint32(split_idx) >> 16          // top 16 bits (varlen launches)
+        split              = split_idx & 0xFFFF
+        n                  = num_splits_dynamic > 0 ? num_splits_dynamic : num_splits
+        per                = n_block_max <= n_block_min ? 0 : ceil_div(n_block_max - n_block_min, n)
+        min'               = n_block_min + split * per
+        max'               = min(min' + per, n_block_max)
+
+    The range is empty (``max' <= min'``) for the last splits when the blocks do not fill them;
+    such a split writes LSE = -inf and no O. The blocks are visited from ``max' - 1`` down to
+    ``min'``.
+
+    Args:
+        n_block_min, n_block_max: the tile's range before splitting (ints or int arrays; with
+            PackGQA, always on for split launches, the range of the packed tile).
+        split_idx: the split index, optionally with the dynamic split count in its top 16 bits
+            (as the varlen scheduler passes it: ``split | (num_splits_dynamic << 16)``); an int in
+            0..2**32 - 1 or an int array.
+        num_splits: params.num_splits, >= 1.
+    Returns:
+        ``(min', max')``: ints for int arguments, else int64 arrays (broadcast).
+    Raises:
+        ValueError: non-integer arguments, num_splits < 1, split_idx outside 32 bits, a split
+            index (low 16 bits) not below the split count in use.
+    Source: hopper/block.h ``get_n_block_min_max`` (``if constexpr (Split)``);
+        hopper/tile_scheduler.hpp (``work_info.split_idx |= (num_splits_dynamic << 16)``).
+        SASS (fa3-fwd 0.0.3, bf16 hdim 128 Split + PackGQA forward, SingleTileScheduler):
+        ``ULOP3.LUT UR31, UR8, 0xffff``, ``USHF.R.U32.HI UR8, URZ, 0x10, UR8``, ``@!UP0 ULDC
+        UR8, c[0x0][0x9f0]`` (params.num_splits when the top bits are 0), ``UIADD3 UR9, UR7,
+        -0x1, UR8`` then an integer division: ``ceil_div(n_blocks, n)``.
+    """
+    scalar = all(is_int(v) and not isinstance(v, bool)
+                 for v in (n_block_min, n_block_max, split_idx, num_splits))
+    arrs = []
+    for name, v in (("n_block_min", n_block_min), ("n_block_max", n_block_max),
+                    ("split_idx", split_idx), ("num_splits", num_splits)):
+        a = np.asarray(v)
+        if a.dtype.kind not in "iu" or isinstance(v, bool):
+            raise ValueError(f"{name}: expected an int or an int array, got {v!r}")
+        arrs.append(a.astype(np.int64))
+    lo, hi, sidx, ns = np.broadcast_arrays(*arrs)
+    if np.any(ns < 1):
+        raise ValueError(f"num_splits: expected >= 1, got {int(ns.min())}")
+    if np.any((sidx < 0) | (sidx >= _INT32)):
+        raise ValueError("split_idx: expected a 32-bit value (0..2**32 - 1)")
+    dyn = sidx >> 16
+    split = sidx & 0xFFFF
+    n = np.where(dyn > 0, dyn, ns)
+    if np.any(split >= n):
+        raise ValueError("split_idx: the split index (low 16 bits) must be below the split count "
+                         f"in use, got split {int(split.max())} of {int(n[split >= n].min())}")
+    per = np.where(hi <= lo, 0, -(-(hi - lo) // n))
+    new_lo = lo + split * per
+    new_hi = np.minimum(new_lo + per, hi)
+    if scalar:
+        return int(new_lo), int(new_hi)
+    return new_lo, new_hi
+
+
+# ---- host heuristics (hopper/heuristics.h, hopper/tile_size.h, hopper/flash_api.cpp) ---------------
+def num_splits_heuristic(total_mblocks, num_sms, num_n_blocks, num_m_blocks, size_one_kv_head,
+                         is_causal_or_local, max_splits) -> int:
+    """``num_splits_heuristic`` of hopper/heuristics.h, with its C++ arithmetic.
+
+    1. ``total_mblocks >= 0.8f * num_SMs`` (float32): 1 split, unless one KV head exceeds the
+       assumed 50 MiB of L2 (``size_one_kv_head > 50 * 1024 * 1024``) and ``num_m_blocks >=
+       2 * num_SMs`` and not causal / local: then ``min(ceil_div(size_one_kv_head, 50 MiB),
+       max_splits)`` (int32).
+    2. ``num_n_blocks <= 4``: 1.
+    3. Otherwise, with ``max_splits = min(max_splits, num_SMs, num_n_blocks)``, the efficiency of
+       each count ``n`` is ``waves / ceil(waves)`` with ``waves = float(total_mblocks * n) /
+       num_SMs`` (float32); the result is the smallest ``n`` whose efficiency is at least
+       ``0.85 * best`` (compared in double, as ``0.85`` is a double literal).
+
+    Args:
+        total_mblocks: tiles of one split (batch * heads_kv * m_blocks; batch 1 for varlen).
+        num_sms: multiprocessors (132 on the H200, minus sm_margin).
+        num_n_blocks, num_m_blocks: K/V blocks and (packed) query tiles per head.
+        size_one_kv_head: bytes of one KV head (int32, as FA3 computes it).
+        is_causal_or_local: bool. max_splits: 128 in get_num_splits.
+    Returns:
+        int: >= 1, except where FA3's int32 arithmetic overflows: ``size_one_kv_head + 50 MiB - 1``
+        above 2**31 - 1 wraps negative and so does the result (``mha_fwd`` then fails its
+        ``num_splits >= 1`` check); a size that wrapped below 50 MiB gives 1.
+    Raises:
+        ValueError: non-int counts (bool for ``is_causal_or_local``), num_sms < 1, negative counts.
+    Source: hopper/heuristics.h (host C++, compiled for the CPU: no SASS; float32 and int32 as
+        written, the double literals 0.85 and ``ceil``).
+    """
+    total_mblocks = _int("total_mblocks", total_mblocks, 0)
+    num_sms = _int("num_sms", num_sms, 1)
+    num_n_blocks = _int("num_n_blocks", num_n_blocks, 0)
+    num_m_blocks = _int("num_m_blocks", num_m_blocks, 0)
+    size_one_kv_head = _wrap32(_int("size_one_kv_head", size_one_kv_head))
+    is_causal_or_local = _bool("is_causal_or_local", is_causal_or_local)
+    max_splits = _int("max_splits", max_splits, 1)
+    f32 = np.float32
+    if f32(total_mblocks) >= f32(0.8) * f32(num_sms):
+        size_l2 = 50 * 1024 * 1024
+        if size_one_kv_head > size_l2 and num_m_blocks >= num_sms * 2 and not is_causal_or_local:
+            return min(_cdiv(_wrap32(size_one_kv_head + size_l2 - 1), size_l2), max_splits)
+        return 1
+    if num_n_blocks <= 4:
+        return 1
+    max_splits = min(max_splits, num_sms, num_n_blocks)
+    eff = []
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for n in range(1, max_splits + 1):
+            waves = f32(total_mblocks * n) / f32(num_sms)
+            eff.append(f32(waves / f32(np.ceil(waves))))
+    best = f32(0)
+    for e in eff:
+        if e > best:
+            best = e
+    for n, e in enumerate(eff, start=1):
+        if float(e) >= 0.85 * float(best):
+            return n
+    return 1
+
+
+def round_up_headdim(head_dim: int) -> int:
+    """``round_up_headdim`` (hopper/flash_api.cpp; every head dim enabled in the wheel)."""
+    for d in (64, 96, 128, 192, 256):
+        if head_dim <= d:
+            return d
+    return 256
+
+
+def round_up_headdimv(head_dim_v: int) -> int:
+    """``round_up_headdimv`` (hopper/flash_api.cpp)."""
+    for d in (64, 96, 128, 192, 256):
+        if head_dim_v <= d:
+            return d
+    return 512
+
+
+def tile_size_fwd_sm90(headdim: int, headdim_v: int, is_causal: bool, is_local: bool,
+                       element_size: int = 2, v_colmajor: bool = False,
+                       paged_kv_non_tma: bool = False, softcap: bool = False) -> tuple[int, int, bool, bool]:
+    """``tile_size_fwd_sm90`` of hopper/tile_size.h, every argument: (kBlockM, kBlockN,
+    MmaPV_is_RS, IntraWGOverlap) for the rounded head dims ``headdim`` / ``headdim_v``
+    (host code, constexpr: no SASS; the wheel's kernel names show the tiles it compiled)."""
+    if element_size == 2:
+        if headdim <= 64:
+            if headdim_v == 512:
+                return 64, 64, False, False
+            if headdim_v == 256:
+                return 128, 96, True, False
+            n128 = is_causal or is_local or paged_kv_non_tma
+            return 192, 128 if n128 else 192, n128, True
+        if headdim <= 96:
+            return 192, 128 if (is_local or paged_kv_non_tma) else 144, False, True
+        if headdim <= 128:
+            n128 = is_causal or is_local or paged_kv_non_tma
+            return 128, 128 if n128 else 176, True, True
+        if headdim <= 192:
+            n = 96 if (paged_kv_non_tma or is_local) else (128 if headdim_v <= 128 else 112)
+            return 128, n, True, True
+        return 128, 64 if is_local else 80, True, True
+    if headdim <= 64:
+        return 192, 160, True, True
+    if headdim <= 96:
+        return 192, 128, True, True
+    if headdim <= 128:
+        n = 160 if paged_kv_non_tma else (192 if (v_colmajor or (softcap and is_local)) else 224)
+        return 128, n, True, True
+    if headdim <= 192:
+        return 128, 128 if ((paged_kv_non_tma or softcap) and is_local) else 160, True, True
+    return 128, 64 if is_local else 128, True, not paged_kv_non_tma
+
+
+class SplitPlan(NamedTuple):
+    """What ``mha_fwd`` decides about splitting (see :func:`plan_splits`).
+
+    Attributes:
+        num_splits: params.num_splits (``get_num_splits``).
+        pack_gqa: params.pack_gqa (``get_pack_gqa``, after num_splits).
+        kblock_m, kblock_n: the tile ``get_num_splits`` assumes (tile_size_fwd_sm90).
+        num_m_blocks, num_n_blocks, total_mblocks, size_one_kv_head: the heuristic's inputs.
+        is_causal, is_local: the kernel flags after mha_fwd's normalisation.
+    """
+
+    num_splits: int
+    pack_gqa: bool
+    kblock_m: int
+    kblock_n: int
+    num_m_blocks: int
+    num_n_blocks: int
+    total_mblocks: int
+    size_one_kv_head: int
+    is_causal: bool
+    is_local: bool
+
+
+def _window(window_size, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    try:
+        left, right = window_size
+        ok = all(is_int(w) and not isinstance(w, bool) and int(w) >= -1 for w in (left, right))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"window_size: expected (left, right) ints >= -1 (-1 = unbounded), "
+                         f"got {window_size!r}")
+    left, right = int(left), int(right)
+    left = -1 if left >= seqlen_k - 1 else left
+    right = -1 if right >= seqlen_q - 1 else right
+    return (seqlen_k - 1 if left < 0 else left), (seqlen_q - 1 if right < 0 else right)
+
+
+def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v=None, dtype="bf16",
+                causal=False, local=False, softcap=0.0, varlen=False, *, varlen_q=None,
+                window_size=None, num_sms: int = 132) -> SplitPlan:
+    """``get_num_splits`` then ``get_pack_gqa`` (hopper/flash_api.cpp) for sm_90, with their inputs.
+
+    ``get_num_splits``: the tile of ``tile_size_fwd_sm90(round_up_headdim(d), dv_rounded,
+    is_causal, is_local, element_size, false, false, softcap)``; ``seqlen_q_packgqa = seqlen_q *
+    (heads / heads_kv)`` (PackGQA is always on with splits); for local attention only
+    ``max(0, min(seqlen_k, window_left + window_right + 1 + kBlockM))`` keys count;
+    ``num_n_blocks = ceil(keys / kBlockN)``, ``num_m_blocks = ceil(seqlen_q_packgqa / kBlockM)``,
+    ``size_one_kv_head = seqlen_k * (d + dv) * element_size`` (int32), ``total_mblocks =
+    (varlen ? 1 : batch) * heads_kv * num_m_blocks`` (a varlen launch has
+    ``num_splits_dynamic_ptr`` set, and the heuristic only bounds the per-batch counts that
+    the prepare kernel computes on the device); then :func:`num_splits_heuristic` with
+    ``max_splits = 128``. ``get_pack_gqa``: True with splits; else False when ``heads ==
+    heads_kv``; else ``should_pack_gqa(varlen_q, seqlen_q, heads / heads_kv, kBlockM)``.
+
+    Args:
+        batch, heads, heads_kv, seqlen_q, seqlen_k: the launch (max seqlens for varlen).
+        head_dim, head_dim_v: Q/K and V head dims (head_dim_v default head_dim).
+        dtype: "bf16", "f16" or "e4m3" (or the NumPy dtype).
+        causal, local: the caller's flags; normalised as mha_fwd does (causal with seqlen_q == 1
+            and no window is non-causal; ``local`` is FA3's is_local, a window that excludes
+            something).
+        softcap: > 0 when on (a float or bool).
+        varlen: any of cu_seqlens_q / cu_seqlens_k / seqused_q / seqused_k / leftpad_k given
+            (the library launcher passes seqused_k, so every such call is varlen).
+        varlen_q: cu_seqlens_q or seqused_q given (for should_pack_gqa); default ``varlen``.
+        window_size: (left, right), -1 unbounded (FA3's window before mha_fwd replaces -1 by
+            ``seqlen_k - 1`` / ``seqlen_q - 1``): required when ``local``, ignored otherwise.
+        num_sms: multiprocessors minus sm_margin (132 on the H200).
+    Returns:
+        :class:`SplitPlan`.
+    Raises:
+        ValueError: non-positive sizes, heads not a multiple of heads_kv, an unknown dtype, a
+            head dim FA3 refuses (over 256, or head_dim_v over 512), a bad or (with ``local``)
+            missing window.
+    Source: hopper/flash_api.cpp ``get_num_splits``, ``get_pack_gqa``, ``mha_fwd``;
+        hopper/tile_size.h; hopper/heuristics.h (host code: no SASS).
+    """
+    batch = _int("batch", batch, 1)
+    heads = _int("heads", heads, 1)
+    heads_kv = _int("heads_kv", heads_kv, 1)
+    if heads % heads_kv:
+        raise ValueError(f"heads: must be a multiple of heads_kv ({heads_kv}), got {heads}")
+    seqlen_q = _int("seqlen_q", seqlen_q, 0)
+    seqlen_k = _int("seqlen_k", seqlen_k, 0)
+    head_dim = _int("head_dim", head_dim, 1, 256)
+    head_dim_v = head_dim if head_dim_v is None else _int("head_dim_v", head_dim_v, 1, 512)
+    fmt = _fmt(dtype)
+    causal = _bool("causal", causal)
+    local = _bool("local", local)
+    if isinstance(softcap, (bool, np.bool_)):
+        soft = bool(softcap)
+    else:
+        try:
+            soft = float(softcap) > 0
+        except (TypeError, ValueError):
+            raise ValueError(f"softcap: expected a float or bool, got {softcap!r}") from None
+    varlen = _bool("varlen", varlen)
+    varlen_q = varlen if varlen_q is None else _bool("varlen_q", varlen_q)
+    num_sms = _int("num_sms", num_sms, 1)
+    if causal and local:
+        raise ValueError("causal and local: FA3's is_causal and is_local exclude each other")
+    if seqlen_q == 1 and causal:
+        causal = False  # mha_fwd: causal with seqlen_q == 1 is non-causal (no paged KV)
+    if local and window_size is None:
+        raise ValueError("window_size: required with local=True (the keys a local tile loads "
+                         "depend on it)")
+    wl, wr = _window(window_size, seqlen_q, seqlen_k) if local else (seqlen_k - 1, seqlen_q - 1)
+    esize = _ELEMENT_SIZE[fmt]
+    d_r = round_up_headdim(head_dim)
+    dv_r = d_r if head_dim_v == head_dim else round_up_headdimv(head_dim_v)
+    kbm, kbn, _, _ = tile_size_fwd_sm90(d_r, dv_r, causal, local, esize, False, False, soft)
+    seqlen_q_packgqa = seqlen_q * (heads // heads_kv)
+    loaded = seqlen_k if not local else max(0, min(seqlen_k, wr + wl + 1 + kbm))
+    num_n_blocks = (loaded + kbn - 1) // kbn
+    num_m_blocks = (seqlen_q_packgqa + kbm - 1) // kbm
+    size_one = _wrap32(seqlen_k * (head_dim + head_dim_v) * esize)
+    total = (1 if varlen else batch) * heads_kv * num_m_blocks
+    n = num_splits_heuristic(total, num_sms, num_n_blocks, num_m_blocks, size_one, causal or local, 128)
+    pack = get_pack_gqa(n, heads, heads_kv, seqlen_q, head_dim, head_dim_v, fmt, causal, local, soft,
+                        varlen_q)
+    return SplitPlan(n, pack, kbm, kbn, num_m_blocks, num_n_blocks, total, size_one, causal, local)
+
+
+def get_num_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v=None, dtype="bf16",
+                   causal=False, local=False, softcap=0.0, varlen=False, *, window_size=None,
+                   num_sms: int = 132) -> int:
+    """``get_num_splits`` of hopper/flash_api.cpp for sm_90: what ``mha_fwd`` uses when called
+    with ``num_splits <= 0`` (flash_attn_func's default is 1). See :func:`plan_splits` for the
+    formula, the arguments and the errors. Returns an int in 1..128 (see
+    :func:`num_splits_heuristic` for the int32 overflow). Source: hopper/flash_api.cpp
+    (host code: no SASS)."""
+    return plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v, dtype, causal,
+                       local, softcap, varlen, window_size=window_size, num_sms=num_sms).num_splits
+
+
+def should_pack_gqa(varlen_q: bool, seqlen_q: int, qhead_per_khead: int, block_m: int) -> bool:
+    """``should_pack_gqa`` of hopper/heuristics.h: varlen_q, or when packing fills tiles better:
+    ``float(sq) / float(round_up(sq, M)) < 0.9 * float(sq * g) / float(round_up(sq * g, M))``
+    (float32 quotients, compared in double). Host code: no SASS."""
+    if varlen_q:
+        return True
+
+    def round_up(a, b):
+        return (a + b - 1) // b * b
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        nopack = np.float32(seqlen_q) / np.float32(round_up(seqlen_q, block_m))
+        packed = seqlen_q * qhead_per_khead
+        pack = np.float32(packed) / np.float32(round_up(packed, block_m))
+    return bool(float(nopack) < 0.9 * float(pack))
+
+
+def get_pack_gqa(num_splits, heads, heads_kv, seqlen_q, head_dim, head_dim_v=None, dtype="bf16",
+                 causal=False, local=False, softcap=False, varlen_q=False) -> bool:
+    """``get_pack_gqa`` of hopper/flash_api.cpp on sm_90 (no paged KV): True whenever
+    ``num_splits > 1`` ("Always enable PackGQA for Split"); False when ``heads == heads_kv``;
+    else :func:`should_pack_gqa` with the kBlockM of ``tile_size_fwd_sm90``.
+
+    Raises:
+        ValueError: as :func:`plan_splits`.
+    Source: hopper/flash_api.cpp, hopper/heuristics.h (host code: no SASS).
+    """
+    num_splits = _int("num_splits", num_splits, 1)
+    heads = _int("heads", heads, 1)
+    heads_kv = _int("heads_kv", heads_kv, 1)
+    if num_splits > 1:
+        return True
+    if heads == heads_kv:
+        return False
+    head_dim = _int("head_dim", head_dim, 1, 256)
+    head_dim_v = head_dim if head_dim_v is None else _int("head_dim_v", head_dim_v, 1, 512)
+    d_r = round_up_headdim(head_dim)
+    dv_r = d_r if head_dim_v == head_dim else round_up_headdimv(head_dim_v)
+    soft = bool(softcap) if isinstance(softcap, (bool, np.bool_)) else float(softcap) > 0
+    kbm = tile_size_fwd_sm90(d_r, dv_r, _bool("causal", causal), _bool("local", local),
+                             _ELEMENT_SIZE[_fmt(dtype)], False, False, soft)[0]
+    return should_pack_gqa(_bool("varlen_q", varlen_q), _int("seqlen_q", seqlen_q, 0), heads // heads_kv, kbm)
