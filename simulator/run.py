@@ -58,8 +58,30 @@ def _cta(text: str) -> tuple[int, int, int]:
     except ValueError:
         parts = ()
     if len(parts) != 3 or min(parts) < 0:
-        raise argparse.ArgumentTypeError(f"expected B,H,M (three integers >= 0), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected B,H,M (three integers >= 0, e.g. 0,1,0), "
+                                         f"got {text!r}")
     return parts
+
+
+def _check_trace_cta_args(argv: list[str]) -> None:
+    """``--trace-cta`` values, checked before argparse: a value that starts with '-' (such as
+    ``-1,0,0``) would otherwise read as an unknown option. Raises UsageError (one line)."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return
+        name, eq, value = arg.partition("=")
+        if not (name.startswith("--tr") and "--trace-cta".startswith(name)):
+            continue
+        if not eq:
+            if i + 1 >= len(argv):
+                continue  # argparse: "expected one argument"
+            value = argv[i + 1]
+            if value.startswith("--"):
+                continue
+        try:
+            _cta(value)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--trace-cta: {exc}") from None
 
 
 _WINDOW_MAX = 2**31 - 1
@@ -110,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=FORMATS, help="input format (default: bf16, or the file's "
                    "float16)")
     g.add_argument("--heads", type=_heads, metavar="LIST",
-                   help="only these heads, e.g. 0,3,5-7 (default: all)")
+                   help="only these query heads, e.g. 0,3,5-7 (default: all). With grouped KV "
+                   "heads (GQA / MQA) the KV heads of their groups are kept (the summary names "
+                   "them); when the chosen heads do not take the same number from each group, "
+                   "every chosen head gets its own copy of its group's KV head. The bits are "
+                   "those of the full run: CTAs are independent")
     g = p.add_argument_group("forward parameters (as simulator.flash.forward)")
     g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
     g.add_argument("--window", type=_window_side, nargs=2, metavar=("L", "R"), default=(-1, -1),
@@ -127,9 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("what to show and write")
     g.add_argument("--trace-cta", type=_cta, action="append", metavar="B,H,M",
                    help="record the trace of this CTA (batch, head, m_block); repeatable "
-                   "(default: the first CTA)")
+                   "(default: the first CTA that visits a K/V block)")
     g.add_argument("--step", action="store_true",
-                   help="print each step's state for one quad of the (first) traced CTA")
+                   help="print each step's state for one quad of the first traced CTA that "
+                   "visits a K/V block (a fully masked CTA has no step; the output says which "
+                   "CTA is shown)")
     g.add_argument("--quad", type=int, default=0, metavar="Q",
                    help="which quad for --step: 0..31 in warpgroup 0, 32..63 in warpgroup 1, ... "
                    "(default: 0, threads 0-3)")
@@ -435,8 +463,23 @@ def _quantize_fp8(src: dict, seqlens) -> tuple[dict, dict]:
     return out, descales
 
 
+def kv_heads_for(heads: list[int], h: int, hkv: int) -> tuple[list[int], bool]:
+    """The KV heads that query ``heads`` (of ``h``, grouped over ``hkv`` KV heads) use, in the
+    order kept: ``(kv, shared)``. ``shared``: each kept KV head serves the same number of
+    chosen heads, listed together, so the selection stays a grouped layout (``kv`` one per
+    group); else ``kv`` has one entry per chosen head (its group's KV head, copied)."""
+    group = h // hkv
+    own = [x // group for x in heads]
+    kept = list(dict.fromkeys(own))                       # first appearance order
+    per = len(heads) // len(kept)
+    shared = len(heads) % len(kept) == 0 and own == [kv for kv in kept for _ in range(per)]
+    return (kept, True) if shared else (own, False)
+
+
 def select_heads(work: Workload, heads: list[int] | None) -> None:
-    """Keep only ``heads`` (MHA inputs only); remembers their original numbers."""
+    """Keep only the query ``heads`` and the KV heads they use (:func:`kv_heads_for`);
+    remembers their original numbers. CTAs are independent, so each kept head's bits are
+    those of the full input."""
     h, hkv = work.q.shape[2], work.k.shape[2]
     work.heads_total = h
     if heads is None:
@@ -445,12 +488,20 @@ def select_heads(work: Workload, heads: list[int] | None) -> None:
     bad = [x for x in heads if x >= h]
     if bad:
         raise UsageError(f"--heads: {bad} out of range; the input has heads 0..{h - 1}")
+    kv, shared = kv_heads_for(heads, h, hkv)
     if hkv != h:
-        raise UsageError(f"--heads: the input has grouped KV heads ({h} query heads, {hkv} KV "
-                         f"heads); --heads needs as many KV heads as query heads")
-    idx = np.array(heads)
-    work.q, work.k, work.v = (np.ascontiguousarray(x[:, :, idx]) for x in (work.q, work.k, work.v))
-    work.descales = {n: np.ascontiguousarray(np.broadcast_to(d, (work.q.shape[0], h))[:, idx])
+        if shared:
+            work.notes.append(f"--heads: KV head{'s' if len(kv) > 1 else ''} "
+                              f"{', '.join(map(str, kv))} of {hkv} (the groups of the chosen "
+                              f"query heads)")
+        else:
+            work.notes.append(f"--heads: the chosen heads take unequal shares of their KV groups: "
+                              f"each has its own copy of its group's KV head ({', '.join(map(str, kv))} "
+                              f"of {hkv})")
+    idx, kv_idx = np.array(heads), np.array(kv)
+    work.q = np.ascontiguousarray(work.q[:, :, idx])
+    work.k, work.v = (np.ascontiguousarray(x[:, :, kv_idx]) for x in (work.k, work.v))
+    work.descales = {n: np.ascontiguousarray(np.broadcast_to(d, (work.q.shape[0], hkv))[:, kv_idx])
                      for n, d in work.descales.items()}
     work.heads = list(heads)
 
@@ -677,8 +728,10 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
     heads = work.heads
     lines = [f"input     {work.source}"]
     lines += [f"          {n}" for n in work.notes]
-    head_text = (f"all {H} heads" if len(heads) == work.heads_total else
-                 f"heads {_ranges(heads)} of {work.heads_total}")
+    if len(heads) == work.heads_total:
+        head_text = f"all {H} heads" if H > 1 else "1 head"
+    else:
+        head_text = f"head{'s' if len(heads) > 1 else ''} {_ranges(heads)} of {work.heads_total}"
     lines.append(f"shapes    q {_shape(work.q)}, k/v {_shape(work.k)} {work.fmt} ({head_text}) -> "
                  f"O {out_fmt} {_shape(work.q)}, LSE float32 [{B}, {H}, {S}]")
     if work.seqlens_k is not None:
@@ -701,7 +754,8 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
                      f"{_f(work.descales['k_descale'].max())}], v [{_f(work.descales['v_descale'].min())}"
                      f" .. {_f(work.descales['v_descale'].max())}]")
     ctas, visits = _work_counts(cfg)
-    lines.append(f"work      {ctas:,} CTAs, {visits:,} K/V block visits, {n_calls} forward calls")
+    lines.append(f"work      {_plural(ctas, 'CTA')}, {_plural(visits, 'K/V block visit')}, "
+                 f"{_plural(n_calls, 'forward call')}")
     lines += _error_lines(m, out_fmt, heads)
     lines.append(f"time      emulation {times['emulate']:.1f} s (+ {times['setup']:.1f} s loading the "
                  f"MUFU tables), reference {times['reference']:.2f} s")
@@ -743,12 +797,13 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
     lines.append("          max ulp per head: " + " ".join(
         f"{heads[i]}:{'n/a' if x is None else format(x, '.2g')}" for i, x in enumerate(per)))
     n = m["rows_no_key"]
-    text = f"masked    {n:,} of {m['rows']:,} rows see no key"
+    text = (f"masked    {n:,} of {_plural(m['rows'], 'row')} {'sees' if n == 1 else 'see'} no "
+            f"key")
     if n:
         bad_lse = n - m["rows_no_key_lse_neginf"]
         bad_out = n - m["rows_no_key_out_zero"]
         if not bad_lse and not bad_out:
-            text += ": O = 0 and LSE = -inf on all of them"
+            text += ": O = 0 and LSE = -inf on " + ("all of them" if n > 1 else "it")
         else:
             text += (f": but the emulator's LSE is not -inf on {bad_lse:,} and its O not zero on "
                      f"{bad_out:,} of them")
@@ -764,6 +819,11 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
                      f"{m['ref_lse_nan']} NaN, {m['ref_lse_posinf']} +inf, "
                      f"{m['ref_lse_neginf']} -inf")
     return lines
+
+
+def _plural(n: int, word: str) -> str:
+    """``1 CTA``, ``2 CTAs``, ``1,024 events``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _ranges(xs: list[int]) -> str:
@@ -1104,6 +1164,29 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
     write_bytes_atomic(path, buf.getvalue())
 
 
+def step_choice(traced, busy, default: bool = False) -> str:
+    """The line before the ``--step`` table: which traced CTA it shows, and why. ``busy``: the
+    traced CTAs that visit a K/V block (in ``traced`` order); ``default``: ``traced`` is
+    ``--trace-cta``'s default."""
+    def name(c):
+        return f"CTA ({c[0]}, {c[1]}, {c[2]})"
+
+    if not busy:
+        which = ("the traced CTA visits no" if len(traced) == 1 else
+                 "none of the traced CTAs visits a")
+        return (f"step      nothing to show: {which} K/V block (it has no step); trace another "
+                f"with --trace-cta B,H,M")
+    traced = [tuple(c) for c in traced]
+    shown = tuple(busy[0])
+    if default:
+        return f"step      {name(shown)}, the first CTA that visits a K/V block (the default trace)"
+    if shown == traced[0]:
+        return f"step      {name(shown)}" + (", the first traced CTA" if len(traced) > 1 else "")
+    skipped = traced[: traced.index(shown)]
+    return (f"step      {name(shown)}, the first traced CTA that visits a K/V block "
+            f"({', '.join(map(name, skipped))} visit{'s' if len(skipped) == 1 else ''} none)")
+
+
 def idle_cta_note(cfg, cta) -> str | None:
     """One line for a traced CTA that visits no K/V block (its trace is empty), else None."""
     from .flash.masks import block_range
@@ -1135,7 +1218,28 @@ def reference_result(work: Workload, kwargs: dict, causal: bool):
 
 
 # ---- main ------------------------------------------------------------------------------------------
+def first_busy_cta(cfg, ctas) -> tuple[int, int, int] | None:
+    """The first of ``ctas`` that visits a K/V block (its trace has steps), or None."""
+    from .flash.masks import block_range
+
+    for c in ctas:
+        lo, hi = block_range(c[2], cfg.seqlen_q, int(cfg.seqlens_k[c[0]]), cfg.kblock_m,
+                             cfg.kblock_n, cfg.window)
+        if hi > lo:
+            return tuple(c)
+    return None
+
+
+def default_trace_cta(cfg, head: int) -> tuple[int, int, int]:
+    """``--trace-cta``'s default: the first CTA of ``head`` (batch, then m_block order) that
+    visits a K/V block; ``(0, head, 0)`` when none does."""
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    order = ((b, head, m) for b in range(cfg.batch) for m in range(m_blocks))
+    return first_busy_cta(cfg, order) or (0, head, 0)
+
+
 def main(argv: list[str]) -> int:
+    _check_trace_cta_args(argv)
     args = build_parser().parse_args(argv)
     from .flash import make_config
 
@@ -1161,7 +1265,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         raise UsageError(f"{work.label}: {exc}") from None
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
-    trace_ctas = args.trace_cta or [(0, work.heads[0], 0)]
+    trace_ctas = args.trace_cta or [default_trace_cta(cfg, work.heads[0])]
     for c in trace_ctas:
         if c[0] >= cfg.batch or c[1] not in work.heads or c[2] >= m_blocks:
             raise UsageError(f"--trace-cta {','.join(map(str, c))}: out of range; batch 0..{cfg.batch - 1}"
@@ -1193,17 +1297,17 @@ def main(argv: list[str]) -> int:
     times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
     print(summary(work, cfg, m, times, units))
     idle = {c: idle_cta_note(cfg, c) for c in trace_ctas if not trace.for_cta(c)}
+    for note in idle.values():
+        if note:
+            print(f"trace     {note}")
     if args.step:
         print()
-        first = trace_ctas[0]
-        if first in idle:
-            print(idle[first] or f"CTA {first} recorded no events")
-        else:
-            print(step_table(trace, first, args.quad, cfg.kblock_m, work.heads))
+        print(step_choice(trace_ctas, [c for c in trace_ctas if trace.for_cta(c)],
+                          default=not args.trace_cta))
+        shown = next((c for c in trace_ctas if trace.for_cta(c)), None)
+        if shown is not None:
+            print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads))
         print()
-    for c, note in idle.items():
-        if note and not (args.step and c == trace_ctas[0]):
-            print(f"trace     {note}")
     status = EXIT_OK
     if args.device:
         same, text = run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m)
@@ -1220,7 +1324,7 @@ def main(argv: list[str]) -> int:
               "provenance": work.provenance}
     save_result(out_path, out, lse, ref_out, ref_lse, trace, params)
     print(f"wrote     {out_path}: out, lse, ref_out, ref_lse, params, trace of "
-          f"{len(trace.ctas())} CTA(s) ({len(trace)} events); read it with "
+          f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
           f"simulator.run.load_result")
     if plot_path is not None:
         plot(plot_path, work, kwargs, cfg, out, ref_out, args.plot_batch)

@@ -129,6 +129,10 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     ("bad choice", ["--dtype", "f64"], "invalid choice: 'f64'"),
     ("bad kblock", ["--kblock-n", "100"], "kblock_n"),
     ("bad cta", ["--trace-cta", "9,0,0"], "--trace-cta 9,0,0: out of range"),
+    ("negative cta", ["--trace-cta", "-1,0,0"],
+     "error: --trace-cta: expected B,H,M (three integers >= 0, e.g. 0,1,0), got '-1,0,0'"),
+    ("negative cta with =", ["--trace-cta=0,-2,0"], "error: --trace-cta: expected B,H,M"),
+    ("short cta", ["--trace-cta", "1,2"], "error: --trace-cta: expected B,H,M (three integers"),
     ("bad layer", ["--layer", "3"], "holds layers [0, 2, 5]"),
     ("out is a folder", ["--out", "{tmp}"], "is a folder"),
     ("out is a folder, refused", ["--out", "{tmp}"],
@@ -453,3 +457,75 @@ def test_unaltered_embedded_copy_runs(tmp_path, monkeypatch, capsys):
 
     _embedded_copy(tmp_path, monkeypatch, alter=False)
     assert cli.main(["run", "--no-progress", "--heads", "0", "--out", str(tmp_path / "o.npz")]) == 0
+
+
+# ---- --heads with grouped KV heads, --step's CTA, counts in words ---------------------------------
+def _gqa_file(tmp_path) -> Path:
+    """4 query heads over 2 KV heads; batch 0 has no key, batch 1 has 50."""
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((2, 70, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((2, 90, 2, 64)).astype(np.float32)
+    path = tmp_path / "gqa.npz"
+    np.savez(path, q=q, k=k, v=0.5 * k, seqlens_k=np.array([0, 50]))
+    return path
+
+
+def _main(capsys, *args) -> tuple[int, str]:
+    from simulator import cli
+
+    capsys.readouterr()
+    rc = cli.main(["run", "--no-progress", *map(str, args)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return rc, out
+
+
+@pytest.mark.parametrize("heads, note", [
+    ("0,3", "--heads: KV heads 0, 1 of 2 (the groups of the chosen query heads)"),
+    ("3,2", "--heads: KV head 1 of 2 (the groups of the chosen query heads)"),
+    ("0,1,2", "each has its own copy of its group's KV head (0, 0, 1 of 2)"),
+    ("1", "--heads: KV head 0 of 2"),
+])
+def test_heads_with_grouped_kv_heads(tmp_path, capsys, heads, note):
+    """--heads on a GQA input used to be refused; each chosen head's bits are the full run's."""
+    src = _gqa_file(tmp_path)
+    _main(capsys, "--input", src, "--out", tmp_path / "full.npz")
+    _, text = _main(capsys, "--input", src, "--heads", heads, "--out", tmp_path / "part.npz")
+    assert note in text
+    idx = [int(h) for h in heads.split(",")]
+    full, part = run.load_result(tmp_path / "full.npz"), run.load_result(tmp_path / "part.npz")
+    assert np.array_equal(part["out"].view(np.uint16), full["out"].view(np.uint16)[:, :, idx])
+    assert np.array_equal(part["lse"].view(np.uint32), full["lse"].view(np.uint32)[:, idx])
+    assert part["params"]["heads"] == idx
+
+
+def test_heads_help_says_what_happens_with_gqa():
+    text = run.build_parser().format_help()
+    assert "GQA" in text and "own copy" in text
+
+
+def test_step_uses_the_first_traced_cta_that_visits_a_block(tmp_path, capsys):
+    src = _gqa_file(tmp_path)
+    _, text = _main(capsys, "--input", src, "--trace-cta", "0,1,0", "--trace-cta", "1,1,0",
+                    "--step", "--out", tmp_path / "o.npz")
+    assert ("step      CTA (1, 1, 0), the first traced CTA that visits a K/V block (CTA (0, 1, 0) "
+            "visits none)") in text
+    assert "CTA (batch 1, head 1, m_block 0), warpgroup 0, quad 0" in text and "thread  row_max" in text
+    assert "trace     CTA (0, 1, 0) visits no K/V block" in text
+    _, text = _main(capsys, "--input", src, "--trace-cta", "0,2,0", "--step", "--out", tmp_path / "o.npz")
+    assert "step      nothing to show: the traced CTA visits no K/V block" in text
+    assert "thread  row_max" not in text
+    _, text = _main(capsys, "--input", src, "--step", "--out", tmp_path / "o.npz")  # the default
+    assert "step      CTA (1, 0, 0), the first CTA that visits a K/V block (the default trace)" in text
+    assert run.load_result(tmp_path / "o.npz")["trace"].ctas() == [(1, 0, 0)]
+
+
+def test_counts_of_one_are_singular(tmp_path, capsys):
+    x = np.random.default_rng(2).standard_normal((1, 8, 1, 32)).astype(np.float32)
+    np.savez(tmp_path / "one.npz", q=x, k=x, v=x)
+    _, text = _main(capsys, "--input", tmp_path / "one.npz", "--out", tmp_path / "o.npz")
+    assert "bf16 (1 head) ->" in text and "all 1 heads" not in text
+    assert "work      1 CTA, 1 K/V block visit, 1 forward call\n" in text
+    assert "trace of 1 CTA (7 events)" in text and "CTA(s)" not in text
+    _, text = _main(capsys, "--input", _gqa_file(tmp_path), "--heads", "2", "--out", tmp_path / "o.npz")
+    assert "(head 2 of 4)" in text and "2 CTAs, 1 K/V block visit, 2 forward calls" in text
