@@ -19,7 +19,7 @@ from .device import (
     replay_record,
 )
 from .errors import RecordedDataError
-from .replay import fa3_library
+from .replay import fa3_api, fa3_library
 
 #: topic name -> function(quick: bool) -> list of result rows
 TOPICS: dict[str, Callable[[bool], list[dict]]] = {
@@ -28,7 +28,7 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "hw": lambda quick: hw_evidence.check_all(quick=quick),
     "mma": lambda quick: mma_evidence.check_all(quick=quick),
     "forward": lambda quick: forward_goldens.check_all(quick=quick) + replay_record.check_sample(quick),
-    "fa3": lambda quick: fa3_library.check_all(quick=quick),
+    "fa3": lambda quick: fa3_library.check_all(quick=quick) + fa3_api.check_all(quick=quick),
 }
 
 

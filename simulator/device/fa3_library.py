@@ -134,3 +134,57 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     out_np = out.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16 if out.dtype == torch.bfloat16
                                                         else np.float16)
     return ForwardResult(out_np, lse.float().cpu().numpy(), None)
+
+
+def call(name: str, args: dict) -> dict:
+    """Call ``fa3_fwd_interface.<name>`` (``flash_attn_func``, ``flash_attn_varlen_func``,
+    ``flash_attn_with_kvcache``) with NumPy arguments moved to the GPU (int arrays as int32
+    tensors, float32 arrays as float32 tensors, the rest through :func:`_to_torch`).
+
+    Returns:
+        dict with ``out`` and ``lse`` as NumPy arrays (bits as the library wrote them) and, for
+        the KV cache, ``k_cache`` / ``v_cache`` after the call (appended keys included).
+    Raises:
+        DeviceUnavailable: no torch, GPU or library; RuntimeError: FA3's own checks.
+    """
+    torch, iface = _import()
+    targs = {}
+    for key, val in args.items():
+        if isinstance(val, np.ndarray):
+            if val.dtype.kind in "iu":
+                targs[key] = torch.from_numpy(np.array(val, dtype=np.int32)).cuda()
+            elif val.dtype == np.float32:
+                targs[key] = torch.from_numpy(np.array(val)).cuda()
+            else:
+                targs[key] = _to_torch(torch, np.array(val), key)
+        else:
+            targs[key] = val
+    res = getattr(iface, name)(**targs)
+    torch.cuda.synchronize()
+    out, lse = (res[0], res[1]) if isinstance(res, tuple) else (res, None)  # kvcache adds *rest
+    got = {"out": out.view(torch.int16).cpu().numpy().view(
+        ml_dtypes.bfloat16 if out.dtype == torch.bfloat16 else np.float16),
+        "lse": None if lse is None else lse.float().cpu().numpy()}
+    for key in ("k_cache", "v_cache"):
+        if key in targs:
+            t = targs[key]
+            raw = t.view(torch.int16 if t.element_size() == 2 else torch.uint8).cpu().numpy()
+            got[key] = raw.view(args[key].dtype)
+    return got
+
+
+def split_partials(args: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The Split kernel's partial outputs of a ``flash_attn_func`` call with ``num_splits > 1``
+    (``_flash_attn_forward`` returns them as out_accum / softmax_lse_accum): float32
+    [splits, batch, seqlen_q, heads, head_dim] and [splits, batch, heads, seqlen_q]."""
+    torch, iface = _import()
+    q, k, v = (_to_torch(torch, args[n], n) for n in ("q", "k", "v"))
+    b, hkv = args["k"].shape[0], args["k"].shape[2]
+    res = iface._flash_attn_forward(
+        q, k, v, softmax_scale=args["q"].shape[-1] ** (-0.5), causal=bool(args["causal"]),
+        softcap=float(args["softcap"]), num_splits=int(args["num_splits"]), pack_gqa=None,
+        q_descale=_descale(torch, args.get("q_descale"), b, hkv),
+        k_descale=_descale(torch, args.get("k_descale"), b, hkv),
+        v_descale=_descale(torch, args.get("v_descale"), b, hkv))
+    torch.cuda.synchronize()
+    return res[2].cpu().numpy(), res[3].cpu().numpy()

@@ -19,6 +19,15 @@ Written atomically to OUTDIR:
   embedded input (``c{i}_out`` uint16, ``c{i}_lse`` uint32), replayed bit for bit in CI;
 * ``fa3_library_full_{j}.npz`` (with ``--full``): the full bits of every case, for analysis
   (not committed: too large).
+
+With ``--api`` it records the Python-API calls of :func:`simulator.replay.fa3_api_cases.matrix`
+instead (``flash_attn_func`` with splits, ``flash_attn_varlen_func``,
+``flash_attn_with_kvcache``): ``fa3_api_report.json`` (per call: the case, the digest of its
+arguments, digests of out, softmax_lse and the updated caches, or the library's error; rows
+FA3 leaves unwritten, beyond ``seqused_q``, are set to 0 / -inf first:
+:func:`simulator.replay.fa3_api_cases.canonical`) and
+``fa3_api_sample.npz`` (full bits of every ``SAMPLE_EVERY``-th call, ``c{i}_out`` uint16 and
+``c{i}_lse`` uint32).
 """
 
 from __future__ import annotations
@@ -98,10 +107,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="folder for the recordings")
     ap.add_argument("--full", action="store_true", help="also write every case's full bits")
     ap.add_argument("--twin", action="store_true", help="also run the twin kernel on every case")
+    ap.add_argument("--api", action="store_true", help="record the Python-API calls instead")
     args = ap.parse_args(argv)
     ok, why = fa3_library.available()
     if not ok:
         raise runtime.DeviceUnavailable(why)
+    if args.api:
+        return record_api(args.out, args.full)
     prov = fa3_library.provenance() | {"driver": _driver(), "python": platform.python_version(),
                                        "date": time.strftime("%Y-%m-%d"),
                                        "wheel_sha256": fa3_library.WHEEL_SHA256}
@@ -147,6 +159,56 @@ def main(argv=None) -> int:
                       "fa3-fwd 0.0.3)"})
     print(json.dumps({"cases": len(records), "refused": errors, "seconds": round(elapsed, 1),
                       "twin_equal_to_library": twin_equal}))
+    return 0
+
+
+def record_api(out_dir: Path, full: bool = False) -> int:
+    """The ``--api`` recording (module docstring); ``full``: every call's bits in
+    ``fa3_api_full_{j}.npz`` (40 calls a file), for analysis."""
+    from ..replay import fa3_api_cases  # noqa: PLC0415
+
+    prov = fa3_library.provenance() | {"driver": _driver(), "date": time.strftime("%Y-%m-%d"),
+                                       "wheel_sha256": fa3_library.WHEEL_SHA256}
+    records, sample, every, t0 = [], {}, {}, time.time()
+    for i, case in enumerate(fa3_api_cases.matrix()):
+        name, call_args = fa3_api_cases.call_args(case)
+        rec = {"case": case, "function": name, "inputs": fa3_api_cases.args_digest(call_args)}
+        try:
+            got = fa3_library.call(name, call_args)
+        except RuntimeError as exc:
+            rec["error"] = str(exc).splitlines()[0][:300]
+            records.append(rec)
+            continue
+        out, lse = fa3_api_cases.canonical(name, call_args, got["out"], got["lse"])
+        out, lse = out.view(np.uint16), lse.view(np.uint32)
+        rec["out"], rec["lse"] = digest(out).hex(), digest(lse).hex()
+        for key in ("k_cache", "v_cache"):
+            if key in got:
+                rec[key] = digest(got[key].view(np.uint16 if got[key].itemsize == 2 else np.uint8)).hex()
+        if i % SAMPLE_EVERY == 0:
+            sample[f"c{i}_out"], sample[f"c{i}_lse"] = out, lse
+        if full:
+            every[f"c{i}_out"], every[f"c{i}_lse"] = out, lse
+        if name == "flash_attn_func" and call_args["num_splits"] > 1:  # the partials too
+            o_acc, l_acc = fa3_api_cases.canonical_partials(*fa3_library.split_partials(call_args))
+            rec["out_accum"] = digest(o_acc.view(np.uint32)).hex()
+            rec["lse_accum"] = digest(l_acc.view(np.uint32)).hex()
+            rec["accum_shape"] = list(o_acc.shape)
+            if len(sample) < 200 and o_acc.size <= 600_000:
+                sample[f"c{i}_out_accum"], sample[f"c{i}_lse_accum"] = o_acc, l_acc
+        records.append(rec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_npz_atomic(out_dir / "fa3_api_sample.npz", **sample)
+    keys = sorted({k.split("_")[0] for k in every}, key=lambda c: int(c[1:]))
+    for j in range(0, len(keys), 40):
+        save_npz_atomic(out_dir / f"fa3_api_full_{j // 40}.npz",
+                        **{k: every[k] for c in keys[j:j + 40] for k in (f"{c}_out", f"{c}_lse")})
+    errors = sum("error" in r for r in records)
+    write_json_atomic(out_dir / "fa3_api_report.json", {
+        "provenance": prov, "cases": records, "sample_every": SAMPLE_EVERY,
+        "counts": {"cases": len(records), "refused": errors, "seconds": round(time.time() - t0, 1)},
+        "regenerate": "python3 -m simulator.device.fa3_library_record --api --out DIR"})
+    print(json.dumps({"api_cases": len(records), "refused": errors}))
     return 0
 
 

@@ -40,6 +40,7 @@ from typing import NamedTuple
 import ml_dtypes
 import numpy as np
 
+from ..flash.dispatch import round_up_headdim, round_up_headdimv, should_pack_gqa, tile_size_fwd_sm90
 from ..hw import allreduce
 from ..numerics import fadd, ffma, fmax, fmul, fsub
 from ..numerics.bits import flush_subnormal, is_int
@@ -536,57 +537,6 @@ def num_splits_heuristic(total_mblocks, num_sms, num_n_blocks, num_m_blocks, siz
     return 1
 
 
-def round_up_headdim(head_dim: int) -> int:
-    """``round_up_headdim`` (hopper/flash_api.cpp; every head dim enabled in the wheel)."""
-    for d in (64, 96, 128, 192, 256):
-        if head_dim <= d:
-            return d
-    return 256
-
-
-def round_up_headdimv(head_dim_v: int) -> int:
-    """``round_up_headdimv`` (hopper/flash_api.cpp)."""
-    for d in (64, 96, 128, 192, 256):
-        if head_dim_v <= d:
-            return d
-    return 512
-
-
-def tile_size_fwd_sm90(headdim: int, headdim_v: int, is_causal: bool, is_local: bool,
-                       element_size: int = 2, v_colmajor: bool = False,
-                       paged_kv_non_tma: bool = False, softcap: bool = False) -> tuple[int, int, bool, bool]:
-    """``tile_size_fwd_sm90`` of hopper/tile_size.h, every argument: (kBlockM, kBlockN,
-    MmaPV_is_RS, IntraWGOverlap) for the rounded head dims ``headdim`` / ``headdim_v``
-    (host code, constexpr: no SASS; the wheel's kernel names show the tiles it compiled)."""
-    if element_size == 2:
-        if headdim <= 64:
-            if headdim_v == 512:
-                return 64, 64, False, False
-            if headdim_v == 256:
-                return 128, 96, True, False
-            n128 = is_causal or is_local or paged_kv_non_tma
-            return 192, 128 if n128 else 192, n128, True
-        if headdim <= 96:
-            return 192, 128 if (is_local or paged_kv_non_tma) else 144, False, True
-        if headdim <= 128:
-            n128 = is_causal or is_local or paged_kv_non_tma
-            return 128, 128 if n128 else 176, True, True
-        if headdim <= 192:
-            n = 96 if (paged_kv_non_tma or is_local) else (128 if headdim_v <= 128 else 112)
-            return 128, n, True, True
-        return 128, 64 if is_local else 80, True, True
-    if headdim <= 64:
-        return 192, 160, True, True
-    if headdim <= 96:
-        return 192, 128, True, True
-    if headdim <= 128:
-        n = 160 if paged_kv_non_tma else (192 if (v_colmajor or (softcap and is_local)) else 224)
-        return 128, n, True, True
-    if headdim <= 192:
-        return 128, 128 if ((paged_kv_non_tma or softcap) and is_local) else 160, True, True
-    return 128, 64 if is_local else 128, True, not paged_kv_non_tma
-
-
 class SplitPlan(NamedTuple):
     """What ``mha_fwd`` decides about splitting (see :func:`plan_splits`).
 
@@ -721,23 +671,6 @@ def get_num_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_di
     (host code: no SASS)."""
     return plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v, dtype, causal,
                        local, softcap, varlen, window_size=window_size, num_sms=num_sms).num_splits
-
-
-def should_pack_gqa(varlen_q: bool, seqlen_q: int, qhead_per_khead: int, block_m: int) -> bool:
-    """``should_pack_gqa`` of hopper/heuristics.h: varlen_q, or when packing fills tiles better:
-    ``float(sq) / float(round_up(sq, M)) < 0.9 * float(sq * g) / float(round_up(sq * g, M))``
-    (float32 quotients, compared in double). Host code: no SASS."""
-    if varlen_q:
-        return True
-
-    def round_up(a, b):
-        return (a + b - 1) // b * b
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        nopack = np.float32(seqlen_q) / np.float32(round_up(seqlen_q, block_m))
-        packed = seqlen_q * qhead_per_khead
-        pack = np.float32(packed) / np.float32(round_up(packed, block_m))
-    return bool(float(nopack) < 0.9 * float(pack))
 
 
 def get_pack_gqa(num_splits, heads, heads_kv, seqlen_q, head_dim, head_dim_v=None, dtype="bf16",

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 #: kernel head dims FA3 compiles (hopper/flash_api.cpp, round_up_headdim)
 KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
 MAX_HEAD_DIM = 256
@@ -66,12 +68,15 @@ class Dispatch:
 
 
 def kernel_head_dim(head_dim: int) -> int:
-    """The compiled head dim FA3 runs ``head_dim`` as (``round_up_headdim``)."""
+    """The compiled head dim FA3 runs ``head_dim`` as (``round_up_headdim``, hopper/flash_api.cpp)."""
     for d in KERNEL_HEAD_DIMS:
         if head_dim <= d:
             return d
     raise ValueError(f"head_dim: FlashAttention forward only supports head dimension at most "
                      f"{MAX_HEAD_DIM}, got {head_dim}")
+
+
+round_up_headdim = kernel_head_dim
 
 
 def check_head_dim(head_dim: int, fmt: str) -> None:
@@ -89,32 +94,47 @@ def check_head_dim(head_dim: int, fmt: str) -> None:
                          f"{MAX_HEAD_DIM}, got {head_dim}")
 
 
-def tile_size_fwd_sm90(head_dim: int, fmt: str, causal: bool, local: bool,
-                       softcap: bool) -> tuple[int, int, bool, bool]:
-    """``tile_size_fwd_sm90`` of hopper/tile_size.h for head_dim == head_dim_v, no paged KV,
-    V row-major: (kBlockM, kBlockN, MmaPV_is_RS, IntraWGOverlap) for the kernel head dim."""
-    d = kernel_head_dim(head_dim)
-    if fmt != "e4m3":
-        if d <= 64:
-            n128 = causal or local
+def round_up_headdimv(head_dim_v: int) -> int:
+    """``round_up_headdimv`` (hopper/flash_api.cpp)."""
+    for d in (64, 96, 128, 192, 256):
+        if head_dim_v <= d:
+            return d
+    return 512
+
+
+def tile_size_fwd_sm90(headdim: int, headdim_v: int, is_causal: bool, is_local: bool,
+                       element_size: int = 2, v_colmajor: bool = False,
+                       paged_kv_non_tma: bool = False, softcap: bool = False) -> tuple[int, int, bool, bool]:
+    """``tile_size_fwd_sm90`` of hopper/tile_size.h, every argument: (kBlockM, kBlockN,
+    MmaPV_is_RS, IntraWGOverlap) for the rounded head dims ``headdim`` / ``headdim_v``
+    (host code, constexpr: no SASS; the wheel's kernel names show the tiles it compiled)."""
+    if element_size == 2:
+        if headdim <= 64:
+            if headdim_v == 512:
+                return 64, 64, False, False
+            if headdim_v == 256:
+                return 128, 96, True, False
+            n128 = is_causal or is_local or paged_kv_non_tma
             return 192, 128 if n128 else 192, n128, True
-        if d <= 96:
-            return 192, 128 if local else 144, False, True
-        if d <= 128:
-            n128 = causal or local
+        if headdim <= 96:
+            return 192, 128 if (is_local or paged_kv_non_tma) else 144, False, True
+        if headdim <= 128:
+            n128 = is_causal or is_local or paged_kv_non_tma
             return 128, 128 if n128 else 176, True, True
-        if d <= 192:  # head_dim_v == head_dim here, so headdim_v <= 128 is false: 112
-            return 128, 96 if local else 112, True, True
-        return 128, 64 if local else 80, True, True
-    if d <= 64:
+        if headdim <= 192:
+            n = 96 if (paged_kv_non_tma or is_local) else (128 if headdim_v <= 128 else 112)
+            return 128, n, True, True
+        return 128, 64 if is_local else 80, True, True
+    if headdim <= 64:
         return 192, 160, True, True
-    if d <= 96:
+    if headdim <= 96:
         return 192, 128, True, True
-    if d <= 128:
-        return 128, 192 if (softcap and local) else 224, True, True
-    if d <= 192:
-        return 128, 128 if (softcap and local) else 160, True, True
-    return 128, 64 if local else 128, True, True
+    if headdim <= 128:
+        n = 160 if paged_kv_non_tma else (192 if (v_colmajor or (softcap and is_local)) else 224)
+        return 128, n, True, True
+    if headdim <= 192:
+        return 128, 128 if ((paged_kv_non_tma or softcap) and is_local) else 160, True, True
+    return 128, 64 if is_local else 128, True, not paged_kv_non_tma
 
 
 def fa3_dispatch(fmt: str, head_dim: int, seqlen_q: int, *, causal: bool, local: bool = False,
@@ -138,7 +158,8 @@ def fa3_dispatch(fmt: str, head_dim: int, seqlen_q: int, *, causal: bool, local:
         eff_causal = False
         reasons.append("causal ignored: seqlen_q == 1 makes it the same as non-causal "
                        "(hopper/flash_api.cpp, mha_fwd)")
-    m, n, rs, overlap = tile_size_fwd_sm90(head_dim, fmt, eff_causal, local, softcap > 0)
+    m, n, rs, overlap = tile_size_fwd_sm90(kd, kd, eff_causal, local, 1 if fmt == "e4m3" else 2,
+                                           softcap=softcap > 0)
     reasons.append(f"kBlockM {m}, kBlockN {n}, MmaPV_is_RS {rs}, IntraWGOverlap {overlap}: "
                    f"tile_size_fwd_sm90(hdim {kd}, {'fp8' if fmt == 'e4m3' else '16-bit'}, "
                    f"causal {eff_causal}, local {local}, softcap {softcap > 0}) (hopper/tile_size.h)")
@@ -146,3 +167,19 @@ def fa3_dispatch(fmt: str, head_dim: int, seqlen_q: int, *, causal: bool, local:
     reasons.append(f"RescaleOBeforeGemm {rescale}: kHeadDim > 128 and not FP8 and IntraWGOverlap "
                    "(hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp)")
     return Dispatch(head_dim, kd, eff_causal, m, n, rs, overlap, rescale, tuple(reasons))
+
+
+def should_pack_gqa(varlen_q: bool, seqlen_q: int, qhead_per_khead: int, kblock_m: int) -> bool:
+    """``should_pack_gqa`` of hopper/heuristics.h: always for varlen queries, else when packing
+    the query heads of a kv head fills tiles better: ``sq / round_up(sq, M) < 0.9 *
+    sq g / round_up(sq g, M)`` (float32 quotients, compared in float64 as ``0.9`` is a double)."""
+    if varlen_q:
+        return True
+
+    def round_up(a: int, b: int) -> int:
+        return (a + b - 1) // b * b
+
+    nopack = np.float32(seqlen_q) / np.float32(round_up(seqlen_q, kblock_m))
+    packed = seqlen_q * qhead_per_khead
+    pack = np.float32(packed) / np.float32(round_up(packed, kblock_m))
+    return bool(float(nopack) < 0.9 * float(pack))

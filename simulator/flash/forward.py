@@ -20,7 +20,7 @@ from ..numerics import convert, fmul
 from ..numerics.mufu import tanh
 from ..trace import Trace
 from .constants import MAX_OFFSET, host_constants
-from .dispatch import Dispatch, check_head_dim, fa3_dispatch
+from .dispatch import Dispatch, check_head_dim, fa3_dispatch, should_pack_gqa
 from .masks import allowed, block_range, fa3_window, kernel_flags, masking_steps, normalize_window
 from .softmax import Softmax, rescale_o
 
@@ -68,6 +68,17 @@ class Config:
     k_descale: np.ndarray
     v_descale: np.ndarray
     dispatch: Dispatch
+    #: FA3 Split: K/V splits per batch ([batch] ints), or None for the unsplit kernel
+    splits: np.ndarray | None = None
+    #: the launch's max_seqlen_q / max_seqlen_k (varlen; else the arrays' lengths)
+    max_seqlen_q: int = 0
+    max_seqlen_k: int = 0
+    #: PackGQA: the query heads of a kv head share tiles (rows ``position * g + head``)
+    pack_gqa: bool = False
+
+    @property
+    def qhead_per_khead(self) -> int:
+        return self.heads // self.heads_kv
 
     @property
     def out_dtype(self) -> np.dtype:
@@ -119,7 +130,8 @@ def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
 
 def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
                 seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
-                q_descale=None, k_descale=None, v_descale=None, arch="sm90") -> Config:
+                q_descale=None, k_descale=None, v_descale=None, arch="sm90",
+                max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None) -> Config:
     """Validate every argument of :func:`forward` and resolve FA3's dispatch; raises ValueError
     naming the argument. ``kblock_m``, ``kblock_n``, ``schedule`` None: FA3's choice
     (:func:`simulator.flash.dispatch.fa3_dispatch`)."""
@@ -150,9 +162,11 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal: expected True or False, got {causal!r}")
-    win = fa3_window(normalize_window(bool(causal), window), sq, sk)
+    max_q = _launch_max("max_seqlen_q", max_seqlen_q, sq)
+    max_k = _launch_max("max_seqlen_k", max_seqlen_k, sk)
+    win = fa3_window(normalize_window(bool(causal), window), max_q, max_k)
     is_causal, is_local = kernel_flags(win)
-    disp = fa3_dispatch(fmt, d, sq, causal=is_causal, local=is_local, softcap=_softcap_on(softcap))
+    disp = fa3_dispatch(fmt, d, max_q, causal=is_causal, local=is_local, softcap=_softcap_on(softcap))
     kblock_m = disp.kblock_m if kblock_m is None else kblock_m
     kblock_n = disp.kblock_n if kblock_n is None else kblock_n
     schedule = disp.schedule if schedule is None else schedule
@@ -183,7 +197,46 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
                   int(kblock_m), int(kblock_n), schedule, arch, consts, seqlens,
                   _descale("q_descale", q_descale, fmt, b, hkv),
                   _descale("k_descale", k_descale, fmt, b, hkv),
-                  _descale("v_descale", v_descale, fmt, b, hkv), disp)
+                  _descale("v_descale", v_descale, fmt, b, hkv), disp,
+                  _splits(num_splits, b), max_q, max_k,
+                  _pack_gqa(pack_gqa, num_splits, h, hkv, max_q, kblock_m))
+
+
+def _pack_gqa(pack_gqa, num_splits, heads: int, heads_kv: int, seqlen_q: int, kblock_m: int) -> bool:
+    """FA3's PackGQA (``get_pack_gqa``, hopper/flash_api.cpp): the caller's choice, else always
+    with a Split launch, never without GQA, else ``should_pack_gqa`` (hopper/heuristics.h)."""
+    if pack_gqa is not None:
+        if not isinstance(pack_gqa, (bool, np.bool_)):
+            raise ValueError(f"pack_gqa: expected None, True or False, got {pack_gqa!r}")
+        return bool(pack_gqa) and heads != heads_kv
+    if heads == heads_kv:
+        return False
+    if num_splits is not None:
+        return True
+    return should_pack_gqa(False, seqlen_q, heads // heads_kv, kblock_m)
+
+
+def _launch_max(name: str, value, least: int) -> int:
+    """A launch's max_seqlen (FA3 varlen): None = the array's length; else an int >= it."""
+    if value is None:
+        return least
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f"{name}: expected None or an int >= {least} (the input's length), "
+                         f"got {value!r}")
+    return int(value)
+
+
+def _splits(num_splits, batch: int) -> np.ndarray | None:
+    """None (the unsplit kernel) or [batch] split counts >= 1 (an int applies to every batch)."""
+    if num_splits is None:
+        return None
+    arr = np.asarray(num_splits)
+    if arr.dtype.kind not in "iu" or arr.ndim > 1 or (arr.ndim == 1 and arr.shape != (batch,)):
+        raise ValueError(f"num_splits: expected None, an int or {batch} ints, got {num_splits!r}")
+    arr = np.broadcast_to(arr, (batch,)).astype(np.int64)
+    if np.any(arr < 1) or np.any(arr > 256):
+        raise ValueError(f"num_splits: expected values in 1..256, got {arr.tolist()}")
+    return arr
 
 
 def _softcap_on(softcap) -> float:
@@ -196,7 +249,8 @@ def _softcap_on(softcap) -> float:
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
-            q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None) -> ForwardResult:
+            q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
+            max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
 
     With no tile arguments it runs what FA3 dispatches for the inputs
@@ -222,21 +276,42 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         q_descale, k_descale, v_descale: FP8 only: float32 scalars or [batch, heads_kv].
         arch: "sm90" (MUFU models measured on the H200) or "ideal" (correctly rounded).
         trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record.
+        max_seqlen_q, max_seqlen_k: the launch's maxima when this call is one sequence of a
+            varlen launch (``simulator.fa3`` passes them): FA3 normalises the window, applies
+            the seqlen_q == 1 rule and bounds local windows with them. Default: the arrays'.
+        num_splits: None (the unsplit kernel), or K/V splits per batch (an int, or [batch]
+            ints: FA3's static or dynamic split count): FA3's Split kernel, whose output is
+            the partial O and LSE of every split, for ``simulator.fa3``'s combine.
+        pack_gqa: None (FA3's choice: always with splits, else ``should_pack_gqa``), True or
+            False. A PackGQA tile holds the query heads of one kv head (rows
+            ``position * g + head_in_group``); with causal or local masks and with splits this
+            changes which K/V blocks (and split boundaries) a row's tile has, hence bits.
     Returns:
         :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim] in the input dtype
         (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
-        for rows that see no key; ``trace`` when requested.
+        for rows that see no key; ``trace`` when requested. With ``num_splits``: ``out``
+        float32 [splits, batch, seqlen_q, heads, head_dim] (each split's O, normalised by its
+        own row sum, not rounded) and ``lse`` [splits, batch, heads, seqlen_q]; a split that
+        a batch does not have, or that sees no key, holds O = 0 and LSE = -inf.
     Raises:
         ValueError: any invalid argument, naming it (see :func:`make_config`).
     """
+    if trace is not None and pack_gqa is None and num_splits is None:
+        pack_gqa = False  # traces are per head; unsplit, PackGQA leaves the bits unchanged
     cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                       softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
                       schedule=schedule, q_descale=q_descale, k_descale=k_descale,
-                      v_descale=v_descale, arch=arch)
+                      v_descale=v_descale, arch=arch, max_seqlen_q=max_seqlen_q,
+                      max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa)
+    if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
+        raise ValueError("trace: not recorded for split or PackGQA launches; trace with "
+                         "num_splits=None and pack_gqa=False")
     wanted = None if trace is None else validate_trace(trace, cfg)
     record = Trace() if wanted is not None else None
-    out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim), dtype=cfg.out_dtype)
-    lse = np.full((cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
+    lead = () if cfg.splits is None else (int(cfg.splits.max()),)
+    out = np.zeros(lead + (cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim),
+                   dtype=cfg.out_dtype if cfg.splits is None else np.float32)
+    lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
     qp, kp, vp = _padded_inputs(cfg, q, k, v)
     for (n_range, masked), ctas in _cta_groups(cfg).items():
         _run_group(cfg, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record)
@@ -271,7 +346,7 @@ def _padded_inputs(cfg: Config, q, k, v):
     """Zero-filled copies padded to whole blocks and to the kernel head dim; keys at or after
     seqlens_k[b] zeroed (as a bulk copy bounded by the sequence length and head dim leaves
     them)."""
-    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m) + 1  # + 1: PackGQA tiles reach a little beyond
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
     d, kd = cfg.head_dim, cfg.kernel_head_dim
     qp = np.zeros((cfg.batch, m_blocks * cfg.kblock_m, cfg.heads, kd), dtype=q.dtype)
@@ -289,29 +364,42 @@ def _padded_inputs(cfg: Config, q, k, v):
 def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
     """CTAs ``(b, h, m_block)`` grouped by their K/V block range and which of those blocks
     run with masking (and so with Check_inf)."""
-    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    g = cfg.qhead_per_khead if cfg.pack_gqa else 1
+    m_blocks = -(-cfg.seqlen_q * g // cfg.kblock_m)
+    heads = cfg.heads_kv if cfg.pack_gqa else cfg.heads  # a packed tile belongs to a kv head
     groups: dict[tuple, list] = {}
     for b in range(cfg.batch):  # per batch and m_block (a handful): the ranges
         sk = int(cfg.seqlens_k[b])
         for mb in range(m_blocks):
-            rng = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window)
-            masked = masking_steps(mb, cfg.seqlen_q, sk, cfg.seqlen_k, cfg.kblock_m, cfg.kblock_n,
-                                   cfg.window, rng)
-            groups.setdefault((rng, masked), []).extend((b, h, mb) for h in range(cfg.heads))
-    return {key: np.array(ctas, dtype=np.int64).reshape(-1, 3) for key, ctas in groups.items()}
+            full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g)
+            for split, rng in enumerate(_split_ranges(full, cfg, b)):
+                masked = masking_steps(mb, cfg.seqlen_q, sk, cfg.max_seqlen_k, cfg.kblock_m,
+                                       cfg.kblock_n, cfg.window, rng, g)
+                groups.setdefault((rng, masked), []).extend((b, h, mb, split)
+                                                            for h in range(heads))
+    return {key: np.array(ctas, dtype=np.int64).reshape(-1, 4) for key, ctas in groups.items()}
+
+
+def _split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int, int]]:
+    """The K/V block range of each split of batch ``b`` (hopper/block.h, Split: ceil of the
+    range over the split count per split, the last ones shorter or empty)."""
+    if cfg.splits is None:
+        return [full]
+    n_min, n_max = full
+    count = int(cfg.splits[b])
+    per = 0 if n_max <= n_min else -(-(n_max - n_min) // count)
+    return [(n_min + s * per, min(n_min + s * per + per, n_max)) for s in range(count)]
 
 
 # ---- one group of CTAs ---------------------------------------------------------------------------
 def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record):
     n_min, n_max = n_range
-    b, h, mb = ctas[:, 0], ctas[:, 1], ctas[:, 2]
-    hkv = h // (cfg.heads // cfg.heads_kv)
+    b = ctas[:, 0]
     W, N, d = cfg.kblock_m // 64, cfg.kblock_n, cfg.kernel_head_dim
-    rows = mb[:, None] * cfg.kblock_m + np.arange(cfg.kblock_m)[None, :]            # [G, kBlockM]
+    rows, heads, hkv = _tile_rows(cfg, ctas)                      # positions, heads: [G, kBlockM]
     if n_max <= n_min:  # nothing to attend: O = 0, LSE = -inf (already in place)
-        _store(cfg, ctas, rows, None, None, out, lse)
         return
-    qt = qp[b[:, None], rows, h[:, None]].reshape(len(ctas), W, 64, d)             # [G, W, 64, d]
+    qt = qp[b[:, None], rows, heads].reshape(len(ctas), W, 64, d)                  # [G, W, 64, d]
     scale_log2, softcap_val, final_scale = _cta_scales(cfg, b, hkv)
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
                    MAX_OFFSET[cfg.fmt], cfg.arch)
@@ -373,7 +461,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
                 row_max=soft.row_max)
     acc_o = rescale_o(acc_o, _row_values(final, view))
     tracer.frag("epilogue", None, acc_o=acc_o)
-    _store(cfg, ctas, rows, acc_o, _row_values(soft.lse, view), out, lse)
+    _store(cfg, ctas, rows, heads, acc_o, _row_values(soft.lse, view), out, lse)
 
 
 def _cta_scales(cfg: Config, b, hkv):
@@ -409,17 +497,33 @@ def _pv(tracer, n, acc_o, p_cvt, vt, instruction):
     return acc_o
 
 
-def _store(cfg: Config, ctas, rows, acc_o, lse_rows, out, lse):
+def _tile_rows(cfg: Config, ctas):
+    """(query positions, query heads, kv head) of every CTA's rows: ``[G, kBlockM]``,
+    ``[G, kBlockM]``, ``[G]``. A PackGQA tile's row ``r`` is position ``r // g``, head
+    ``hkv * g + r % g``; otherwise the rows are one head's consecutive positions."""
+    g = cfg.qhead_per_khead
+    r = ctas[:, 2:3] * cfg.kblock_m + np.arange(cfg.kblock_m)[None, :]
+    if cfg.pack_gqa:
+        hkv = ctas[:, 1]
+        return r // g, hkv[:, None] * g + r % g, hkv
+    return r, np.broadcast_to(ctas[:, 1:2], r.shape), ctas[:, 1] // g
+
+
+def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse):
     """Epilogue: convert O to the output dtype and write the rows < seqlen_q of every CTA."""
-    b, h = ctas[:, 0], ctas[:, 1]
+    b = ctas[:, 0]
     valid = rows < cfg.seqlen_q                                                     # [G, kBlockM]
     gi, ri = np.nonzero(valid)
-    if acc_o is None:
-        return
-    o = convert(acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim)[..., : cfg.head_dim], {
-        np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16"}[cfg.out_dtype])
-    out[b[gi], rows[gi, ri], h[gi]] = o[gi, ri]
-    lse[b[gi], h[gi], rows[gi, ri]] = lse_rows.reshape(len(ctas), cfg.kblock_m)[gi, ri]
+    o = acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim)[..., : cfg.head_dim]
+    lse_rows = lse_rows.reshape(len(ctas), cfg.kblock_m)
+    if cfg.splits is None:
+        o = convert(o, {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16"}[cfg.out_dtype])
+        out[b[gi], rows[gi, ri], heads[gi, ri]] = o[gi, ri]
+        lse[b[gi], heads[gi, ri], rows[gi, ri]] = lse_rows[gi, ri]
+    else:  # the Split epilogue stores float32 partials, one slice per split
+        sp = ctas[:, 3]
+        out[sp[gi], b[gi], rows[gi, ri], heads[gi, ri]] = o[gi, ri]
+        lse[sp[gi], b[gi], heads[gi, ri], rows[gi, ri]] = lse_rows[gi, ri]
 
 
 class _Tracer:
@@ -430,8 +534,8 @@ class _Tracer:
         self.layouts = {"acc_s": layout_s, "acc_o": layout_o}
         self.sel = []
         if wanted:
-            self.sel = [(i, tuple(int(c) for c in cta)) for i, cta in enumerate(ctas)
-                        if tuple(int(c) for c in cta) in wanted]
+            self.sel = [(i, tuple(int(c) for c in cta[:3])) for i, cta in enumerate(ctas)
+                        if tuple(int(c) for c in cta[:3]) in wanted]
 
     def frag(self, step, n, **arrays):
         """Matrices [G, W, 64, cols] become fragments [W, 128, regs]; row state passes through."""

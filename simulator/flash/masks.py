@@ -54,8 +54,18 @@ def kernel_flags(window: tuple[int, int]) -> tuple[bool, bool]:
     return causal, (left >= 0 or right >= 0) and not causal
 
 
+def tile_rows(m_block: int, kblock_m: int, qhead_per_khead: int = 1) -> tuple[int, int]:
+    """(m_idx_min, m_idx_max): the query positions a tile spans. With PackGQA
+    (``qhead_per_khead`` > 1) a tile holds packed rows ``position * g + head_in_group``, so it
+    spans positions ``m_block * kBlockM // g`` up to ``((m_block + 1) * kBlockM - 1) // g + 1``
+    (hopper/block.h)."""
+    g = qhead_per_khead
+    return (m_block * kblock_m) // g, ((m_block + 1) * kblock_m - 1) // g + 1
+
+
 def masking_steps(m_block: int, seqlen_q: int, seqlen_k: int, seqlen_k_max: int, kblock_m: int,
-                  kblock_n: int, window: tuple[int, int], n_range: tuple[int, int]) -> tuple[bool, ...]:
+                  kblock_n: int, window: tuple[int, int], n_range: tuple[int, int],
+                  qhead_per_khead: int = 1) -> tuple[bool, ...]:
     """Which visited blocks (from n_block_max - 1 down to n_block_min) run with masking, and so
     with ``Check_inf`` (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, hopper/block.h).
 
@@ -75,28 +85,31 @@ def masking_steps(m_block: int, seqlen_q: int, seqlen_k: int, seqlen_k_max: int,
         left = seqlen_k_max - 1 if left < 0 else left
         right = seqlen_q - 1 if right < 0 else right
     offset = seqlen_k - seqlen_q
+    lo, hi = tile_rows(m_block, kblock_m, qhead_per_khead)
     mask_min = n_max  # no causal / local masking loop
     if causal or local:
-        mask_min = max(n_min, (m_block * kblock_m + offset + (right if local else 0)) // kblock_n)
+        mask_min = max(n_min, (lo + offset + (right if local else 0)) // kblock_n)
     before_local = n_min
     if local:
-        before_local = max(n_min, -(-((m_block + 1) * kblock_m + offset - left) // kblock_n))
+        before_local = max(n_min, -(-(hi + offset - left) // kblock_n))
     return tuple(step == 0 or n >= mask_min or n < before_local
                  for step, n in enumerate(range(n_max - 1, n_min - 1, -1)))
 
 
 def block_range(m_block: int, seqlen_q: int, seqlen_k: int, kblock_m: int, kblock_n: int,
-                window: tuple[int, int]) -> tuple[int, int]:
-    """``(n_block_min, n_block_max)`` of a CTA; blocks are visited from max - 1 down to min."""
+                window: tuple[int, int], qhead_per_khead: int = 1) -> tuple[int, int]:
+    """``(n_block_min, n_block_max)`` of a CTA; blocks are visited from max - 1 down to min.
+    ``qhead_per_khead`` > 1: a PackGQA tile (:func:`tile_rows`)."""
     left, right = window
     offset = seqlen_k - seqlen_q
+    lo, hi_row = tile_rows(m_block, kblock_m, qhead_per_khead)
     hi = seqlen_k
     if right >= 0:
-        hi = min(seqlen_k, (m_block + 1) * kblock_m + offset + right)
+        hi = min(seqlen_k, hi_row + offset + right)
     n_max = max(0, -(-hi // kblock_n))
     n_min = 0
     if left >= 0:
-        n_min = max(0, (m_block * kblock_m + offset - left) // kblock_n)
+        n_min = max(0, (lo + offset - left) // kblock_n)
     return n_min, n_max
 
 

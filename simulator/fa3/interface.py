@@ -1,0 +1,437 @@
+"""``flash_attn_func``, ``flash_attn_varlen_func``, ``flash_attn_with_kvcache``,
+``flash_attn_combine``: FA3's ``hopper/flash_attn_interface.py`` and the host code of
+``hopper/flash_api.cpp`` (``mha_fwd``), over the kernel-level :func:`simulator.flash.forward`.
+
+What the host side decides, as FA3 does:
+
+* ``softmax_scale`` default ``head_dim ** -0.5`` (computed in Python by the interface);
+* ``num_splits <= 0``: FA3's split heuristic (``get_num_splits``); above 1: the Split kernel
+  (partial O and LSE in float32 per split) and the combine kernel;
+* varlen launches (``cu_seqlens_*``, ``seqused_*``, ``cache_seqlens``, ``cache_leftpad``): each
+  sequence runs with the launch's ``max_seqlen_q`` / ``max_seqlen_k`` (window normalisation, the
+  seqlen_q == 1 rule) and, when split, its own split count (``simulator.fa3.scheduler``);
+* the KV cache: ``cache_batch_idx`` picks the cache row, ``cache_leftpad`` its first key,
+  ``cache_seqlens`` its length; new ``k`` / ``v`` are written into the caches in place at
+  ``cache_seqlens`` and attended to.
+
+PackGQA (``pack_gqa``) changes which rows share a tile, never a row's arithmetic
+(docs/forward.md, "PackGQA"): accepted, with no effect on the bits. Not emulated (ValueError
+naming the argument): ``qv``, ``attention_chunk``, rotary embeddings, paged KV, ``cu_seqlens_q`` /
+``cu_seqlens_k_new`` with the KV cache, ``scheduler_metadata``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import flash
+from ..flash.dispatch import check_head_dim, fa3_dispatch
+from ..flash.forward import DTYPES
+from ..flash.masks import fa3_window, kernel_flags, normalize_window
+from . import combine as _combine
+from .scheduler import dynamic_num_splits
+
+#: multiprocessors of the H200 (what FA3's split heuristic reads off the device)
+H200_SMS = 132
+
+
+# ---- arrays in and out (NumPy, or CPU torch tensors when torch is installed) -------------------
+def _np(x, name: str):
+    """(array, was_torch): a torch tensor becomes a NumPy array of the same bits."""
+    if x is None or isinstance(x, np.ndarray):
+        if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+            raise ValueError(f"{name}: expected a plain numpy array, got {type(x).__name__} "
+                             "(a mask or subclass meaning would be lost)")
+        return x, False
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return _from_torch(x, name), True
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return x, False
+    raise ValueError(f"{name}: expected a numpy array or a CPU torch tensor, got {type(x).__name__}")
+
+
+def _from_torch(t, name: str) -> np.ndarray:
+    import ml_dtypes  # noqa: PLC0415
+    import torch  # noqa: PLC0415 - optional
+
+    if t.device.type != "cpu":
+        raise ValueError(f"{name}: expected a CPU tensor, got one on {t.device}")
+    t = t.contiguous()
+    views = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+             torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn)}
+    if t.dtype in views:
+        raw, dt = views[t.dtype]
+        return t.view(raw).numpy().view(dt)
+    return t.numpy()
+
+
+def _to_torch(x: np.ndarray):
+    import ml_dtypes  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    if x.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def _ret(arrays, torch_out: bool):
+    return tuple(_to_torch(a) for a in arrays) if torch_out else tuple(arrays)
+
+
+def _int_array(x, name: str, length: int | None = None) -> np.ndarray | None:
+    """An int32-valued [length] array (FA3 requires int32 tensors), or None."""
+    if x is None:
+        return None
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integers (int32, as FA3 requires), got dtype {arr.dtype}")
+    if arr.ndim != 1 or (length is not None and arr.shape[0] != length):
+        want = f"[{length}]" if length is not None else "1-d"
+        raise ValueError(f"{name}: expected shape {want}, got {list(arr.shape)}")
+    return arr.astype(np.int64)
+
+
+def _refuse(**args) -> None:
+    for name, value in args.items():
+        if value is not None and value is not False and not (isinstance(value, (int, float)) and value == 0):
+            raise ValueError(f"{name}: not emulated (the published FA3 build and this emulator "
+                             f"cover the forward without it), got {type(value).__name__}")
+
+
+def _check_scale(softmax_scale, head_dim: int) -> float:
+    return head_dim ** (-0.5) if softmax_scale is None else softmax_scale
+
+
+def _check_splits(num_splits) -> int:
+    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)):
+        raise ValueError(f"num_splits: expected an int (<= 0: FA3's heuristic), got {num_splits!r}")
+    return int(num_splits)
+
+
+# ---- one launch ----------------------------------------------------------------------------------
+def _static_splits(num_splits: int, *, fmt, batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim,
+                   causal, local, softcap, varlen, num_sms, window=(-1, -1)) -> int:
+    """FA3's params.num_splits: the caller's, or ``get_num_splits`` for num_splits <= 0
+    (``causal`` / ``local`` the kernel flags after mha_fwd's normalisation)."""
+    if num_splits > 0:
+        return num_splits
+    return int(_combine.get_num_splits(
+        batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim, fmt, causal=causal,
+        local=local, softcap=1.0 if softcap else 0.0, varlen=varlen,
+        window_size=window if local else None, num_sms=num_sms))
+
+
+def _kernel_flags(fmt, head_dim, causal, window, max_q, max_k, softcap):
+    """(Is_causal, Is_local, Dispatch) of the launch, as mha_fwd decides them."""
+    win = fa3_window(normalize_window(bool(causal), window), max_q, max_k)
+    is_causal, is_local = kernel_flags(win)
+    return is_causal, is_local, fa3_dispatch(fmt, head_dim, max_q, causal=is_causal,
+                                             local=is_local, softcap=softcap)
+
+
+def _out_dtype(dt: np.dtype) -> np.dtype:
+    import ml_dtypes  # noqa: PLC0415
+
+    return np.dtype(ml_dtypes.bfloat16) if DTYPES[dt] == "e4m3" else np.dtype(dt)
+
+
+def _forward(q, k, v, kw: dict, splits) -> tuple[np.ndarray, np.ndarray]:
+    """The unsplit kernel (``splits`` None or 1: with a single split FA3's Split kernel writes
+    the final output itself and the combine kernel skips the batch), or the Split kernel then
+    the combine kernel."""
+    if splits is None or splits == 1:
+        res = flash.forward(q, k, v, **kw)
+        return res.out, res.lse
+    part = flash.forward(q, k, v, num_splits=splits, **kw)
+    return _combine.combine(part.out, part.lse, _out_dtype(q.dtype), head_dim_v=q.shape[-1])
+
+
+def _descale_rows(x, b: int | None):
+    """A [batch, heads_kv] descale for one batch (varlen runs one sequence at a time)."""
+    if x is None or b is None:
+        return x
+    arr = np.asarray(x, dtype=np.float32)
+    return arr if arr.ndim == 0 else arr[b: b + 1]
+
+
+# ---- the API ---------------------------------------------------------------------------------------
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None,
+                    k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0,
+                    softcap=0.0, num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0,
+                    return_attn_probs=False, *, num_sms=H200_SMS):
+    """FA3's ``flash_attn_func`` (forward).
+
+    Args:
+        q: [batch, seqlen_q, heads, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim];
+            bf16 / float16 / float8_e4m3fn NumPy arrays or CPU torch tensors; head_dim a
+            multiple of 8 (16 for e4m3) up to 256.
+        softmax_scale: default ``head_dim ** -0.5``; causal, window_size, softcap: as FA3.
+        q_descale, k_descale, v_descale: e4m3, float32 [batch, heads_kv] (or scalars).
+        num_splits: 1 (default) the unsplit kernel; > 1 that many K/V splits and the combine
+            kernel; <= 0 FA3's heuristic (``get_num_splits``, with ``num_sms - sm_margin``).
+        pack_gqa, deterministic: accepted, no effect on the forward's bits.
+        return_attn_probs: also return softmax_lse.
+        num_sms: keyword-only: the GPU's multiprocessors (the H200's 132) for the heuristic.
+    Returns:
+        out [batch, seqlen_q, heads, head_dim] (bf16 for e4m3 inputs), and with
+        ``return_attn_probs`` also softmax_lse float32 [batch, heads, seqlen_q].
+    Raises:
+        ValueError: what FA3 refuses, with its rule, and the arguments not emulated.
+    Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd).
+    """
+    _refuse(qv=qv, attention_chunk=attention_chunk)
+    (q, tq), (k, _), (v, _) = _np(q, "q"), _np(k, "k"), _np(v, "v")
+    descales = {n: _np(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
+                                             ("v_descale", v_descale))}
+    _check_4d(q, k, v)
+    check_head_dim(q.shape[-1], DTYPES[q.dtype])
+    b, sq, h, d = q.shape
+    is_causal, is_local, disp = _kernel_flags(DTYPES[q.dtype], d, causal, window_size, sq, k.shape[1],
+                                              float(softcap))
+    static = _static_splits(_check_splits(num_splits), fmt=DTYPES[q.dtype], batch=b, heads=h,
+                            heads_kv=k.shape[2], seqlen_q=sq, seqlen_k=k.shape[1], head_dim=d,
+                            causal=is_causal, local=is_local, softcap=float(softcap) > 0,
+                            varlen=False, num_sms=num_sms - sm_margin,
+                            window=tuple(window_size))
+    kw = dict(softmax_scale=_check_scale(softmax_scale, d), causal=causal,
+              window=tuple(window_size), softcap=softcap, **descales)
+    out, lse = _forward(q, k, v, kw, static if static > 1 else None)
+    return _ret((out, lse), tq) if return_attn_probs else _ret((out,), tq)[0]
+
+
+def _check_4d(q, k, v) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray) or x.ndim != 4:
+            raise ValueError(f"{name}: expected [batch, seqlen, heads, head_dim], got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+
+
+def _cu(cu, name: str, total: int) -> np.ndarray:
+    """cu_seqlens: int32 [batch + 1], starting at 0, non-decreasing, ending within ``total``."""
+    arr = _int_array(_np(cu, name)[0], name)
+    if arr is None or arr.shape[0] < 2 or arr[0] != 0 or np.any(np.diff(arr) < 0) or arr[-1] > total:
+        raise ValueError(f"{name}: expected [batch + 1] int32 offsets from 0, non-decreasing, "
+                         f"at most {total} (the packed length), got "
+                         f"{None if arr is None else arr.tolist()[:8]}")
+    return arr
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
+                           qv=None, q_descale=None, k_descale=None, v_descale=None,
+                           window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
+                           pack_gqa=None, deterministic=False, sm_margin=0,
+                           return_attn_probs=False, *, num_sms=H200_SMS):
+    """FA3's ``flash_attn_varlen_func`` (forward): packed sequences.
+
+    Args:
+        q: [total_q, heads, head_dim]; k, v: [total_k, heads_kv, head_dim].
+        cu_seqlens_q, cu_seqlens_k: int32 [batch + 1] offsets of each sequence.
+        max_seqlen_q, max_seqlen_k: ints at least every sequence's length (FA3 takes them as
+            given: they set the dispatch and the window normalisation).
+        seqused_q, seqused_k: int32 [batch] or None: rows / keys of each sequence actually
+            used (later query rows are not written by FA3: their out rows are 0 here and their
+            LSE -inf; compare them only where FA3 writes).
+        others: as :func:`flash_attn_func`.
+    Returns:
+        out [total_q, heads, head_dim], and with ``return_attn_probs`` softmax_lse float32
+        [heads, total_q].
+    Raises:
+        ValueError: bad offsets or lengths (naming the argument), what FA3 refuses.
+    Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
+    """
+    _refuse(qv=qv, attention_chunk=attention_chunk)
+    (q, tq), (k, _), (v, _) = _np(q, "q"), _np(k, "k"), _np(v, "v")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray) or x.ndim != 3:
+            raise ValueError(f"{name}: expected [total, heads, head_dim], got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    cq, ck = _cu(cu_seqlens_q, "cu_seqlens_q", q.shape[0]), _cu(cu_seqlens_k, "cu_seqlens_k", k.shape[0])
+    batch = cq.shape[0] - 1
+    if ck.shape[0] != batch + 1:
+        raise ValueError(f"cu_seqlens_k: expected {batch + 1} offsets (as cu_seqlens_q), got {ck.shape[0]}")
+    len_q = _seqused(seqused_q, "seqused_q", np.diff(cq))
+    len_k = _seqused(seqused_k, "seqused_k", np.diff(ck))
+    for name, m, lens in (("max_seqlen_q", max_seqlen_q, len_q), ("max_seqlen_k", max_seqlen_k, len_k)):
+        longest = max(1, int(lens.max(initial=0)))
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < longest:
+            raise ValueError(f"{name}: expected an int >= every sequence's length ({longest}), "
+                             f"got {m!r}")
+    descales = {n: _np(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
+                                             ("v_descale", v_descale))}
+    fmt, d, h, hkv = DTYPES.get(q.dtype), q.shape[-1], q.shape[1], k.shape[1]
+    if fmt is None:
+        raise ValueError(f"q: expected dtype bfloat16, float16 or float8_e4m3fn, got {q.dtype}")
+    check_head_dim(d, fmt)
+    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, max_seqlen_q,
+                                              max_seqlen_k, float(softcap))
+    static = _static_splits(_check_splits(num_splits), fmt=fmt, batch=batch, heads=h, heads_kv=hkv,
+                            seqlen_q=max_seqlen_q, seqlen_k=max_seqlen_k, head_dim=d,
+                            causal=is_causal, local=is_local, softcap=float(softcap) > 0,
+                            varlen=True, num_sms=num_sms - sm_margin,
+                            window=tuple(window_size))
+    splits = dynamic_num_splits(len_q, len_k, kblock_m=disp.kblock_m, kblock_n=disp.kblock_n,
+                                heads=h, heads_kv=hkv, num_sms=num_sms - sm_margin,
+                                num_splits_static=static, pack_gqa=True) if static > 1 else None
+    out = np.zeros(q.shape, dtype=_out_dtype(q.dtype))
+    lse = np.full((h, q.shape[0]), -np.inf, dtype=np.float32)
+    scale = _check_scale(softmax_scale, d)
+    for bi in range(batch):
+        sq_b = int(len_q[bi])
+        if sq_b == 0:
+            continue
+        qs, ks = slice(cq[bi], cq[bi] + sq_b), slice(ck[bi], ck[bi] + int(len_k[bi]))
+        kb, vb = k[None, ks], v[None, ks]
+        if kb.shape[1] == 0:  # no key: FA3 writes O = 0, LSE = -inf
+            continue
+        kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
+                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                  **{n: _descale_rows(x, bi) for n, x in descales.items()})
+        o, l_ = _forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]))
+        out[qs], lse[:, qs] = o[0], l_[0]
+    return _ret((out, lse), tq) if return_attn_probs else _ret((out,), tq)[0]
+
+
+def _seqused(x, name: str, lengths: np.ndarray) -> np.ndarray:
+    """seqused_*: [batch] ints within the cu_seqlens lengths, or the lengths themselves."""
+    arr = _int_array(_np(x, name)[0], name, lengths.shape[0])
+    if arr is None:
+        return lengths.astype(np.int64)
+    if np.any(arr < 0) or np.any(arr > lengths):
+        raise ValueError(f"{name}: expected values in 0..the sequence's length "
+                         f"{lengths.tolist()[:8]}, got {arr.tolist()[:8]}")
+    return arr
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, page_table=None, cu_seqlens_q=None,
+                            cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                            rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
+                            pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
+                            num_sms=H200_SMS):
+    """FA3's ``flash_attn_with_kvcache`` (decode and chunked prefill against a KV cache).
+
+    Args:
+        q: [batch, seqlen_q, heads, head_dim].
+        k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim]; updated in place
+            when ``k`` / ``v`` are given (NumPy arrays only: torch tensors are copied).
+        k, v: [batch, seqlen_new, heads_kv, head_dim] or None: appended at ``cache_seqlens``.
+        cache_seqlens: int or int32 [batch]: keys in the cache per batch (default: all).
+        cache_batch_idx: int32 [batch] or None: the cache row of each batch.
+        cache_leftpad: int32 [batch] or None: the first valid key of each cache row.
+        num_splits: 0 (default) FA3's heuristic, 1 unsplit, > 1 at most that many splits;
+            with ``cache_seqlens`` each batch's count comes from FA3's prepare kernel
+            (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
+        others: as :func:`flash_attn_func`; ``return_softmax_lse`` returns (out, lse).
+    Returns:
+        out [batch, seqlen_q, heads, head_dim], and softmax_lse [batch, heads, seqlen_q] with
+        ``return_softmax_lse``.
+    Raises:
+        ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
+            not divide, ...), naming the argument; the arguments not emulated.
+    Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd, AppendKV),
+    hopper/seqlen.h (leftpad), hopper/flash_prepare_scheduler.cu.
+    """
+    _refuse(qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, page_table=page_table,
+            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
+            rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk,
+            scheduler_metadata=scheduler_metadata)
+    (q, tq), (kc, _), (vc, _) = _np(q, "q"), _np(k_cache, "k_cache"), _np(v_cache, "v_cache")
+    (kn, _), (vn, _) = _np(k, "k"), _np(v, "v")
+    _check_4d(q, kc, vc)
+    b, sq, h, d = q.shape
+    bc, s_cache, hkv, _ = kc.shape
+    if (kn is None) != (vn is None):
+        raise ValueError("k, v: give both new keys and new values, or neither")
+    if q.dtype != kc.dtype or kc.dtype != vc.dtype:
+        raise ValueError(f"q, k_cache, v_cache: dtypes differ ({q.dtype}, {kc.dtype}, {vc.dtype})")
+    if kc.shape != vc.shape:
+        raise ValueError(f"k_cache, v_cache: shapes differ ({kc.shape} vs {vc.shape})")
+    seqlens = (np.full(b, s_cache, np.int64) if cache_seqlens is None else
+               np.full(b, int(cache_seqlens), np.int64)
+               if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool)
+               else _int_array(_np(cache_seqlens, "cache_seqlens")[0], "cache_seqlens", b))
+    rows = (np.arange(b) if cache_batch_idx is None else
+            _int_array(_np(cache_batch_idx, "cache_batch_idx")[0], "cache_batch_idx", b))
+    left = (np.zeros(b, np.int64) if cache_leftpad is None else
+            _int_array(_np(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
+    if np.any((rows < 0) | (rows >= bc)):
+        raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
+    if cache_batch_idx is None and bc != b:
+        raise ValueError(f"k_cache: batch_size must be equal to batch_size_k ({b} vs {bc})")
+    s_new = 0 if kn is None else kn.shape[1]
+    if kn is not None:
+        if kn.shape != (b, s_new, hkv, d) or vn.shape != kn.shape or kn.dtype != q.dtype:
+            raise ValueError(f"k, v: expected [batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}] "
+                             f"in {q.dtype}, got {kn.shape} / {vn.shape}")
+        if cache_seqlens is None:
+            raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
+                             "('If k_new is supplied, seqlens_k must also be passed in')")
+        if sq > s_cache:
+            raise ValueError(f"q: with new k, v FA3 requires seqlen_q <= the cache's length "
+                             f"({sq} > {s_cache})")
+    if np.any(seqlens < 0) or np.any(seqlens + s_new > s_cache):
+        raise ValueError(f"cache_seqlens: expected 0..{s_cache - s_new} (the cache length minus the "
+                         f"new keys), got {seqlens.tolist()[:8]}")
+    if np.any(left < 0) or np.any(left > seqlens):
+        raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
+    fmt = DTYPES.get(q.dtype)
+    if fmt is None:
+        raise ValueError(f"q: expected dtype bfloat16, float16 or float8_e4m3fn, got {q.dtype}")
+    check_head_dim(d, fmt)
+    if kn is not None:  # AppendKV: the new keys land in the cache, in place
+        for bi in range(b):
+            at = slice(int(seqlens[bi]), int(seqlens[bi]) + s_new)
+            kc[rows[bi], at], vc[rows[bi], at] = kn[bi], vn[bi]
+    varlen = True  # cache_seqlens (or the default lengths) go in as seqused_k
+    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, sq, s_cache, float(softcap))
+    static = _static_splits(_check_splits(num_splits), fmt=fmt, batch=b, heads=h, heads_kv=hkv,
+                            seqlen_q=sq, seqlen_k=s_cache, head_dim=d, causal=is_causal,
+                            local=is_local, softcap=float(softcap) > 0, varlen=varlen,
+                            num_sms=num_sms - sm_margin, window=tuple(window_size))
+    splits = dynamic_num_splits(np.full(b, sq), seqlens, kblock_m=disp.kblock_m,
+                                kblock_n=disp.kblock_n, heads=h, heads_kv=hkv,
+                                num_sms=num_sms - sm_margin, num_splits_static=static,
+                                pack_gqa=True, leftpad_k=left,
+                                seqlens_k_new=np.full(b, s_new)) if static > 1 else None
+    descales = {n: _np(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
+                                             ("v_descale", v_descale))}
+    out = np.zeros((b, sq, h, d), dtype=_out_dtype(q.dtype))
+    lse = np.full((b, h, sq), -np.inf, dtype=np.float32)
+    scale = _check_scale(softmax_scale, d)
+    for bi in range(b):
+        keys = slice(int(left[bi]), int(seqlens[bi]) + s_new)
+        kb, vb = kc[None, rows[bi], keys], vc[None, rows[bi], keys]
+        if kb.shape[1] == 0:
+            continue
+        kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
+                  max_seqlen_q=sq, max_seqlen_k=s_cache,
+                  **{n: _descale_rows(x, bi) for n, x in descales.items()})
+        o, l_ = _forward(q[bi: bi + 1], kb, vb, kw, None if splits is None else int(splits[bi]))
+        out[bi], lse[bi] = o[0], l_[0]
+    return _ret((out, lse), tq) if return_softmax_lse else _ret((out,), tq)[0]
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """FA3's ``flash_attn_combine``: merge per-split partial outputs.
+
+    Args:
+        out_partial: float32 [num_splits, batch, seqlen, heads, head_dim] (or
+            [num_splits, total_q, heads, head_dim]); lse_partial: float32
+            [num_splits, batch, heads, seqlen] (or [num_splits, heads, total_q]).
+        out: must be None (results are returned); out_dtype: output dtype (default bf16).
+    Returns:
+        (out, softmax_lse) as FA3's combine kernel computes them (:mod:`simulator.fa3.combine`).
+    """
+    import ml_dtypes  # noqa: PLC0415
+
+    if out is not None:
+        raise ValueError("out: not supported (NumPy results are returned, not written in place)")
+    (op, t), (lp, _) = _np(out_partial, "out_partial"), _np(lse_partial, "lse_partial")
+    dt = np.dtype(ml_dtypes.bfloat16) if out_dtype is None else np.dtype(out_dtype)
+    res = _combine.combine(op, lp, dt, head_dim_v=op.shape[-1])
+    return _ret(res, t)

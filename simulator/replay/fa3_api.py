@@ -1,0 +1,93 @@
+"""Replay the real FA3 library's recorded Python-API calls through ``simulator.fa3``.
+
+``simulator/data/device/fa3_api_report.json`` holds, per call of
+:func:`simulator.replay.fa3_api_cases.matrix` (``flash_attn_func`` with splits,
+``flash_attn_varlen_func``, ``flash_attn_with_kvcache``), digests of the library's out and
+softmax_lse bits on the H200 (rows FA3 leaves unwritten set to 0 / -inf), of the KV caches after
+the call, and for split calls of the Split kernel's partial outputs; ``fa3_api_sample.npz`` the
+full bits of a sample. :func:`check_case` makes the same call on ``simulator.fa3`` and compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import fa3, flash
+from ..errors import RecordedDataError
+from ..io import read_json, read_npz
+from .fa3_api_cases import args_digest, call_args, canonical, canonical_partials
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "device"
+REPORT = DATA / "fa3_api_report.json"
+SAMPLE = DATA / "fa3_api_sample.npz"
+REGENERATE = "python3 -m simulator.device.fa3_library_record --api --out DIR (H200, fa3-fwd 0.0.3)"
+
+
+@dataclass
+class CallResult:
+    """One recorded call: ``ok`` when every recorded digest (and sampled value) agrees."""
+
+    index: int
+    label: str
+    ok: bool
+    differ: dict
+
+
+def load() -> tuple[dict, dict]:
+    """(report, sample arrays); RecordedDataError when missing or damaged."""
+    return read_json(REPORT, REGENERATE), read_npz(SAMPLE, REGENERATE)
+
+
+def label(case: dict) -> str:
+    """Short text for a call."""
+    extra = {"kvcache": f"cache {case.get('seqlen_cache')} new {case.get('seqlen_new')}",
+             "varlen": f"seqlens_q {case.get('seqlens_q')}", "func": f"sk {case.get('seqlen_k')}"}
+    return (f"{case['api']} {case['dtype']} b{case['batch']} h{case['heads']}/{case['heads_kv']} "
+            f"d{case['head_dim']} splits {case['num_splits']} {extra[case['api']]}"
+            + (" causal" if case["causal"] else ""))
+
+
+def check_case(index: int, record: dict, sample: dict, digest) -> CallResult:
+    """Make one recorded call on ``simulator.fa3`` and compare with the library's bits.
+
+    Raises:
+        RecordedDataError: the regenerated arguments do not match the recording's digest.
+    """
+    name, args = call_args(record["case"])
+    if args_digest(args) != record["inputs"]:
+        raise RecordedDataError(f"API call {index}: regenerated arguments differ from the "
+                                f"recording's (the generator changed?); regenerate with `{REGENERATE}`")
+    out, lse = canonical(name, args, *getattr(fa3, name)(**args))
+    got = {"out": out.view(np.uint16), "lse": lse.view(np.uint32)}
+    for key in ("k_cache", "v_cache"):
+        if key in record:
+            got[key] = args[key].view(np.uint16 if args[key].itemsize == 2 else np.uint8)
+    if "out_accum" in record:  # the Split kernel's partials, in FA3's layout
+        part = flash.forward(args["q"], args["k"], args["v"], softmax_scale=args["q"].shape[-1] ** -0.5,
+                             causal=args["causal"], softcap=args["softcap"],
+                             q_descale=args["q_descale"], k_descale=args["k_descale"],
+                             v_descale=args["v_descale"], num_splits=args["num_splits"])
+        o_acc, l_acc = canonical_partials(np.ascontiguousarray(np.swapaxes(part.out, 2, 3)), part.lse)
+        got["out_accum"], got["lse_accum"] = o_acc.view(np.uint32), l_acc.view(np.uint32)
+    differ = {k: digest(v).hex() != record[k] for k, v in got.items()}
+    for key in ("out", "lse", "out_accum", "lse_accum"):
+        if f"c{index}_{key}" in sample:
+            want = sample[f"c{index}_{key}"].view(got[key].dtype)
+            differ[f"{key} values"] = int(np.count_nonzero(got[key] != want))
+    return CallResult(index, label(record["case"]), not any(differ.values()), differ)
+
+
+def check_all(quick: bool = False) -> list[dict]:
+    """``verify`` rows: every recorded API call (every 8th when ``quick``)."""
+    from ..device.numerics_evidence import digest, row  # noqa: PLC0415
+
+    report, sample = load()
+    records = report["cases"]
+    picked = range(0, len(records), 8) if quick else range(len(records))
+    results = [check_case(i, records[i], sample, digest) for i in picked]
+    bad = [r for r in results if not r.ok]
+    return [row(f"FA3 API calls (varlen, KV cache, split-KV) vs the real library, {len(results)} calls",
+                len(results), len(bad), "; ".join(r.label for r in bad[:3]))]

@@ -1,0 +1,218 @@
+"""The FA3 Python-API calls on which the real library is recorded (frozen, like fa3_cases).
+
+Each case is a JSON-able dict naming the function (``func``: ``flash_attn_func``, ``varlen``:
+``flash_attn_varlen_func``, ``kvcache``: ``flash_attn_with_kvcache``) and its arguments; the
+arrays come from :func:`simulator.flash.inputs.attention_inputs` with the case's seed.
+:func:`call_args` rebuilds the call; the same dict of NumPy arguments goes to
+``simulator.fa3`` and, converted to CUDA tensors, to the library. Covered: varlen batches
+(causal or not, softcap, GQA, seqused_q / seqused_k, empty sequences), KV-cache decode and
+chunked prefill (batch 1-64, caches up to 16k, GQA ratios 1-16, ``num_splits`` 0 = FA3's
+heuristic and 1-16, appended k / v, ``cache_batch_idx``, ``cache_leftpad``) and
+``flash_attn_func`` with explicit and heuristic splits; bf16 and e4m3 (with descales).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+
+from ..flash.inputs import attention_inputs
+
+MATRIX_SEED = 20261202
+_DIMS = {"bf16": (64, 80, 128, 256), "e4m3": (64, 128, 256)}
+
+
+def matrix() -> list[dict]:
+    """All API cases, in a fixed order."""
+    rng = random.Random(MATRIX_SEED)
+    cases = []
+    for i in range(90):
+        cases.append(_kvcache(rng, MATRIX_SEED + len(cases), i))
+    for i in range(70):
+        cases.append(_varlen(rng, MATRIX_SEED + len(cases), i))
+    for i in range(40):
+        cases.append(_func(rng, MATRIX_SEED + len(cases), i))
+    return cases
+
+
+def _common(rng: random.Random, seed: int) -> dict:
+    fmt = rng.choice(("bf16", "bf16", "e4m3"))
+    ratio = rng.choice((1, 2, 4, 8, 16))
+    hkv = rng.choice((1, 1, 2, 4)) if ratio < 16 else 1
+    return {"seed": seed, "dtype": fmt, "head_dim": rng.choice(_DIMS[fmt]), "heads": hkv * ratio,
+            "heads_kv": hkv, "causal": rng.random() < 0.5,
+            "softcap": rng.choice((0.0, 0.0, 0.0, 30.0)),
+            "descales": fmt == "e4m3" and rng.random() < 0.6}
+
+
+def _kvcache(rng: random.Random, seed: int, i: int) -> dict:
+    c = _common(rng, seed)
+    batch = rng.choice((1, 1, 2, 3, 4, 8, 16, 32, 64))
+    long = i % 9 == 0
+    if long:  # one long cache: a single kv head, head dim 64, few query heads
+        batch, c["heads_kv"], c["head_dim"] = 1, 1, 64
+        c["heads"] = rng.choice((1, 2))
+        c["dtype"], c["descales"] = "bf16", False
+    s_cache = 16384 if long else rng.choice((257, 512, 1000, 1536, 2048, 3000, 4096))
+    # keep the CPU replay small: query heads x keys x head dim over the batch
+    while not long and batch * c["heads"] * s_cache * c["head_dim"] > 2_000_000:
+        if s_cache > 257:
+            s_cache = max(257, s_cache // 2)
+        elif c["heads"] > c["heads_kv"]:
+            c["heads"] //= 2
+        else:
+            batch = max(1, batch // 2)
+    sq = rng.choice((1, 1, 1, 1, 2, 4, 16, 64))
+    s_new = rng.choice((0, 0, 1, sq)) if sq <= 64 else 0
+    c.update(api="kvcache", batch=batch, seqlen_q=sq, seqlen_cache=s_cache, seqlen_new=s_new,
+             num_splits=rng.choice((0, 0, 0, 1, 2, 3, 4, 8, 16)),
+             cache_seqlens=[rng.randint(0, s_cache - s_new) for _ in range(batch)],
+             cache_batch_idx=rng.random() < 0.3, cache_leftpad=rng.random() < 0.25)
+    return c
+
+
+def _varlen(rng: random.Random, seed: int, i: int) -> dict:
+    c = _common(rng, seed)
+    while c["heads"] * c["head_dim"] > 512 and c["heads"] > c["heads_kv"]:
+        c["heads"] //= 2
+    batch = rng.choice((1, 2, 3, 5, 8))
+    lq = [rng.choice((0, 1, 7, 64, 130, 200, 300)) for _ in range(batch)]
+    lk = [rng.choice((0, 1, 50, 128, 200, 333, 500)) for _ in range(batch)]
+    c.update(api="varlen", batch=batch, seqlens_q=lq, seqlens_k=lk,
+             seqused_q=rng.random() < 0.2, seqused_k=rng.random() < 0.3,
+             extra_max=rng.choice((0, 0, 5)), num_splits=rng.choice((1, 1, 1, 2, 0)))
+    return c
+
+
+def _func(rng: random.Random, seed: int, i: int) -> dict:
+    c = _common(rng, seed)
+    while c["heads"] * c["head_dim"] > 512 and c["heads"] > c["heads_kv"]:
+        c["heads"] //= 2
+    c.update(api="func", batch=rng.choice((1, 2, 4)), seqlen_q=rng.choice((1, 1, 16, 128, 200)),
+             seqlen_k=rng.choice((300, 1000, 2048, 4000)), num_splits=rng.choice((0, 2, 3, 5, 8)))
+    while c["batch"] * c["heads"] * c["seqlen_k"] * c["head_dim"] > 2_000_000 and c["seqlen_k"] > 300:
+        c["seqlen_k"] //= 2
+    return c
+
+
+def call_args(case: dict) -> tuple[str, dict]:
+    """(function name, keyword arguments as NumPy arrays) of one case."""
+    api = case["api"]
+    if api == "kvcache":
+        return "flash_attn_with_kvcache", _kvcache_args(case)
+    if api == "varlen":
+        return "flash_attn_varlen_func", _varlen_args(case)
+    x = attention_inputs(case["seed"], batch=case["batch"], seqlen_q=case["seqlen_q"],
+                         seqlen_k=case["seqlen_k"], heads=case["heads"], heads_kv=case["heads_kv"],
+                         head_dim=case["head_dim"], dtype=case["dtype"], descales=case["descales"])
+    return "flash_attn_func", {**_base(case, x), "num_splits": case["num_splits"],
+                               "return_attn_probs": True}
+
+
+def _base(case: dict, x: dict) -> dict:
+    return {"q": x["q"], "k": x["k"], "v": x["v"], "causal": case["causal"],
+            "softcap": case["softcap"], "q_descale": x["q_descale"], "k_descale": x["k_descale"],
+            "v_descale": x["v_descale"]}
+
+
+def _kvcache_args(case: dict) -> dict:
+    b, s_cache, s_new = case["batch"], case["seqlen_cache"], case["seqlen_new"]
+    rows = b + 2 if case["cache_batch_idx"] else b
+    x = attention_inputs(case["seed"], batch=rows, seqlen_q=max(case["seqlen_q"], s_new),
+                         seqlen_k=s_cache, heads=case["heads"], heads_kv=case["heads_kv"],
+                         head_dim=case["head_dim"], dtype=case["dtype"], descales=case["descales"])
+    rng = np.random.default_rng(case["seed"])
+    seqlens = np.asarray(case["cache_seqlens"], dtype=np.int32)
+    args = {"q": np.ascontiguousarray(x["q"][:b, : case["seqlen_q"]]), "k_cache": x["k"],
+            "v_cache": x["v"], "cache_seqlens": seqlens, "causal": case["causal"],
+            "softcap": case["softcap"], "num_splits": case["num_splits"],
+            "return_softmax_lse": True}
+    for n in ("q_descale", "k_descale", "v_descale"):
+        args[n] = None if x[n] is None else np.ascontiguousarray(x[n][:b])
+    if s_new:
+        # new keys: the q rows' positions of the same stream, scaled like keys
+        args["k"] = np.ascontiguousarray(x["q"][:b, :s_new, : case["heads_kv"]])
+        args["v"] = np.ascontiguousarray(x["q"][:b, :s_new, : case["heads_kv"]][..., ::-1])
+    if case["cache_batch_idx"]:
+        args["cache_batch_idx"] = rng.permutation(rows)[:b].astype(np.int32)
+    if case["cache_leftpad"]:
+        args["cache_leftpad"] = np.array([rng.integers(0, s + 1) for s in seqlens], dtype=np.int32)
+    return args
+
+
+def _varlen_args(case: dict) -> dict:
+    lq, lk = case["seqlens_q"], case["seqlens_k"]
+    x = attention_inputs(case["seed"], batch=1, seqlen_q=max(1, sum(lq)), seqlen_k=max(1, sum(lk)),
+                         heads=case["heads"], heads_kv=case["heads_kv"], head_dim=case["head_dim"],
+                         dtype=case["dtype"], descales=False)
+    rng = np.random.default_rng(case["seed"])
+    args = {"q": x["q"][0], "k": x["k"][0], "v": x["v"][0],
+            "cu_seqlens_q": np.concatenate([[0], np.cumsum(lq)]).astype(np.int32),
+            "cu_seqlens_k": np.concatenate([[0], np.cumsum(lk)]).astype(np.int32),
+            "max_seqlen_q": max(1, max(lq)) + case["extra_max"],
+            "max_seqlen_k": max(1, max(lk)) + case["extra_max"],
+            "causal": case["causal"], "softcap": case["softcap"],
+            "num_splits": case["num_splits"], "return_attn_probs": True}
+    if case["seqused_q"]:
+        args["seqused_q"] = np.array([rng.integers(0, n + 1) for n in lq], dtype=np.int32)
+    if case["seqused_k"]:
+        args["seqused_k"] = np.array([rng.integers(0, n + 1) for n in lk], dtype=np.int32)
+    if case["descales"]:
+        args.update({n: (0.5 + rng.random((case["batch"], case["heads_kv"]))).astype(np.float32)
+                     for n in ("q_descale", "k_descale", "v_descale")})
+    return args
+
+
+def args_digest(args: dict) -> str:
+    """BLAKE2b-128 of a call's array bits and scalar arguments (detects a changed generator)."""
+    import hashlib  # noqa: PLC0415
+
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(args):
+        val = args[name]
+        h.update(name.encode())
+        if isinstance(val, np.ndarray):
+            h.update(str(val.dtype).encode() + np.ascontiguousarray(val).view(np.uint8).tobytes())
+        else:
+            h.update(json.dumps(val).encode())
+    return h.hexdigest()
+
+
+def unwritten_rows(name: str, args: dict) -> np.ndarray | None:
+    """Bool [total_q]: packed query rows FA3 leaves unwritten (beyond ``seqused_q`` in a varlen
+    call: its output buffer is ``torch.empty``), or None when it writes every row."""
+    if name != "flash_attn_varlen_func" or args.get("seqused_q") is None:
+        return None
+    cq, used = args["cu_seqlens_q"], args["seqused_q"]
+    mask = np.ones(args["q"].shape[0], dtype=bool)
+    for b, u in enumerate(used):
+        mask[cq[b]: cq[b] + u] = False
+    return mask
+
+
+def canonical(name: str, args: dict, out: np.ndarray, lse: np.ndarray):
+    """(out, lse) with the rows FA3 leaves unwritten set to 0 and -inf, so that recordings and
+    the emulator compare on what FA3 defines (out [total_q, heads, d], lse [heads, total_q])."""
+    mask = unwritten_rows(name, args)
+    if mask is None:
+        return out, lse
+    out, lse = out.copy(), lse.copy()
+    out[mask] = 0
+    lse[:, mask] = -np.inf
+    return out, lse
+
+
+def canonical_partials(out_accum: np.ndarray, lse_accum: np.ndarray, heads_second: bool = True):
+    """The Split kernel's partials with O set to 0 where the split's LSE is -inf: FA3 leaves
+    the partial O of a split without K/V blocks unwritten (``torch.empty`` memory) and the
+    combine kernel never reads it. ``out_accum`` [splits, batch, heads, seqlen, d] as FA3 lays
+    it out (``heads_second``), or [splits, batch, seqlen, heads, d]; ``lse_accum``
+    [splits, batch, heads, seqlen]."""
+    empty = lse_accum == -np.inf
+    if not heads_second:
+        empty = np.swapaxes(empty, 2, 3)
+    out = out_accum.copy()
+    out[empty] = 0
+    return out, lse_accum
