@@ -23,6 +23,7 @@ both under ``simulator/data/device/``. tests/test_device_trace.py replays them o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -170,8 +171,10 @@ def decode(raw: np.ndarray, cfg, ctas) -> Trace:
     per_cta = {tuple(int(c) for c in cta): _cta_events(cfg, cta, raw[i])
                for i, cta in enumerate(ctas)}
     trace = Trace()
-    for group in _cta_groups(cfg).values():
-        sel = [tuple(int(c) for c in cta) for cta in group if tuple(int(c) for c in cta) in per_cta]
+    # traced launches run per-head tiles (flash.forward traces with pack_gqa=False), unsplit
+    for group in _cta_groups(dataclasses.replace(cfg, pack_gqa=False, splits=None)).values():
+        sel = [tuple(int(c) for c in cta[:3]) for cta in group
+               if tuple(int(c) for c in cta[:3]) in per_cta]
         if not sel:
             continue
         lists = [per_cta[c] for c in sel]
