@@ -55,8 +55,8 @@ def test_simulator_fa3_reproduces_the_library(index):
 # ---- the import swap and FA3's argument rules ---------------------------------------------------
 def _qkv(b=2, sq=5, sk=40, h=4, hkv=2, d=64, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((b, sq, h, d)).astype(BF16), rng.standard_normal((b, sk, hkv, d)).astype(BF16),
-            rng.standard_normal((b, sk, hkv, d)).astype(BF16))
+    return tuple(rng.standard_normal(shape).astype(BF16)
+                 for shape in ((b, sq, h, d), (b, sk, hkv, d), (b, sk, hkv, d)))
 
 
 def test_a_user_script_runs_with_the_import_swapped():
@@ -114,3 +114,27 @@ def test_bad_arguments_are_refused_naming_them(call, match):
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=match):
         call(q, k, v)
+
+
+# ---- hypothesis-drawn API calls (python -m simulator.device.fa3_api_replay on the H200) ---------
+DRAWN = fa3_api.read_json(fa3_api.DATA / "fa3_api_replay_report.json", fa3_api.REGENERATE)
+
+
+def test_hypothesis_drawn_calls_agreed_on_the_device():
+    assert DRAWN["provenance"]["gpu"] == "NVIDIA H200"
+    assert DRAWN["provenance"]["extension_sha256"] == fa3_library.EXTENSION_SHA256
+    assert DRAWN["cases"] >= 5000 and DRAWN["distinct_cases"] >= 5000
+    assert DRAWN["disagreements"] == 0 and not DRAWN["stopped"]
+    drawn = DRAWN["drawn"]
+    for label in ("api=kvcache", "api=varlen", "api=func", "num_splits=0", "num_splits=16",
+                  "gqa=16", "dtype=e4m3", "causal=True", "softcap=True"):
+        assert drawn[label] >= 100, label
+
+
+@pytest.mark.parametrize("j", range(len(DRAWN["sample"])))
+def test_sampled_drawn_calls_replay(j):
+    from simulator.device.fa3_api_replay import emulate
+
+    rec = DRAWN["sample"][j]
+    want = {k: v for k, v in rec.items() if k != "case"}
+    assert emulate(rec["case"]) == want, rec["case"]

@@ -181,15 +181,18 @@ def args_digest(args: dict) -> str:
 
 
 def unwritten_rows(name: str, args: dict) -> np.ndarray | None:
-    """Bool [total_q]: packed query rows FA3 leaves unwritten (beyond ``seqused_q`` in a varlen
-    call: its output buffer is ``torch.empty``), or None when it writes every row."""
-    if name != "flash_attn_varlen_func" or args.get("seqused_q") is None:
+    """Bool [total_q]: packed query rows FA3 leaves unwritten in a varlen call (its output is
+    ``torch.empty``): rows beyond ``seqused_q`` of a sequence, and rows after the last
+    sequence (``cu_seqlens_q[-1]`` below the packed length). None for other calls."""
+    if name != "flash_attn_varlen_func":
         return None
-    cq, used = args["cu_seqlens_q"], args["seqused_q"]
+    cq = args["cu_seqlens_q"]
+    used = args.get("seqused_q")
+    used = np.diff(cq) if used is None else used
     mask = np.ones(args["q"].shape[0], dtype=bool)
     for b, u in enumerate(used):
         mask[cq[b]: cq[b] + u] = False
-    return mask
+    return mask if mask.any() else None
 
 
 def canonical(name: str, args: dict, out: np.ndarray, lse: np.ndarray):
@@ -216,3 +219,53 @@ def canonical_partials(out_accum: np.ndarray, lse_accum: np.ndarray, heads_secon
     out = out_accum.copy()
     out[empty] = 0
     return out, lse_accum
+
+
+def drawn_calls():
+    """A hypothesis strategy of API-call cases in :func:`matrix`'s format (smaller shapes, so
+    that thousands replay in minutes: caches up to 1,024 keys, batch up to 4, head dims 64, 80,
+    128): KV cache (splits 0-16, append, cache_batch_idx, cache_leftpad, GQA 1-16), varlen
+    (empty sequences, seqused), flash_attn_func with splits.
+    Needs hypothesis (the ``test`` extra)."""
+    from hypothesis import strategies as st  # noqa: PLC0415 - optional dependency
+
+    @st.composite
+    def common(draw, seed):
+        fmt = draw(st.sampled_from(("bf16", "e4m3")))
+        ratio = draw(st.sampled_from((1, 2, 4, 8, 16)))
+        hkv = draw(st.sampled_from((1, 2))) if ratio <= 4 else 1
+        dims = (64, 80, 128) if fmt == "bf16" else (64, 128)
+        return {"seed": seed, "dtype": fmt, "head_dim": draw(st.sampled_from(dims)),
+                "heads": hkv * ratio, "heads_kv": hkv, "causal": draw(st.booleans()),
+                "softcap": draw(st.sampled_from((0.0, 0.0, 30.0))),
+                "descales": fmt == "e4m3" and draw(st.booleans())}
+
+    @st.composite
+    def call(draw):
+        c = draw(common(draw(st.integers(0, 2**31 - 1))))
+        api = draw(st.sampled_from(("kvcache", "kvcache", "varlen", "func")))
+        if api == "kvcache":
+            batch = draw(st.sampled_from((1, 2, 3, 4)))
+            s_cache = draw(st.sampled_from((64, 130, 257, 512, 1024)))
+            sq = draw(st.sampled_from((1, 1, 2, 4, 16)))
+            s_new = draw(st.sampled_from((0, 0, 1, sq)))
+            s_new = min(s_new, s_cache - 1)
+            c.update(api=api, batch=batch, seqlen_q=sq, seqlen_cache=s_cache, seqlen_new=s_new,
+                     num_splits=draw(st.sampled_from((0, 0, 1, 2, 3, 4, 8, 16))),
+                     cache_seqlens=[draw(st.integers(0, s_cache - s_new)) for _ in range(batch)],
+                     cache_batch_idx=draw(st.booleans()), cache_leftpad=draw(st.booleans()))
+        elif api == "varlen":
+            batch = draw(st.integers(1, 3))
+            c.update(api=api, batch=batch,
+                     seqlens_q=[draw(st.sampled_from((0, 1, 5, 64, 130))) for _ in range(batch)],
+                     seqlens_k=[draw(st.sampled_from((0, 1, 40, 128, 300))) for _ in range(batch)],
+                     seqused_q=draw(st.booleans()), seqused_k=draw(st.booleans()),
+                     extra_max=draw(st.sampled_from((0, 3))),
+                     num_splits=draw(st.sampled_from((1, 1, 2, 0))))
+        else:
+            c.update(api=api, batch=draw(st.integers(1, 2)), seqlen_q=draw(st.sampled_from((1, 7, 64))),
+                     seqlen_k=draw(st.sampled_from((200, 450, 700))),
+                     num_splits=draw(st.sampled_from((0, 2, 3, 5, 8))))
+        return c
+
+    return call()
