@@ -204,3 +204,69 @@ def test_descales_must_be_positive_normal():
     for bad in (0.0, -1.0, 1e-45, np.inf):
         with pytest.raises(ValueError, match="^q_descale: expected positive"):
             flash.forward(q, k, v, q_descale=np.float32(bad))
+
+
+# ---- launch parameters the FA3 host side passes (simulator.fa3) -----------------------------------
+def _gqa(seed=3, sq=70, sk=500, h=8, hkv=2, d=64):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((2, sq, h, d)).astype(ml_dtypes.bfloat16),
+            rng.standard_normal((2, sk, hkv, d)).astype(ml_dtypes.bfloat16),
+            rng.standard_normal((2, sk, hkv, d)).astype(ml_dtypes.bfloat16))
+
+
+def _same(a, b) -> bool:
+    return (np.array_equal(np.asarray(a.out).view(np.uint16 if a.out.itemsize == 2 else np.uint32),
+                           np.asarray(b.out).view(np.uint16 if b.out.itemsize == 2 else np.uint32))
+            and np.array_equal(a.lse.view(np.uint32), b.lse.view(np.uint32)))
+
+
+def test_pack_gqa_leaves_unsplit_bits_unchanged():
+    """docs/forward.md, "PackGQA": rows are independent, extra fully masked blocks are neutral."""
+    q, k, v = _gqa()
+    for causal in (False, True):
+        assert _same(flash.forward(q, k, v, causal=causal, pack_gqa=True),
+                     flash.forward(q, k, v, causal=causal, pack_gqa=False))
+
+
+def test_one_split_is_the_unsplit_kernel_and_splits_are_not():
+    q, k, v = _gqa()
+    plain = flash.forward(q, k, v, causal=True)
+    one = flash.forward(q, k, v, causal=True, num_splits=1)
+    assert one.out.dtype == np.float32 and one.out.shape == (1,) + plain.out.shape
+    assert np.array_equal(one.out[0].astype(ml_dtypes.bfloat16).view(np.uint16), plain.out.view(np.uint16))
+    assert np.array_equal(one.lse[0].view(np.uint32), plain.lse.view(np.uint32))
+    three = flash.forward(q, k, v, causal=True, num_splits=3)
+    assert three.out.shape[0] == 3 and not np.array_equal(three.lse[0], plain.lse)
+
+
+def test_split_launches_pack_gqa_tiles_and_that_moves_causal_split_bounds():
+    """With splits FA3 always packs GQA; under a causal mask the packed tile's block range, and
+    so its split boundaries, differ from a per-head tile's: other bits (docs/fa3_api.md)."""
+    q, k, v = _gqa(sq=64, sk=924, h=4, hkv=1, d=128)
+    packed = flash.forward(q, k, v, causal=True, num_splits=7)
+    per_head = flash.forward(q, k, v, causal=True, num_splits=7, pack_gqa=False)
+    assert not np.array_equal(packed.out.view(np.uint32), per_head.out.view(np.uint32))
+
+
+def test_launch_parameters_are_checked():
+    q, k, v = _gqa()
+    with pytest.raises(ValueError, match="num_splits"):
+        flash.forward(q, k, v, num_splits=0)
+    with pytest.raises(ValueError, match="num_splits"):
+        flash.forward(q, k, v, num_splits=2.5)
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        flash.forward(q, k, v, max_seqlen_q=q.shape[1] - 1)
+    with pytest.raises(ValueError, match="pack_gqa"):
+        flash.forward(q, k, v, pack_gqa="yes")
+    with pytest.raises(ValueError, match="trace"):
+        flash.forward(q, k, v, num_splits=2, trace=[(0, 0, 0)])
+
+
+def test_max_seqlen_sets_the_dispatch_of_a_varlen_sequence():
+    """One sequence of 1 query row in a launch whose longest has 100: FA3 keeps causal (and its
+    tile) for the launch, where the sequence alone would run non-causal."""
+    q, k, v = _gqa(sq=1, sk=300, h=2, hkv=2)
+    alone = flash.make_config(q, k, v, causal=True)
+    in_launch = flash.make_config(q, k, v, causal=True, max_seqlen_q=100)
+    assert not alone.causal and in_launch.causal
+    assert (alone.kblock_n, in_launch.kblock_n) == (192, 128)
