@@ -138,3 +138,173 @@ def test_sampled_drawn_calls_replay(j):
     rec = DRAWN["sample"][j]
     want = {k: v for k, v in rec.items() if k != "case"}
     assert emulate(rec["case"]) == want, rec["case"]
+
+
+# ---- adversarial review: argument checks and FA3's host rules (small shapes, no GPU) -----------
+def _u16(x):
+    return np.asarray(x).view(np.uint16)
+
+
+def _packed(q, k, v):
+    b, sq, h, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    cu_q = np.arange(b + 1, dtype=np.int32) * sq
+    cu_k = np.arange(b + 1, dtype=np.int32) * sk
+    return q.reshape(b * sq, h, d), k.reshape(b * sk, hkv, d), v.reshape(b * sk, hkv, d), cu_q, cu_k
+
+
+def test_review_a_dtype_fa3_refuses_is_a_value_error():
+    q, k, v = (x.astype(np.float32) for x in _qkv())
+    with pytest.raises(ValueError, match="q: expected dtype bfloat16"):
+        fa3.flash_attn_func(q, k, v)
+
+
+@pytest.mark.parametrize("softcap", ["x", None, True])
+def test_review_softcap_must_be_a_number(softcap):
+    q, k, v = _qkv()
+    qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
+    with pytest.raises(ValueError, match="softcap: expected a float"):
+        fa3.flash_attn_func(q, k, v, softcap=softcap)
+    with pytest.raises(ValueError, match="softcap: expected a float"):
+        fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 5, 40, softcap=softcap)
+    with pytest.raises(ValueError, match="softcap: expected a float"):
+        fa3.flash_attn_with_kvcache(q, k, v, softcap=softcap)
+
+
+def test_review_sm_margin_and_num_sms_are_checked():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="sm_margin: expected an int"):
+        fa3.flash_attn_func(q, k, v, sm_margin="1")
+    with pytest.raises(ValueError, match="num_sms: expected an int"):
+        fa3.flash_attn_with_kvcache(q, k, v, num_sms=1.5)
+    with pytest.raises(ValueError, match="sm_margin: num_sms - sm_margin must be >= 1"):
+        fa3.flash_attn_with_kvcache(q, k, v, num_splits=0, sm_margin=200)
+
+
+def test_review_flags_must_be_bools():
+    q, k, v = _qkv()
+    qp, kp, vp, cu_q, _ = _packed(q, k, v)
+    empty_k = np.zeros(3, np.int32)  # no key anywhere: no kernel runs, the flags still checked
+    with pytest.raises(ValueError, match="return_attn_probs: expected True or False"):
+        fa3.flash_attn_func(q, k, v, return_attn_probs="no")
+    with pytest.raises(ValueError, match="deterministic: expected True or False"):
+        fa3.flash_attn_func(q, k, v, deterministic="x")
+    with pytest.raises(ValueError, match="return_softmax_lse: expected True or False"):
+        fa3.flash_attn_with_kvcache(q, k, v, return_softmax_lse=1)
+    with pytest.raises(ValueError, match="causal: expected True or False"):
+        fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, empty_k, 5, 1, causal="yes")
+    for bad in ("x", 1):
+        with pytest.raises(ValueError, match="pack_gqa: expected None, True or False"):
+            fa3.flash_attn_func(q, k, v, pack_gqa=bad)
+
+
+def test_review_pack_gqa_false_in_a_split_varlen_gqa_launch_is_refused():
+    """FA3's prepare kernel reads the caller's pack_gqa (split counts, m blocks) while the Split
+    kernel always packs: not emulated. Non-varlen splits and pack_gqa=True keep the bits."""
+    q, k, v = _qkv(b=1, sq=3, sk=200, h=4, hkv=1, d=64)
+    qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
+    with pytest.raises(ValueError, match="pack_gqa: False with splits"):
+        fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 3, 200, num_splits=3, pack_gqa=False)
+    with pytest.raises(ValueError, match="pack_gqa: False with splits"):
+        fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=200, num_splits=3, pack_gqa=False)
+    want = fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 3, 200, num_splits=3)
+    got = fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 3, 200, num_splits=3, pack_gqa=True)
+    assert np.array_equal(_u16(got), _u16(want))
+    split = fa3.flash_attn_func(q, k, v, num_splits=3)
+    assert np.array_equal(_u16(fa3.flash_attn_func(q, k, v, num_splits=3, pack_gqa=False)), _u16(split))
+
+
+def test_review_num_splits_above_256_is_refused_everywhere():
+    q, k, v = _qkv()
+    qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
+    with pytest.raises(ValueError, match="num_splits: expected at most 256"):
+        fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 5, 40, num_splits=300)
+    with pytest.raises(ValueError, match="num_splits: expected at most 256"):
+        fa3.flash_attn_with_kvcache(q, k, v, num_splits=300)
+
+
+def test_review_no_key_in_the_launch_gives_lse_plus_inf():
+    """mha_fwd: total_k (+ new keys) == 0 skips the kernel: out.zero_(), softmax_lse.fill_(inf).
+    Empty sequences in a launch that has keys keep the kernel's -inf."""
+    q, k, v = _qkv()
+    out, lse = fa3.flash_attn_func(q, k[:, :0], v[:, :0], return_attn_probs=True)
+    assert not np.any(out.astype(np.float32)) and np.all(lse == np.inf)
+    qp, kp, vp, cu_q, _ = _packed(q, k, v)
+    none = np.zeros(3, np.int32)
+    out, lse = fa3.flash_attn_varlen_func(qp, kp[:0], vp[:0], cu_q, none, 5, 1, return_attn_probs=True)
+    assert not np.any(out.astype(np.float32)) and np.all(lse == np.inf)
+    _, lse = fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, none, 5, 1, return_attn_probs=True)
+    assert np.all(lse == -np.inf)
+    out, lse = fa3.flash_attn_with_kvcache(q, k[:, :0], v[:, :0], return_softmax_lse=True)
+    assert not np.any(out.astype(np.float32)) and np.all(lse == np.inf)
+
+
+def test_review_varlen_and_kvcache_descales_are_checked_as_flash_attn_func_does():
+    q, k, v = (x.astype(np.float32).astype(ml_dtypes.float8_e4m3fn) for x in _qkv())
+    qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
+    varlen = lambda **kw: fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 5, 40, **kw)  # noqa: E731
+    with pytest.raises(ValueError, match="q_descale: expected float32"):
+        varlen(q_descale=np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"k_descale: expected a scalar or shape \[2, 2\]"):
+        varlen(k_descale=np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="v_descale: expected float32"):
+        fa3.flash_attn_with_kvcache(q, k, v, v_descale=np.ones((2, 2)))
+    row = np.array([[0.5, 2.0]], np.float32)
+    assert np.array_equal(_u16(varlen(q_descale=row)), _u16(varlen(q_descale=np.repeat(row, 2, 0))))
+    with pytest.raises(ValueError, match="q_descale: descales apply to e4m3 inputs only"):
+        b16 = _qkv()
+        fa3.flash_attn_varlen_func(*_packed(*b16)[:3], cu_q, np.zeros(3, np.int32), 5, 1,
+                                   q_descale=np.ones((2, 2), np.float32))
+
+
+def test_review_kvcache_new_values_of_another_dtype_are_refused_before_any_write():
+    q, k, v = _qkv()
+    kc, vc = np.zeros((2, 64, 2, 64), BF16), np.zeros((2, 64, 2, 64), BF16)
+    with pytest.raises(ValueError, match="k, v: expected"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=k[:, :2], v=v[:, :2].astype(np.float16), cache_seqlens=3)
+    assert not np.any(kc.astype(np.float32)) and not np.any(vc.astype(np.float32))
+
+
+def test_review_kvcache_read_only_cache_is_refused_before_any_write():
+    q, k, v = _qkv()
+    kc, vc = np.zeros((2, 64, 2, 64), BF16), np.zeros((2, 64, 2, 64), BF16)
+    vc.flags.writeable = False
+    with pytest.raises(ValueError, match="v_cache: read-only"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=k[:, :2], v=v[:, :2], cache_seqlens=0)
+    assert not np.any(kc.astype(np.float32))
+
+
+@pytest.mark.parametrize("seqlens", [2 ** 70, -1, 65])
+def test_review_kvcache_int_cache_seqlens_out_of_range(seqlens):
+    q, k, v = _qkv(sk=64)
+    with pytest.raises(ValueError, match="cache_seqlens: expected 0..64"):
+        fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens)
+
+
+def test_review_kvcache_shape_errors_name_the_argument():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="k_cache: heads_kv = 2 must divide heads = 3"):
+        fa3.flash_attn_with_kvcache(q[:, :, :3], k, v, num_splits=0)
+    with pytest.raises(ValueError, match="q: batch, seqlen_q and heads must be >= 1"):
+        fa3.flash_attn_with_kvcache(q[:, :0], k, v, num_splits=0)
+
+
+def test_review_kvcache_without_cache_seqlens_is_not_a_varlen_launch(monkeypatch):
+    """No cache_seqlens / cache_leftpad: FA3's launch has no seqused_k, so no prepare kernel:
+    every batch runs the static count of get_num_splits(varlen=False) (5 here); with
+    cache_seqlens the prepare kernel's per-batch counts (3 here) run."""
+    from simulator.fa3 import interface
+
+    seen = []
+
+    def record(q, k, v, kw, splits):
+        seen.append(splits)
+        return np.zeros(q.shape, BF16), np.zeros((1, q.shape[2], q.shape[1]), np.float32)
+
+    monkeypatch.setattr(interface, "_forward", record)
+    q, k, v = _qkv(b=3, sq=1, sk=1024, h=8, hkv=8, d=64)
+    fa3.flash_attn_with_kvcache(q, k, v, num_splits=0)
+    assert seen == [5, 5, 5]
+    seen.clear()
+    fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=1024, num_splits=0)
+    assert seen == [3, 3, 3]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import flash
+from ..flash.constants import host_constants
 from ..flash.dispatch import check_head_dim, fa3_dispatch
 from ..flash.forward import DTYPES
 from ..flash.masks import fa3_window, kernel_flags, normalize_window
@@ -99,14 +100,88 @@ def _refuse(**args) -> None:
                              f"cover the forward without it), got {type(value).__name__}")
 
 
-def _check_scale(softmax_scale, head_dim: int) -> float:
-    return head_dim ** (-0.5) if softmax_scale is None else softmax_scale
+def _check_scale(softmax_scale, head_dim: int, softcap: float = 0.0) -> float:
+    scale = head_dim ** (-0.5) if softmax_scale is None else softmax_scale
+    host_constants(head_dim, scale, softcap)  # a ValueError naming softmax_scale / softcap
+    return scale
 
 
 def _check_splits(num_splits) -> int:
     if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)):
         raise ValueError(f"num_splits: expected an int (<= 0: FA3's heuristic), got {num_splits!r}")
+    if num_splits > _combine.MAX_SPLITS:
+        raise ValueError(f"num_splits: expected at most {_combine.MAX_SPLITS} (FA3: 'num_splits > 256 "
+                         f"not supported'), got {int(num_splits)}")
     return int(num_splits)
+
+
+def _check_fmt(q) -> str:
+    fmt = DTYPES.get(q.dtype)
+    if fmt is None:
+        raise ValueError(f"q: expected dtype bfloat16, float16 or float8_e4m3fn, got {q.dtype}")
+    return fmt
+
+
+def _check_softcap(softcap) -> float:
+    """softcap as a float (its range is host_constants'): a real number, not a bool or string."""
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.integer,
+                                                                      np.floating)):
+        raise ValueError(f"softcap: expected a float (0.0 = off), got {softcap!r}")
+    return float(softcap)
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def _check_sms(num_sms, sm_margin) -> int:
+    """num_sms - sm_margin (FA3's params.num_sm), both ints."""
+    for name, x in (("num_sms", num_sms), ("sm_margin", sm_margin)):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+            raise ValueError(f"{name}: expected an int, got {x!r}")
+    return int(num_sms) - int(sm_margin)
+
+
+def _need_sms(sms: int, num_sms, sm_margin) -> int:
+    if sms < 1:
+        raise ValueError(f"sm_margin: num_sms - sm_margin must be >= 1 for FA3's split heuristic "
+                         f"and scheduler, got {num_sms} - {sm_margin}")
+    return sms
+
+
+def _check_pack_gqa(pack_gqa, splits: bool, varlen: bool, heads: int, heads_kv: int) -> None:
+    """pack_gqa: None, True or False. False with a split varlen GQA launch is refused: FA3's
+    prepare kernel then counts unpacked tiles (its split counts change) while its Split kernel
+    always packs (hopper/flash_api.cpp run_mha_fwd, prepare_varlen_num_blocks)."""
+    if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
+        raise ValueError(f"pack_gqa: expected None, True or False, got {pack_gqa!r}")
+    if pack_gqa is not None and not pack_gqa and splits and varlen and heads != heads_kv:
+        raise ValueError("pack_gqa: False with splits in a varlen launch and GQA is not emulated "
+                         "(FA3's prepare kernel would count unpacked tiles while its Split kernel "
+                         "packs them); pass None or True")
+
+
+def _check_descales(descales: dict, fmt: str, batch: int, heads_kv: int) -> dict:
+    """Descales for a launch run one batch at a time: float32, e4m3 only, broadcast to
+    [batch, heads_kv] (as :func:`simulator.flash.forward` checks them for a whole launch)."""
+    out = {}
+    for name, x in descales.items():
+        if x is None:
+            out[name] = None
+            continue
+        if fmt != "e4m3":
+            raise ValueError(f"{name}: descales apply to e4m3 inputs only, got {fmt} inputs")
+        arr = np.asarray(x)
+        if arr.dtype != np.float32:
+            raise ValueError(f"{name}: expected float32 (a scalar or [batch, heads_kv]), got {arr.dtype}")
+        try:
+            out[name] = np.broadcast_to(arr, (batch, heads_kv))
+        except ValueError:
+            raise ValueError(f"{name}: expected a scalar or shape [{batch}, {heads_kv}], "
+                             f"got {arr.shape}") from None
+    return out
 
 
 # ---- one launch ----------------------------------------------------------------------------------
@@ -151,8 +226,7 @@ def _descale_rows(x, b: int | None):
     """A [batch, heads_kv] descale for one batch (varlen runs one sequence at a time)."""
     if x is None or b is None:
         return x
-    arr = np.asarray(x, dtype=np.float32)
-    return arr if arr.ndim == 0 else arr[b: b + 1]
+    return x[b: b + 1]
 
 
 # ---- the API ---------------------------------------------------------------------------------------
@@ -185,18 +259,30 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     descales = {n: _np(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
                                              ("v_descale", v_descale))}
     _check_4d(q, k, v)
-    check_head_dim(q.shape[-1], DTYPES[q.dtype])
+    fmt = _check_fmt(q)
+    check_head_dim(q.shape[-1], fmt)
+    softcap = _check_softcap(softcap)
+    _check_bool("causal", causal)
+    return_attn_probs = _check_bool("return_attn_probs", return_attn_probs)
+    _check_bool("deterministic", deterministic)
+    sms = _check_sms(num_sms, sm_margin)
+    splits_arg = _check_splits(num_splits)
     b, sq, h, d = q.shape
-    is_causal, is_local, disp = _kernel_flags(DTYPES[q.dtype], d, causal, window_size, sq, k.shape[1],
-                                              float(softcap))
-    static = _static_splits(_check_splits(num_splits), fmt=DTYPES[q.dtype], batch=b, heads=h,
-                            heads_kv=k.shape[2], seqlen_q=sq, seqlen_k=k.shape[1], head_dim=d,
-                            causal=is_causal, local=is_local, softcap=float(softcap) > 0,
-                            varlen=False, num_sms=num_sms - sm_margin,
-                            window=tuple(window_size))
-    kw = dict(softmax_scale=_check_scale(softmax_scale, d), causal=causal,
+    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, sq, k.shape[1], softcap)
+    static = 1 if splits_arg == 1 else _static_splits(
+        splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=k.shape[2], seqlen_q=sq,
+        seqlen_k=k.shape[1], head_dim=d, causal=is_causal, local=is_local, softcap=softcap > 0,
+        varlen=False, num_sms=_need_sms(sms, num_sms, sm_margin) if splits_arg <= 0 else sms,
+        window=tuple(window_size))
+    _check_pack_gqa(pack_gqa, static > 1, False, h, k.shape[2])
+    kw = dict(softmax_scale=_check_scale(softmax_scale, d, softcap), causal=causal,
               window=tuple(window_size), softcap=softcap, **descales)
-    out, lse = _forward(q, k, v, kw, static if static > 1 else None)
+    if k.shape[1] == 0 and v.shape == k.shape:  # total_k == 0: FA3 writes O = 0, LSE = +inf
+        flash.forward(q, k, v, **kw)  # validates every argument
+        out = np.zeros(q.shape, dtype=_out_dtype(q.dtype))
+        lse = np.full((b, h, sq), np.inf, dtype=np.float32)
+    else:
+        out, lse = _forward(q, k, v, kw, static if static > 1 else None)
     return _ret((out, lse), tq) if return_attn_probs else _ret((out,), tq)[0]
 
 
@@ -258,25 +344,36 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < longest:
             raise ValueError(f"{name}: expected an int >= every sequence's length ({longest}), "
                              f"got {m!r}")
-    descales = {n: _np(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
-                                             ("v_descale", v_descale))}
-    fmt, d, h, hkv = DTYPES.get(q.dtype), q.shape[-1], q.shape[1], k.shape[1]
-    if fmt is None:
-        raise ValueError(f"q: expected dtype bfloat16, float16 or float8_e4m3fn, got {q.dtype}")
+    fmt, d, h, hkv = _check_fmt(q), q.shape[-1], q.shape[1], k.shape[1]
+    descales = _check_descales({n: _np(x, n)[0] for n, x in (
+        ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))},
+        fmt, batch, hkv)
     check_head_dim(d, fmt)
+    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape != v.shape or k.shape[-1] != d:
+        raise ValueError(f"k, v: expected [total_k, heads_kv, head_dim={d}] in {q.dtype} (as q), got "
+                         f"{k.shape} {k.dtype} / {v.shape} {v.dtype}")
+    if hkv < 1 or h % hkv:
+        raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
+    softcap = _check_softcap(softcap)
+    _check_bool("causal", causal)
+    return_attn_probs = _check_bool("return_attn_probs", return_attn_probs)
+    _check_bool("deterministic", deterministic)
+    sms = _check_sms(num_sms, sm_margin)
+    splits_arg = _check_splits(num_splits)
     is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, max_seqlen_q,
-                                              max_seqlen_k, float(softcap))
-    static = _static_splits(_check_splits(num_splits), fmt=fmt, batch=batch, heads=h, heads_kv=hkv,
-                            seqlen_q=max_seqlen_q, seqlen_k=max_seqlen_k, head_dim=d,
-                            causal=is_causal, local=is_local, softcap=float(softcap) > 0,
-                            varlen=True, num_sms=num_sms - sm_margin,
-                            window=tuple(window_size))
+                                              max_seqlen_k, softcap)
+    static = 1 if splits_arg == 1 else _static_splits(
+        splits_arg, fmt=fmt, batch=batch, heads=h, heads_kv=hkv, seqlen_q=max_seqlen_q,
+        seqlen_k=max_seqlen_k, head_dim=d, causal=is_causal, local=is_local, softcap=softcap > 0,
+        varlen=True, num_sms=_need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
+    _check_pack_gqa(pack_gqa, static > 1, True, h, hkv)
     splits = dynamic_num_splits(len_q, len_k, kblock_m=disp.kblock_m, kblock_n=disp.kblock_n,
-                                heads=h, heads_kv=hkv, num_sms=num_sms - sm_margin,
+                                heads=h, heads_kv=hkv, num_sms=sms,
                                 num_splits_static=static, pack_gqa=True) if static > 1 else None
     out = np.zeros(q.shape, dtype=_out_dtype(q.dtype))
-    lse = np.full((h, q.shape[0]), -np.inf, dtype=np.float32)
-    scale = _check_scale(softmax_scale, d)
+    # total_k == 0: FA3 skips the kernel and fills LSE with +inf (mha_fwd)
+    lse = np.full((h, q.shape[0]), np.inf if k.shape[0] == 0 else -np.inf, dtype=np.float32)
+    scale = _check_scale(softmax_scale, d, softcap)
     for bi in range(batch):
         sq_b = int(len_q[bi])
         if sq_b == 0:
@@ -351,6 +448,22 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         raise ValueError(f"q, k_cache, v_cache: dtypes differ ({q.dtype}, {kc.dtype}, {vc.dtype})")
     if kc.shape != vc.shape:
         raise ValueError(f"k_cache, v_cache: shapes differ ({kc.shape} vs {vc.shape})")
+    if b < 1 or sq < 1 or h < 1:
+        raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {q.shape}")
+    if kc.shape[-1] != d:
+        raise ValueError(f"k_cache: expected head_dim {d} (as q), got shape {kc.shape}")
+    if hkv < 1 or h % hkv:
+        raise ValueError(f"k_cache: heads_kv = {hkv} must divide heads = {h}")
+    fmt = _check_fmt(q)
+    softcap = _check_softcap(softcap)
+    _check_bool("causal", causal)
+    return_softmax_lse = _check_bool("return_softmax_lse", return_softmax_lse)
+    sms = _check_sms(num_sms, sm_margin)
+    splits_arg = _check_splits(num_splits)
+    if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool):
+        if not 0 <= cache_seqlens <= s_cache:
+            raise ValueError(f"cache_seqlens: expected 0..{s_cache} (the cache length), "
+                             f"got {cache_seqlens}")
     seqlens = (np.full(b, s_cache, np.int64) if cache_seqlens is None else
                np.full(b, int(cache_seqlens), np.int64)
                if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool)
@@ -365,9 +478,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         raise ValueError(f"k_cache: batch_size must be equal to batch_size_k ({b} vs {bc})")
     s_new = 0 if kn is None else kn.shape[1]
     if kn is not None:
-        if kn.shape != (b, s_new, hkv, d) or vn.shape != kn.shape or kn.dtype != q.dtype:
+        if kn.ndim != 4 or kn.shape != (b, s_new, hkv, d) or vn.shape != kn.shape or \
+                kn.dtype != q.dtype or vn.dtype != q.dtype:
             raise ValueError(f"k, v: expected [batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}] "
-                             f"in {q.dtype}, got {kn.shape} / {vn.shape}")
+                             f"in {q.dtype}, got {kn.shape} {kn.dtype} / {vn.shape} {vn.dtype}")
         if cache_seqlens is None:
             raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
                              "('If k_new is supplied, seqlens_k must also be passed in')")
@@ -379,30 +493,33 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                          f"new keys), got {seqlens.tolist()[:8]}")
     if np.any(left < 0) or np.any(left > seqlens):
         raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
-    fmt = DTYPES.get(q.dtype)
-    if fmt is None:
-        raise ValueError(f"q: expected dtype bfloat16, float16 or float8_e4m3fn, got {q.dtype}")
     check_head_dim(d, fmt)
+    varlen = cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k given
+    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, sq, s_cache, softcap)
+    static = 1 if splits_arg == 1 else _static_splits(
+        splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq, seqlen_k=s_cache,
+        head_dim=d, causal=is_causal, local=is_local, softcap=softcap > 0, varlen=varlen,
+        num_sms=_need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
+    _check_pack_gqa(pack_gqa, static > 1, varlen, h, hkv)
+    descales = _check_descales({n: _np(x, n)[0] for n, x in (
+        ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
+    scale = _check_scale(softmax_scale, d, softcap)
+    if kn is not None:
+        for name, c in (("k_cache", kc), ("v_cache", vc)):
+            if not c.flags.writeable:
+                raise ValueError(f"{name}: read-only, but the new k, v are written into it in place")
     if kn is not None:  # AppendKV: the new keys land in the cache, in place
         for bi in range(b):
             at = slice(int(seqlens[bi]), int(seqlens[bi]) + s_new)
             kc[rows[bi], at], vc[rows[bi], at] = kn[bi], vn[bi]
-    varlen = True  # cache_seqlens (or the default lengths) go in as seqused_k
-    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, sq, s_cache, float(softcap))
-    static = _static_splits(_check_splits(num_splits), fmt=fmt, batch=b, heads=h, heads_kv=hkv,
-                            seqlen_q=sq, seqlen_k=s_cache, head_dim=d, causal=is_causal,
-                            local=is_local, softcap=float(softcap) > 0, varlen=varlen,
-                            num_sms=num_sms - sm_margin, window=tuple(window_size))
-    splits = dynamic_num_splits(np.full(b, sq), seqlens, kblock_m=disp.kblock_m,
-                                kblock_n=disp.kblock_n, heads=h, heads_kv=hkv,
-                                num_sms=num_sms - sm_margin, num_splits_static=static,
-                                pack_gqa=True, leftpad_k=left,
-                                seqlens_k_new=np.full(b, s_new)) if static > 1 else None
-    descales = {n: _np(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
-                                             ("v_descale", v_descale))}
+    # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
+    splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
+        np.full(b, sq), seqlens, kblock_m=disp.kblock_m, kblock_n=disp.kblock_n, heads=h,
+        heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
+        seqlens_k_new=np.full(b, s_new))
     out = np.zeros((b, sq, h, d), dtype=_out_dtype(q.dtype))
-    lse = np.full((b, h, sq), -np.inf, dtype=np.float32)
-    scale = _check_scale(softmax_scale, d)
+    # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
+    lse = np.full((b, h, sq), np.inf if s_cache == 0 else -np.inf, dtype=np.float32)
     for bi in range(b):
         keys = slice(int(left[bi]), int(seqlens[bi]) + s_new)
         kb, vb = kc[None, rows[bi], keys], vc[None, rows[bi], keys]
