@@ -308,3 +308,22 @@ def test_review_kvcache_without_cache_seqlens_is_not_a_varlen_launch(monkeypatch
     seen.clear()
     fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=1024, num_splits=0)
     assert seen == [3, 3, 3]
+
+
+def test_flash_attn_combine_takes_mha_combines_layouts():
+    """out_partial [splits, batch, seqlen, heads, d], lse_partial [splits, batch, seqlen, heads]
+    (hopper/flash_api.cpp, mha_combine); float32 out by default. Merging the Split kernel's
+    partials gives flash_attn_func's split result bit for bit (not checked on the device: the
+    recorded split calls go through FA3's own combine)."""
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 16, 4, 64)).astype(BF16)
+    k = rng.standard_normal((2, 700, 2, 64)).astype(BF16)
+    part = fa3.interface.flash.forward(q, k, k, num_splits=3)
+    o_c, l_c = np.ascontiguousarray(part.out), np.ascontiguousarray(np.swapaxes(part.lse, -1, -2))
+    out, lse = fa3.flash_attn_combine(o_c, l_c, out_dtype=BF16)
+    want, want_lse = fa3.flash_attn_func(q, k, k, num_splits=3, return_attn_probs=True)
+    assert np.array_equal(out.view(np.uint16), want.view(np.uint16))
+    assert np.array_equal(np.swapaxes(lse, -1, -2).view(np.uint32), want_lse.view(np.uint32))
+    assert fa3.flash_attn_combine(o_c, l_c)[0].dtype == np.float32
+    with pytest.raises(ValueError, match="out_partial"):
+        fa3.flash_attn_combine(o_c.astype(np.float64), l_c)

@@ -534,21 +534,28 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
-    """FA3's ``flash_attn_combine``: merge per-split partial outputs.
+    """FA3's ``flash_attn_combine`` (``mha_combine``): merge per-split partial outputs.
 
     Args:
-        out_partial: float32 [num_splits, batch, seqlen, heads, head_dim] (or
-            [num_splits, total_q, heads, head_dim]); lse_partial: float32
-            [num_splits, batch, heads, seqlen] (or [num_splits, heads, total_q]).
-        out: must be None (results are returned); out_dtype: output dtype (default bf16).
+        out_partial: float32 [num_splits, batch, seqlen, heads, head_dim];
+        lse_partial: float32 [num_splits, batch, seqlen, heads] (``mha_combine``'s layouts).
+        out: must be None (results are returned, not written in place).
+        out_dtype: float32 (FA3's default: the partials' dtype), bfloat16 or float16.
     Returns:
-        (out, softmax_lse) as FA3's combine kernel computes them (:mod:`simulator.fa3.combine`).
+        (out [batch, seqlen, heads, head_dim] in ``out_dtype``, softmax_lse float32 in the
+        layout :func:`simulator.fa3.combine.combine` documents for ``layout="combine"``), as
+        FA3's combine kernel computes them.
+    Raises:
+        ValueError: a shape or dtype ``mha_combine`` refuses, or ``out`` given.
+    Source: hopper/flash_api.cpp (mha_combine), hopper/flash_fwd_combine_kernel.h.
     """
-    import ml_dtypes  # noqa: PLC0415
-
     if out is not None:
         raise ValueError("out: not supported (NumPy results are returned, not written in place)")
     (op, t), (lp, _) = _np(out_partial, "out_partial"), _np(lse_partial, "lse_partial")
-    dt = np.dtype(ml_dtypes.bfloat16) if out_dtype is None else np.dtype(out_dtype)
-    res = _combine.combine(op, lp, dt, head_dim_v=op.shape[-1])
+    for name, x in (("out_partial", op), ("lse_partial", lp)):
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+            raise ValueError(f"{name}: FA3's combine takes float32 partials, got "
+                             f"{getattr(x, 'dtype', type(x).__name__)}")
+    dt = np.dtype(np.float32) if out_dtype is None else np.dtype(out_dtype)
+    res = _combine.combine(op, lp, dt, head_dim_v=op.shape[-1], layout="combine")
     return _ret(res, t)
