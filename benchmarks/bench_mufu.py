@@ -1,7 +1,7 @@
 """Benchmark: emulated sm_90 ``ex2`` (MUFU.EX2, .ftz) against ``np.exp2`` on the same 10M float32.
 
 Inputs are uniform over the softmax range [-30, 8]. Prints the median of several runs of each,
-measured side by side in one process, and their ratio. Target (issue 3): ratio <= 5.
+measured side by side in one process, and their ratio. Target: ratio <= 5.
 Run: ``python benchmarks/bench_mufu.py [--n N] [--repeats R]``.
 """
 

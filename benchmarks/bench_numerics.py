@@ -1,7 +1,7 @@
 """Benchmark: emulated FFMA against plain NumPy ``a*b+c`` on the same 10M float32 elements.
 
 Prints the median of several runs of each, measured side by side in one process, and their
-ratio. Target (issue "Foundation"): ratio <= 10. Run: ``python benchmarks/bench_numerics.py``.
+ratio. Target: ratio <= 10. Run: ``python benchmarks/bench_numerics.py``.
 """
 
 from __future__ import annotations

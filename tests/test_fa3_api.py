@@ -140,7 +140,7 @@ def test_sampled_drawn_calls_replay(j):
     assert emulate(rec["case"]) == want, rec["case"]
 
 
-# ---- adversarial review: argument checks and FA3's host rules (small shapes, no GPU) -----------
+# ---- argument checks and FA3's host rules (small shapes, no GPU) -----------
 def _u16(x):
     return np.asarray(x).view(np.uint16)
 
@@ -153,14 +153,14 @@ def _packed(q, k, v):
     return q.reshape(b * sq, h, d), k.reshape(b * sk, hkv, d), v.reshape(b * sk, hkv, d), cu_q, cu_k
 
 
-def test_review_a_dtype_fa3_refuses_is_a_value_error():
+def test_api_a_dtype_fa3_refuses_is_a_value_error():
     q, k, v = (x.astype(np.float32) for x in _qkv())
     with pytest.raises(ValueError, match="q: expected dtype bfloat16"):
         fa3.flash_attn_func(q, k, v)
 
 
 @pytest.mark.parametrize("softcap", ["x", None, True])
-def test_review_softcap_must_be_a_number(softcap):
+def test_api_softcap_must_be_a_number(softcap):
     q, k, v = _qkv()
     qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
     with pytest.raises(ValueError, match="softcap: expected a float"):
@@ -171,7 +171,7 @@ def test_review_softcap_must_be_a_number(softcap):
         fa3.flash_attn_with_kvcache(q, k, v, softcap=softcap)
 
 
-def test_review_sm_margin_and_num_sms_are_checked():
+def test_api_sm_margin_and_num_sms_are_checked():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="sm_margin: expected an int"):
         fa3.flash_attn_func(q, k, v, sm_margin="1")
@@ -181,7 +181,7 @@ def test_review_sm_margin_and_num_sms_are_checked():
         fa3.flash_attn_with_kvcache(q, k, v, num_splits=0, sm_margin=200)
 
 
-def test_review_flags_must_be_bools():
+def test_api_flags_must_be_bools():
     q, k, v = _qkv()
     qp, kp, vp, cu_q, _ = _packed(q, k, v)
     empty_k = np.zeros(3, np.int32)  # no key anywhere: no kernel runs, the flags still checked
@@ -198,7 +198,7 @@ def test_review_flags_must_be_bools():
             fa3.flash_attn_func(q, k, v, pack_gqa=bad)
 
 
-def test_review_pack_gqa_false_in_a_split_varlen_gqa_launch_is_refused():
+def test_api_pack_gqa_false_in_a_split_varlen_gqa_launch_is_refused():
     """FA3's prepare kernel reads the caller's pack_gqa (split counts, m blocks) while the Split
     kernel always packs: not emulated. Non-varlen splits and pack_gqa=True keep the bits."""
     q, k, v = _qkv(b=1, sq=3, sk=200, h=4, hkv=1, d=64)
@@ -214,7 +214,7 @@ def test_review_pack_gqa_false_in_a_split_varlen_gqa_launch_is_refused():
     assert np.array_equal(_u16(fa3.flash_attn_func(q, k, v, num_splits=3, pack_gqa=False)), _u16(split))
 
 
-def test_review_num_splits_above_256_is_refused_everywhere():
+def test_api_num_splits_above_256_is_refused_everywhere():
     q, k, v = _qkv()
     qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
     with pytest.raises(ValueError, match="num_splits: expected at most 256"):
@@ -223,7 +223,7 @@ def test_review_num_splits_above_256_is_refused_everywhere():
         fa3.flash_attn_with_kvcache(q, k, v, num_splits=300)
 
 
-def test_review_no_key_in_the_launch_gives_lse_plus_inf():
+def test_api_no_key_in_the_launch_gives_lse_plus_inf():
     """mha_fwd: total_k (+ new keys) == 0 skips the kernel: out.zero_(), softmax_lse.fill_(inf).
     Empty sequences in a launch that has keys keep the kernel's -inf."""
     q, k, v = _qkv()
@@ -239,7 +239,7 @@ def test_review_no_key_in_the_launch_gives_lse_plus_inf():
     assert not np.any(out.astype(np.float32)) and np.all(lse == np.inf)
 
 
-def test_review_varlen_and_kvcache_descales_are_checked_as_flash_attn_func_does():
+def test_api_varlen_and_kvcache_descales_are_checked_as_flash_attn_func_does():
     q, k, v = (x.astype(np.float32).astype(ml_dtypes.float8_e4m3fn) for x in _qkv())
     qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
     varlen = lambda **kw: fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 5, 40, **kw)  # noqa: E731
@@ -257,7 +257,7 @@ def test_review_varlen_and_kvcache_descales_are_checked_as_flash_attn_func_does(
                                    q_descale=np.ones((2, 2), np.float32))
 
 
-def test_review_kvcache_new_values_of_another_dtype_are_refused_before_any_write():
+def test_api_kvcache_new_values_of_another_dtype_are_refused_before_any_write():
     q, k, v = _qkv()
     kc, vc = np.zeros((2, 64, 2, 64), BF16), np.zeros((2, 64, 2, 64), BF16)
     with pytest.raises(ValueError, match="k, v: expected"):
@@ -265,7 +265,7 @@ def test_review_kvcache_new_values_of_another_dtype_are_refused_before_any_write
     assert not np.any(kc.astype(np.float32)) and not np.any(vc.astype(np.float32))
 
 
-def test_review_kvcache_read_only_cache_is_refused_before_any_write():
+def test_api_kvcache_read_only_cache_is_refused_before_any_write():
     q, k, v = _qkv()
     kc, vc = np.zeros((2, 64, 2, 64), BF16), np.zeros((2, 64, 2, 64), BF16)
     vc.flags.writeable = False
@@ -275,13 +275,13 @@ def test_review_kvcache_read_only_cache_is_refused_before_any_write():
 
 
 @pytest.mark.parametrize("seqlens", [2 ** 70, -1, 65])
-def test_review_kvcache_int_cache_seqlens_out_of_range(seqlens):
+def test_api_kvcache_int_cache_seqlens_out_of_range(seqlens):
     q, k, v = _qkv(sk=64)
     with pytest.raises(ValueError, match="cache_seqlens: expected 0..64"):
         fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens)
 
 
-def test_review_kvcache_shape_errors_name_the_argument():
+def test_api_kvcache_shape_errors_name_the_argument():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="k_cache: heads_kv = 2 must divide heads = 3"):
         fa3.flash_attn_with_kvcache(q[:, :, :3], k, v, num_splits=0)
@@ -289,7 +289,7 @@ def test_review_kvcache_shape_errors_name_the_argument():
         fa3.flash_attn_with_kvcache(q[:, :0], k, v, num_splits=0)
 
 
-def test_review_kvcache_without_cache_seqlens_is_not_a_varlen_launch(monkeypatch):
+def test_api_kvcache_without_cache_seqlens_is_not_a_varlen_launch(monkeypatch):
     """No cache_seqlens / cache_leftpad: FA3's launch has no seqused_k, so no prepare kernel:
     every batch runs the static count of get_num_splits(varlen=False) (5 here); with
     cache_seqlens the prepare kernel's per-batch counts (3 here) run."""

@@ -137,7 +137,7 @@ def test_inputs_are_not_modified():
 
 
 def test_ftz_threshold_exact_cases():
-    # Found by an adversarial review; the fmul case was confirmed on the H200 (0x00800000).
+    # The fmul case was confirmed on the H200 (0x00800000).
     # fmul: the exact product is 2^-126 * (1 - 2^-25), the tininess threshold itself: a tie
     # that rounds to the even 2^-126, so it is not tiny and survives .ftz.
     a, b = _f(0x21118E00, 0x1EE12000)

@@ -240,7 +240,7 @@ def test_device_comparison_with_a_stand_in_device(tmp_path, monkeypatch, capsys,
         assert "first divergence: CTA (batch 1, head 2, m_block 0), row 3" in text
 
 
-# ---- regressions of the QA review ------------------------------------------------------------------
+# ---- regressions: bad paths, odd inputs ------------------------------------------------------------------
 def _one_line_exit_2(r, needle: str) -> None:
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr

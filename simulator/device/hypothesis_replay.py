@@ -1,4 +1,4 @@
-"""Emulator against device on hypothesis-drawn attention inputs (issue "property tests").
+"""Emulator against device on hypothesis-drawn attention inputs.
 
     python -m simulator.device.hypothesis_replay --out DIR [--cases N] [--workers W] [--seed S]
     python -m simulator.device.hypothesis_replay --out DIR --database DB [--cases N]
