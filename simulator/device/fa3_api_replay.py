@@ -22,8 +22,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
 from ..io import write_json_atomic
 from . import fa3_library, runtime
 from .numerics_evidence import digest
@@ -50,18 +48,11 @@ def draw_cases(n: int, seed_value: int) -> list[dict]:
     return cases
 
 
-def digests(name: str, args: dict, out, lse) -> dict:
-    """Digests of a call's canonical out / lse and of the caches in ``args`` (after the call)."""
-    from ..replay.fa3_api_cases import canonical  # noqa: PLC0415
+def digests(name: str, args: dict, out, lse, caches: dict | None = None) -> dict:
+    """Digests of the bits a call is compared on (:func:`simulator.replay.fa3_api_cases.result_bits`)."""
+    from ..replay.fa3_api_cases import result_bits  # noqa: PLC0415
 
-    out, lse = canonical(name, args, out, lse)
-    got = {"out": digest(np.ascontiguousarray(out).view(np.uint16)).hex(),
-           "lse": digest(np.ascontiguousarray(lse).view(np.uint32)).hex()}
-    for key in ("k_cache", "v_cache"):
-        if key in args:
-            arr = np.ascontiguousarray(args[key])
-            got[key] = digest(arr.view(np.uint16 if arr.itemsize == 2 else np.uint8)).hex()
-    return got
+    return {k: digest(v).hex() for k, v in result_bits(name, args, out, lse, caches).items()}
 
 
 def emulate(case: dict) -> dict:
@@ -86,8 +77,7 @@ def library(case: dict) -> dict:
         got = fa3_library.call(name, args)
     except RuntimeError as exc:
         return {"error": str(exc).splitlines()[0][:300]}
-    args = {**args, **{k: got[k] for k in ("k_cache", "v_cache") if k in got}}
-    return digests(name, args, got["out"], got["lse"])
+    return digests(name, args, got["out"], got["lse"], caches=got)
 
 
 def _labels(case: dict) -> list[str]:

@@ -179,12 +179,9 @@ def record_api(out_dir: Path, full: bool = False) -> int:
             rec["error"] = str(exc).splitlines()[0][:300]
             records.append(rec)
             continue
-        out, lse = fa3_api_cases.canonical(name, call_args, got["out"], got["lse"])
-        out, lse = out.view(np.uint16), lse.view(np.uint32)
-        rec["out"], rec["lse"] = digest(out).hex(), digest(lse).hex()
-        for key in ("k_cache", "v_cache"):
-            if key in got:
-                rec[key] = digest(got[key].view(np.uint16 if got[key].itemsize == 2 else np.uint8)).hex()
+        bits = fa3_api_cases.result_bits(name, call_args, got["out"], got["lse"], caches=got)
+        rec.update({k: digest(v).hex() for k, v in bits.items()})
+        out, lse = bits["out"], bits["lse"]
         if i % SAMPLE_EVERY == 0:
             sample[f"c{i}_out"], sample[f"c{i}_lse"] = out, lse
         if full:

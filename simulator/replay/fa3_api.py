@@ -11,16 +11,15 @@ full bits of a sample. :func:`check_case` makes the same call on ``simulator.fa3
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from .. import fa3, flash
 from ..errors import RecordedDataError
+from ..io import DEVICE_DATA_DIR as DATA
 from ..io import read_json, read_npz
-from .fa3_api_cases import args_digest, call_args, canonical, canonical_partials
+from .fa3_api_cases import args_digest, call_args, canonical_partials, result_bits
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "device"
 REPORT = DATA / "fa3_api_report.json"
 SAMPLE = DATA / "fa3_api_sample.npz"
 REGENERATE = "python3 -m simulator.device.fa3_library_record --api --out DIR (H200, fa3-fwd 0.0.3)"
@@ -61,11 +60,7 @@ def check_case(index: int, record: dict, sample: dict, digest) -> CallResult:
     if args_digest(args) != record["inputs"]:
         raise RecordedDataError(f"API call {index}: regenerated arguments differ from the "
                                 f"recording's (the generator changed?); regenerate with `{REGENERATE}`")
-    out, lse = canonical(name, args, *getattr(fa3, name)(**args))
-    got = {"out": out.view(np.uint16), "lse": lse.view(np.uint32)}
-    for key in ("k_cache", "v_cache"):
-        if key in record:
-            got[key] = args[key].view(np.uint16 if args[key].itemsize == 2 else np.uint8)
+    got = result_bits(name, args, *getattr(fa3, name)(**args))
     if "out_accum" in record:  # the Split kernel's partials, in FA3's layout
         part = flash.forward(args["q"], args["k"], args["v"], softmax_scale=args["q"].shape[-1] ** -0.5,
                              causal=args["causal"], softcap=args["softcap"],

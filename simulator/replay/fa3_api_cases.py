@@ -269,3 +269,19 @@ def drawn_calls():
         return c
 
     return call()
+
+
+def result_bits(name: str, args: dict, out: np.ndarray, lse: np.ndarray,
+                caches: dict | None = None) -> dict[str, np.ndarray]:
+    """The bits a recorded call is compared on: canonical out (uint16) and lse (uint32), and for
+    a KV-cache call the caches after it (from ``caches`` when given, else ``args``: the
+    emulator updates the arguments in place, the library returns its copies)."""
+    out, lse = canonical(name, args, out, lse)
+    bits = {"out": np.ascontiguousarray(out).view(np.uint16),
+            "lse": np.ascontiguousarray(lse).view(np.uint32)}
+    for key in ("k_cache", "v_cache"):
+        src = args if caches is None else caches
+        if key in src:
+            arr = np.ascontiguousarray(src[key])
+            bits[key] = arr.view(np.uint16 if arr.itemsize == 2 else np.uint8)
+    return bits

@@ -12,16 +12,15 @@ mismatch names how many values differ).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import RecordedDataError
 from ..flash.forward import forward
+from ..io import DEVICE_DATA_DIR as DATA
 from ..io import read_json, read_npz
 from .fa3_cases import case_inputs, input_digest
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "device"
 REPORT = DATA / "fa3_library_report.json"
 SAMPLE = DATA / "fa3_library_sample.npz"
 REGENERATE = "python3 -m simulator.device.fa3_library_record --out DIR (on an H200 with fa3-fwd 0.0.3)"
