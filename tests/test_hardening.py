@@ -513,6 +513,63 @@ def test_altered_recording_is_corrupt_data_not_a_mismatch(tmp_path, monkeypatch,
     assert "python scripts/make_manifest.py" in err
 
 
+def test_altered_goldens_are_corrupt_data_not_a_mismatch(tmp_path, monkeypatch, capsys):
+    """The twin's recorded goldens go through the manifest check too: one flipped bit of O is a
+    corrupt recording (exit 2), not an emulator that disagrees with the device (exit 1)."""
+    from simulator.device import forward_goldens as fg
+    from simulator.device import numerics_evidence
+
+    folder = _data_copy(tmp_path, [fg.GOLDENS_FILE])
+    assert fg.load_goldens(folder / fg.GOLDENS_FILE)[1]  # the intact copy reads
+    _flip_one_value(folder / fg.GOLDENS_FILE)
+    with pytest.raises(RecordedDataError, match=r"^recording corrupt: .*forward_goldens\.npz sha256 "
+                       r"differs from MANIFEST\.json; regenerate with `python -m "
+                       r"simulator\.device\.forward_goldens --out DIR` on a GPU"):
+        fg.load_goldens(folder / fg.GOLDENS_FILE)
+    monkeypatch.setattr(numerics_evidence, "DATA_DIR", folder)
+    capsys.readouterr()
+    assert cli.main(["verify", "--topic", "forward", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: recording corrupt: "), err
+
+
+def test_altered_traces_are_corrupt_data(tmp_path):
+    from simulator.device import forward_trace as ft
+
+    folder = _data_copy(tmp_path, [ft.TRACES_FILE])
+    assert ft.load_traces(folder / ft.TRACES_FILE)[1]
+    _flip_one_value(folder / ft.TRACES_FILE)
+    with pytest.raises(RecordedDataError, match=r"^recording corrupt: .*forward_traces\.npz sha256 "
+                       r"differs from MANIFEST\.json; regenerate with `python -m "
+                       r"simulator\.device\.forward_trace --out DIR` on a GPU"):
+        ft.load_traces(folder / ft.TRACES_FILE)
+    with pytest.raises(RecordedDataError, match=r"forward_traces\.npz is missing"):
+        ft.load_traces(tmp_path / "nowhere" / ft.TRACES_FILE)
+
+
+def test_no_plain_reads_of_recorded_device_data():
+    """Every reader of simulator/data/device (package, tests, notebooks) goes through
+    simulator.io.read_npz / read_json, so none can bypass the manifest check."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    sources = [*root.glob("simulator/**/*.py"), *root.glob("tests/*.py"), *root.glob("notebooks/*.py")]
+    plain = re.compile(r"np\.load\(|json\.loads?\(")
+    # names these sources give the device folder or its files (mufu_data.DATA_DIR is the MUFU
+    # tables' folder, checked by their own loader)
+    device_names = re.compile(r"(?<!mufu_data\.)DATA_DIR|\bDATA\b|data/device|\"device\"|DEVICE_DATA|"
+                              r"\bev\.|GOLDENS|TRACES")
+    offenders = []
+    for path in sources:
+        if path.name == "io.py" or "/device/" in str(path.relative_to(root)) and path.stem.endswith(
+                ("_sweep", "_probe", "_record", "_calibrate", "_replay")):
+            continue  # io.py is the loader; GPU runs read what they have just written
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if plain.search(line) and device_names.search(line):
+                offenders.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    assert not offenders, "plain reads of recorded device data:\n" + "\n".join(offenders)
+
+
 def test_read_npz_and_read_json_check_listed_files(tmp_path):
     from simulator import io as sio
 

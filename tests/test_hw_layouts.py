@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +10,13 @@ import pytest
 
 from simulator import hw
 from simulator.device import hw_probe, runtime
+from simulator.device.hw_evidence import REGEN
+from simulator.io import read_json, read_npz
 
 DATA = Path(hw.__file__).resolve().parents[1] / "data" / "device"
 REPO = Path(hw.__file__).resolve().parents[2]
-REPORT = json.loads((DATA / "hw_report.json").read_text())
-LAYOUTS = np.load(DATA / "hw_layouts.npz")
+REPORT = read_json(DATA / "hw_report.json", REGEN)  # checked against MANIFEST.json
+LAYOUTS = read_npz(DATA / "hw_layouts.npz", REGEN)
 SHAPES = [(fmt, k, n) for fmt, k in (("bf16", 16), ("e4m3", 32)) for n in range(8, 257, 8)]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +10,13 @@ import pytest
 
 from simulator import hw
 from simulator.device import hw_probe
+from simulator.device.hw_evidence import REGEN
+from simulator.io import read_json, read_npz
 from simulator.numerics import fadd
 
 DATA = Path(hw.__file__).resolve().parents[1] / "data" / "device"
-REC = np.load(DATA / "hw_reduce.npz")
-REPORT = json.loads((DATA / "hw_report.json").read_text())["reduce"]
+REC = read_npz(DATA / "hw_reduce.npz", REGEN)  # checked against MANIFEST.json
+REPORT = read_json(DATA / "hw_report.json", REGEN)["reduce"]
 
 
 @pytest.fixture(scope="module", params=sorted(hw_probe.REDUCE_SHAPES))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +9,12 @@ import pytest
 
 from simulator import hw
 from simulator.device import hw_probe
+from simulator.device.hw_evidence import REGEN
+from simulator.io import read_json, read_npz
 
 DATA = Path(hw.__file__).resolve().parents[1] / "data" / "device"
-REC = np.load(DATA / "hw_shuffle.npz")
-REPORT = json.loads((DATA / "hw_report.json").read_text())["shuffle"]
+REC = read_npz(DATA / "hw_shuffle.npz", REGEN)  # checked against MANIFEST.json
+REPORT = read_json(DATA / "hw_report.json", REGEN)["shuffle"]
 
 
 @pytest.mark.parametrize("mode", hw.shuffle.MODES)

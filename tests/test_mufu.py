@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 
 from simulator.device import mufu_evidence as ev
+from simulator.io import read_json, read_npz
 from simulator.numerics import mufu, mufu_data
 
 sys.path.insert(0, str(Path(__file__).parent))
 from exact_reference import decode, round_f32  # noqa: E402
 
 FORMS = list(ev.FORMS)
+REGEN = "python -m simulator calibrate"
 
 
 def f32(*v):
@@ -35,18 +37,16 @@ def bits(a):
 
 @pytest.fixture(scope="module")
 def samples():
-    with np.load(ev.SAMPLES) as z:
-        return {k: z[k] for k in z.files}
+    return read_npz(ev.SAMPLES, REGEN)  # checked against MANIFEST.json
 
 
 @pytest.fixture(scope="module")
 def digests():
-    with np.load(ev.DIGESTS) as z:
-        return {k: z[k] for k in z.files}
+    return read_npz(ev.DIGESTS, REGEN)
 
 
 def test_report_says_exhaustive_and_exact():
-    rep = json.loads(ev.REPORT.read_text())
+    rep = read_json(ev.REPORT, REGEN)
     assert rep["device"]["gpu"] == "NVIDIA H200"
     assert rep["total_mismatches"] == 0
     for form in FORMS:
@@ -240,5 +240,5 @@ def test_recordings_belong_to_the_current_probe_kernel():
     from simulator.device.runtime import source_sha256
 
     want = source_sha256("probes/mufu.cu")
-    assert json.loads(ev.REPORT.read_text())["kernel_sha256"] == want
+    assert read_json(ev.REPORT, REGEN)["kernel_sha256"] == want
     assert json.loads((mufu_data.DATA_DIR / "sm90.json").read_text())["kernel_sha256"] == want

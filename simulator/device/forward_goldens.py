@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 
 from ..flash.inputs import attention_inputs
-from ..io import save_npz_atomic, write_json_atomic
+from ..io import read_npz, save_npz_atomic, write_json_atomic
 from . import forward as dev
 from . import runtime
 
@@ -119,21 +119,33 @@ def from_planes(planes: np.ndarray) -> np.ndarray:
     return out
 
 
-def load_goldens(path: str) -> tuple[dict, list[tuple[dict, np.ndarray, np.ndarray]]]:
+#: how a goldens file is made again (named by the errors of :func:`load_goldens`)
+REGENERATE = "python -m simulator.device.forward_goldens --out DIR` on a GPU"
+
+
+def load_goldens(path: str | os.PathLike) -> tuple[dict, list[tuple[dict, np.ndarray, np.ndarray]]]:
     """Read a goldens file: ``(meta, [(config, out, lse), ...])`` with ``out`` in the output
     dtype (bf16 for bf16/e4m3 inputs, float16 for f16) and ``lse`` float32; configurations
-    that failed on the device (an ``error`` entry) are skipped."""
-    with np.load(path) as z:
-        meta = json.loads(str(z["meta"]))
-        rows = []
-        for rec in meta["configs"]:
-            key = f"c{rec['index']}"
-            if f"{key}_out" not in z:
-                continue
-            out_dtype = np.float16 if rec["dtype"] == "f16" else ml_dtypes.bfloat16  # e4m3 -> bf16
-            out = from_planes(z[f"{key}_out"]).view(out_dtype)
-            lse = from_planes(z[f"{key}_lse"]).view(np.float32)
-            rows.append((rec, out, lse))
+    that failed on the device (an ``error`` entry) are skipped.
+
+    The file is read through :func:`simulator.io.read_npz`, so a recording listed in its
+    folder's ``MANIFEST.json`` (the committed ``simulator/data/device/forward_goldens.npz``)
+    is checked against its SHA-256 first; a fresh file of a GPU run (not listed) is read as is.
+
+    Raises:
+        RecordedDataError: missing, unreadable, or altered ("recording corrupt: ...").
+    """
+    z = read_npz(path, REGENERATE)
+    meta = json.loads(str(z["meta"]))
+    rows = []
+    for rec in meta["configs"]:
+        key = f"c{rec['index']}"
+        if f"{key}_out" not in z:
+            continue
+        out_dtype = np.float16 if rec["dtype"] == "f16" else ml_dtypes.bfloat16  # e4m3 -> bf16
+        out = from_planes(z[f"{key}_out"]).view(out_dtype)
+        lse = from_planes(z[f"{key}_lse"]).view(np.float32)
+        rows.append((rec, out, lse))
     return meta, rows
 
 
@@ -281,13 +293,7 @@ def check_all(quick: bool = False) -> list[dict]:
     from ..flash import forward as emulate
     from .numerics_evidence import DATA_DIR, row
 
-    path = DATA_DIR / GOLDENS_FILE
-    if not path.is_file():
-        from ..errors import RecordedDataError
-
-        raise RecordedDataError(f"{path} is missing; regenerate it with "
-                                "`python -m simulator.device.forward_goldens --out DIR` on a GPU")
-    _, rows = load_goldens(str(path))
+    _, rows = load_goldens(DATA_DIR / GOLDENS_FILE)  # missing or altered: RecordedDataError
     out_rows = []
     for rec, out, lse in rows[:4] if quick else rows:
         inputs = make_inputs(rec)

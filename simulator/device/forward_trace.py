@@ -33,7 +33,7 @@ import numpy as np
 
 from ..flash.forward import _cta_groups
 from ..flash.masks import block_range
-from ..io import save_npz_atomic, write_json_atomic
+from ..io import read_npz, save_npz_atomic, write_json_atomic
 from ..trace import STEPS, Event, Trace
 from . import runtime
 
@@ -244,14 +244,26 @@ def launch_config(cfg: dict, inputs: dict):
     return dev.make_launch_config(inputs["q"], inputs["k"], inputs["v"], **kw)
 
 
+#: how a traces file is made again (named by the errors of :func:`load_traces`)
+REGENERATE = "python -m simulator.device.forward_trace --out DIR` on a GPU"
+
+
 def load_traces(path) -> tuple[dict, list[tuple[dict, np.ndarray]]]:
-    """Read a traces file: ``(meta, [(config, raw dump uint32 [T, slots, words]), ...])``."""
+    """Read a traces file: ``(meta, [(config, raw dump uint32 [T, slots, words]), ...])``.
+
+    Read through :func:`simulator.io.read_npz`: the committed recording
+    (``simulator/data/device/forward_traces.npz``, listed in ``MANIFEST.json``) is checked
+    against its SHA-256 before it is decoded; a fresh, unlisted file is read as is.
+
+    Raises:
+        RecordedDataError: missing, unreadable, or altered ("recording corrupt: ...").
+    """
     from .forward_goldens import from_planes  # noqa: PLC0415
 
-    with np.load(path) as z:
-        meta = json.loads(str(z["meta"]))
-        rows = [(rec, from_planes(z[f"c{rec['index']}_dump"])) for rec in meta["configs"]
-                if f"c{rec['index']}_dump" in z]
+    z = read_npz(path, REGENERATE)
+    meta = json.loads(str(z["meta"]))
+    rows = [(rec, from_planes(z[f"c{rec['index']}_dump"])) for rec in meta["configs"]
+            if f"c{rec['index']}_dump" in z]
     return meta, rows
 
 
