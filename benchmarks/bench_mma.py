@@ -1,11 +1,12 @@
 """Benchmark: emulated tensor-core instructions and GEMMs, as ratios measured side by side.
 
-1. one wgmma m64n128k16 bf16 instruction: time, and the ratio to the `mmasim` package's
-   Hopper model on the same operands when it is installed (target: at least 100x faster);
-2. a 1024 x 1024 x 128 bf16 GEMM chained in wgmma k16 steps, as a ratio to NumPy's float32
-   matmul on the same values (target: at most 30x).
+1. one wgmma m64n128k16 bf16 instruction against the `mmasim` package's Hopper model on the
+   same operands, where it is installed (``pip install -e '.[bench]'``; its outputs are checked
+   bit-identical first). Target: at least 100x faster.
+2. a 1024 x 1024 x 128 bf16 GEMM chained in wgmma k16 steps against NumPy's float32 matmul on
+   the same values, under the same BLAS thread count. Target: at most 30x.
 
-Run: ``python benchmarks/bench_mma.py [--size 1024]``.
+Run: ``python benchmarks/bench_mma.py [--size 1024] [--threads 1]``.
 """
 
 from __future__ import annotations
@@ -14,57 +15,79 @@ import argparse
 
 import ml_dtypes
 import numpy as np
-from timing import median_time
+from timing import add_common_args, blas_threads, emit, machine, median_time, ratio_row
 
 from simulator import mma
 
+BF16 = ml_dtypes.bfloat16
 
-def mmasim_instruction(a, b, c):
-    """A callable running mmasim's Hopper wgmma model, or None when mmasim is missing."""
+
+def mmasim_instruction(a, b, c, threads: int):
+    """A callable running mmasim's Hopper wgmma model on (a, b, c), or None when mmasim is
+    missing; raises AssertionError when its bits differ from the emulator's."""
     try:
         import torch
         from mmasim.nv_ptx.sim import WGMMA
     except ImportError:
         return None
+    torch.set_num_threads(threads)
     op = WGMMA("Hopper", "m64n128k16.f32.bf16.bf16")
     ta = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
     tb = torch.from_numpy(b.astype(np.float32)).to(torch.bfloat16)
     tc = torch.from_numpy(c)
+    ref = op(ta, tb, tc).numpy()
+    ours = mma.wgmma("m64n128k16.f32.bf16.bf16", a, b, c)
+    assert np.array_equal(ref.view(np.uint32), ours.view(np.uint32)), "mmasim and simulator differ"
     return lambda: op(ta, tb, tc)
+
+
+def measure(size=1024, threads=1, repeats=7) -> list[dict]:
+    rng = np.random.default_rng(0)
+    rows = []
+    a = rng.standard_normal((64, 16)).astype(BF16)
+    b = rng.standard_normal((16, 128)).astype(BF16)
+    c = rng.standard_normal((64, 128)).astype(np.float32)
+    with blas_threads(threads):
+        t_one = median_time(lambda: mma.wgmma("m64n128k16.f32.bf16.bf16", a, b, c), 5 * repeats)
+        ref = mmasim_instruction(a, b, c, threads)
+        if ref is not None:
+            t_ref = median_time(ref, repeats)
+            rows.append(ratio_row("bench_mma.py", "one wgmma m64n128k16 bf16 vs mmasim (same bits)",
+                                  t_one, t_ref, "mmasim", ">= 100x faster", faster=True))
+        else:
+            rows.append({"script": "bench_mma.py", "measures": "one wgmma m64n128k16 bf16",
+                         "ours_s": t_one, "anchor": None, "ratio": None, "target": ">= 100x faster"})
+        n = size
+        A = rng.standard_normal((n, 128)).astype(BF16)
+        B = rng.standard_normal((128, n)).astype(BF16)
+        A32, B32 = A.astype(np.float32), B.astype(np.float32)
+        t_np = median_time(lambda: A32 @ B32, 5 * repeats)
+        t_sim = median_time(lambda: mma.gemm(A, B, instruction="wgmma.m64n128k16.f32.bf16.bf16"),
+                            max(3, repeats // 2))
+        rows.append(ratio_row("bench_mma.py", f"GEMM {n}x{n}x128 bf16 in wgmma k16 steps vs NumPy "
+                              "float32 matmul", t_sim, t_np, "numpy float32 matmul", "<= 30x"))
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=1024, help="GEMM M = N (K = 128)")
-    ap.add_argument("--repeats", type=int, default=5)
+    add_common_args(ap)
     args = ap.parse_args()
-    rng = np.random.default_rng(0)
-    bf16 = ml_dtypes.bfloat16
-
-    a = rng.standard_normal((64, 16)).astype(bf16)
-    b = rng.standard_normal((16, 128)).astype(bf16)
-    c = rng.standard_normal((64, 128)).astype(np.float32)
-    t_one = median_time(lambda: mma.wgmma("m64n128k16.f32.bf16.bf16", a, b, c), args.repeats)
-    print(f"wgmma m64n128k16 bf16, one instruction: {t_one * 1e3:8.2f} ms")
-    ref = mmasim_instruction(a, b, c)
-    if ref is None:
-        print("  mmasim not installed (pip install mmasim, needs torch): ratio not measured")
-    else:
-        t_ref = median_time(ref, max(1, args.repeats // 2))
-        ratio = t_ref / t_one
-        print(f"  mmasim: {t_ref * 1e3:8.2f} ms -> simulator is {ratio:.0f}x faster "
-              f"(target >= 100x): {'MET' if ratio >= 100 else 'MISSED'}")
-
-    n = args.size
-    A = rng.standard_normal((n, 128)).astype(bf16)
-    B = rng.standard_normal((128, n)).astype(bf16)
-    A32, B32 = A.astype(np.float32), B.astype(np.float32)
-    t_np = median_time(lambda: A32 @ B32, args.repeats)
-    t_sim = median_time(lambda: mma.gemm(A, B, instruction="wgmma.m64n128k16.f32.bf16.bf16"), 1)
-    ratio = t_sim / t_np
-    print(f"GEMM {n}x{n}x128 bf16 in wgmma k16 steps: simulator {t_sim:.3f} s, "
-          f"numpy float32 matmul {t_np * 1e3:.2f} ms -> {ratio:.0f}x (target <= 30x): "
-          f"{'MET' if ratio <= 30 else 'MISSED'}")
+    print(f"{machine()}; BLAS threads {args.threads} on both sides")
+    rows = measure(args.size, args.threads, args.repeats or 7)
+    for r in rows:
+        if r["anchor"] is None:
+            print(f"{r['measures']}: {r['ours_s'] * 1e3:.3f} ms; mmasim not installed "
+                  "(pip install -e '.[bench]'): ratio not measured")
+        elif r["faster"]:
+            print(f"{r['measures']}: {r['ours_s'] * 1e3:.3f} ms vs {r['anchor_s'] * 1e3:.2f} ms -> "
+                  f"{r['ratio']:.1f}x faster (target {r['target']}): "
+                  f"{'MET' if r['ratio'] >= 100 else 'MISSED'}")
+        else:
+            print(f"{r['measures']}: {r['ours_s']:.3f} s vs {r['anchor_s'] * 1e3:.2f} ms -> "
+                  f"{r['ratio']:.0f}x (target {r['target']}): {'MET' if r['ratio'] <= 30 else 'MISSED'}")
+    emit(rows, args.json)
 
 
 if __name__ == "__main__":

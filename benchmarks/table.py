@@ -1,0 +1,76 @@
+"""Print the README's benchmark table from fresh measurements (and the recorded device run).
+
+Runs every CPU benchmark's ``measure()`` in this process with the same BLAS thread count
+(``--threads``, default 1), then formats one Markdown row per ratio; the device row is read
+from ``benchmarks/results/bench_device.json`` (written by ``bench_device.py`` on the H200).
+``--json PATH`` also keeps the raw rows. Run: ``python benchmarks/table.py > table.md`` and
+paste it over the table in README.md. Takes a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import bench_flash
+import bench_hw
+import bench_mma
+import bench_mufu
+import bench_numerics
+from timing import blas_info, blas_threads, emit, machine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _ratio(r: dict) -> str:
+    if r.get("ratio") is None:
+        return f"{r['ours_s'] * 1e3:.2f} ms (no anchor installed)"
+    if r["faster"]:
+        return f"{r['ratio']:.1f}x faster ({r['ours_s'] * 1e3:.2f} ms vs {r['anchor_s'] * 1e3:.1f} ms)"
+    unit = (lambda t: f"{t:.2f} s") if r["ours_s"] >= 1 else (lambda t: f"{t * 1e3:.1f} ms")
+    return f"{r['ratio']:.1f}x ({unit(r['ours_s'])} vs {r['anchor_s'] * 1e3:.1f} ms)"
+
+
+def _met(r: dict) -> str:
+    t = r.get("target", "-")
+    if t == "-" or r.get("ratio") is None:
+        return t
+    bound = float(t.split()[1].rstrip("x"))
+    ok = r["ratio"] >= bound if r["faster"] else r["ratio"] <= bound
+    return f"{t}: {'met' if ok else 'missed'}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--no-triton", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    rows += bench_numerics.measure(threads=args.threads)[0]
+    rows += bench_mufu.measure(threads=args.threads)
+    rows += bench_hw.measure(threads=args.threads)[0]
+    rows += bench_mma.measure(threads=args.threads)
+    rows += bench_flash.measure(threads=args.threads, triton=not args.no_triton)
+    with blas_threads(args.threads):
+        blas = blas_info()
+    print(f"Measured on {machine()}; BLAS {blas}; medians after warm-up, ratios side by side "
+          f"in one process (`python benchmarks/table.py`):")
+    print()
+    print("| script | measures | ratio (ours vs anchor) | target |")
+    print("| --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| `{r['script']}` | {r['measures']} | {_ratio(r)} | {_met(r)} |")
+    dev = json.loads((RESULTS / "bench_device.json").read_text())
+    s = dev["shape"]
+    for res in dev["results"]:
+        print(f"| `bench_device.py` (on the {dev['device']['gpu']}, {dev['device']['date_utc'][:10]}) | "
+              f"the CUDA twin vs torch SDPA, batch {s['batch']}, {s['heads']} heads, {s['seqlen_q']}, "
+              f"d {s['head_dim']}{', causal' if res['causal'] else ''} | "
+              f"{res['ratio_ours_over_torch_throughput']:.2f}x torch's throughput | - |")
+    emit(rows, args.json)
+
+
+if __name__ == "__main__":
+    main()
