@@ -34,7 +34,7 @@ def test_recorded_with_the_published_wheel_on_an_h200():
     assert HYP["library"]["extension_sha256"] == fa3_library.EXTENSION_SHA256
 
 
-def test_the_matrix_covers_what_the_issue_asks():
+def test_the_matrix_covers_head_dims_masks_gqa_and_edge_lengths():
     cases = [r["case"] for r in REPORT["cases"] if "embedded" not in r["case"]]
     assert len(cases) >= 300 and REPORT["counts"]["refused"] == 0
     assert cases == fa3_cases.matrix()  # the recording belongs to this generator
