@@ -22,7 +22,7 @@
 # `max_get_scale`, `online_softmax`, `rescale_o`, `pv_gemm`, then `finalize` and the
 # epilogue) for a few chosen CTAs; `simulator.device.forward_trace.decode` turns such a dump
 # into a `simulator.trace.Trace` with exactly the emulator's events (docs/kernel.md, "Step
-# traces"). `compare.first_divergence(a, b)` walks two traces in execution order and names the
+# traces"). `compare.first_divergence(emulator, device)` walks two traces in execution order and names the
 # first step, CTA, warpgroup, thread and register where they part.
 #
 # This notebook
@@ -289,7 +289,7 @@ def profile(a, b):
 
 device0 = run["device"]
 ideal = replay("bf16_causal_plain", arch="ideal")
-div_a = compare.first_divergence(ideal.trace, device0)
+div_a = compare.first_divergence(ideal.trace, device0, labels=("emulator, arch='ideal'", "H200"))
 print(div_a)
 assert div_a.found and not div_a.note
 assert (div_a.event_index, div_a.step, div_a.array, div_a.n_block) == (3, "online_softmax", "acc_s", 1)
@@ -317,7 +317,8 @@ assert prof[4:6] == [0, 0]        # rescale_o(1) multiplies O = 0; P V sees P ro
 
 # %%
 div_cap = compare.first_divergence(replay("f16_local_plain_softcap", arch="ideal").trace,
-                                   runs["f16_local_plain_softcap"]["device"])
+                                   runs["f16_local_plain_softcap"]["device"],
+                                   labels=("emulator, arch='ideal'", "H200"))
 print(div_cap)
 assert (div_cap.event_index, div_cap.step, div_cap.array) == (1, "softcap", "acc_s")
 
@@ -355,7 +356,7 @@ real_ffma = emu_softmax.ffma
 with exp2_argument_unfused():
     split = replay("bf16_causal_plain")
 assert emu_softmax.ffma is real_ffma                   # the patch is undone
-div_b = compare.first_divergence(split.trace, device0)
+div_b = compare.first_divergence(split.trace, device0, labels=("emulator, FMUL + FADD", "H200"))
 print(div_b)
 assert (div_b.event_index, div_b.step, div_b.array, div_b.n_block) == (3, "online_softmax", "acc_s", 1)
 # undone for real: the unpatched emulator agrees with the H200 again
@@ -418,7 +419,7 @@ assert bits(p_split[r, c]) != bits(P_dev[r, c])
 
 # %%
 div_c = compare.first_divergence(replay("bf16_causal_plain", schedule="intra_wg_overlap").trace,
-                                 device0)
+                                 device0, labels=("emulator, intra_wg_overlap", "H200 (plain)"))
 print(div_c)
 assert div_c.found and div_c.note and div_c.event_index == 4
 

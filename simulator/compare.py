@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from .hw import accumulator_layout, rowcol_view
 from .numerics.bits import is_int, reject_subclass
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -147,14 +148,68 @@ def diff(a, b, *, top: int = 5) -> DiffReport:
     return report
 
 
+#: what :func:`first_divergence` calls its two traces unless told otherwise: the first is the
+#: trace under test, the second the one it is checked against (the device, or another run)
+DEFAULT_LABELS = ("emulator", "reference")
+
+#: the trace arrays that are accumulator fragments ``[W, 128, registers]`` (of ``m64n{N}k16``
+#: with ``N = 2 * registers``), and their column meaning
+_FRAGMENTS = {"acc_s": "column {} of the K/V block", "acc_o": "column {} of the head dim"}
+#: the per-thread row state ``[W, 128, kNRows]`` (``kNRows = 2``: rows ``mi`` = 0, 1)
+_ROW_STATE = ("row_max", "row_sum", "scores_scale", "lse")
+
+
+def _check_labels(labels) -> tuple[str, str]:
+    if (not isinstance(labels, tuple | list) or len(labels) != 2
+            or not all(isinstance(x, str) and x for x in labels) or labels[0] == labels[1]):
+        raise ValueError(f"labels: expected two different non-empty strings (what the first and "
+                         f"the second trace are, e.g. ('emulator', 'H200')), got {labels!r}")
+    return str(labels[0]), str(labels[1])
+
+
+def _register_name(array: str, shape: tuple[int, ...], warpgroup: int, thread: int,
+                   position: tuple) -> str:
+    """``array[position]`` of ``thread`` named as FA3's code names it: a fragment register with
+    its (mi, ni) entry of the row/column view and the tile element it holds, or a row-state
+    entry ``[mi]`` with its tile row."""
+    index = "[" + ", ".join(str(i) for i in position) + "]"
+    try:
+        if array in _FRAGMENTS and len(shape) == 3 and len(position) == 1:
+            view = rowcol_view(accumulator_layout(f"m64n{2 * shape[2]}k16"))
+            (reg,) = position
+            mi, ni = (int(x[0]) for x in np.nonzero(view.reg == reg))
+            row, col = (int(x) for x in view.layout.locate(thread, reg))
+            return (f"{array}{index}, entry (mi {mi}, ni {ni}) of the row/column view: row {row} "
+                    f"of the warpgroup's 64 (row {64 * warpgroup + row} of the CTA tile), "
+                    + _FRAGMENTS[array].format(col))
+        if array in _ROW_STATE and len(shape) == 3 and len(position) == 1 and shape[2] == 2:
+            (mi,) = position
+            row = int(rowcol_view(accumulator_layout("m64n8k16")).row[thread, mi])
+            return (f"{array}[mi {mi}]: row {row} of the warpgroup's 64 (row {64 * warpgroup + row} "
+                    "of the CTA tile)")
+    except ValueError:  # a shape no accumulator has: name the index alone
+        pass
+    return f"{array}{index}"
+
+
 @dataclass
 class Divergence:
     """Where two traces first part (:func:`first_divergence`); ``None`` fields when identical.
 
+    Numbering (one convention, printed with its meaning by ``str()``): ``warpgroup`` counts the
+    CTA's warpgroups from 0 (warpgroup ``w`` owns rows ``64 w .. 64 w + 63`` of the tile);
+    ``thread`` is the thread of the warpgroup (0-127), ``warp = thread // 32`` (0-3),
+    ``lane = thread % 32`` (PTX ``%laneid``), ``quad = thread // 4``, the quad of the warpgroup
+    (0-31; ``32 w + quad`` counts the CTA's quads), ``thread % 4`` the lane in the quad.
+
     Attributes:
         step, cta, n_block, array: the event and the state array that differ.
         warpgroup, thread, position: index into that array ``[W, 128, ...]``.
-        a, b: both values (hex and decimal).
+        warp, lane, quad: ``thread`` decomposed as above.
+        register: the element named as FA3 names it (``acc_s[5], entry (mi 0, ni 2) ...``).
+        a, b: the value of the first and of the second trace (hex and decimal).
+        labels: what the first and the second trace are (``("emulator", "reference")`` unless
+            given).
         differing: how many elements of that array differ.
         note: a structural difference (events missing or out of order), if any.
     """
@@ -171,6 +226,12 @@ class Divergence:
     b: str | None = None
     differing: int = 0
     note: str = ""
+    labels: tuple[str, str] = DEFAULT_LABELS
+    warp: int | None = None
+    lane: int | None = None
+    quad: int | None = None
+    register: str | None = None
+    size: int | None = None
 
     @property
     def found(self) -> bool:
@@ -180,54 +241,79 @@ class Divergence:
         return dict(self.__dict__)
 
     def __str__(self) -> str:
+        first, second = self.labels
         if self.note:
-            return f"traces differ in structure: {self.note}"
+            return f"traces differ in structure ({first} against {second}): {self.note}"
         if not self.found:
-            return "no divergence: every traced step and register agrees bit for bit"
-        lane, quad = self.thread % 32, (self.thread % 32) // 4
-        return (f"first divergence at event {self.event_index}: step {self.step}, CTA "
-                f"(batch, head, m_block) = {self.cta}, n_block {self.n_block}, array {self.array}\n"
-                f"  warpgroup {self.warpgroup}, thread {self.thread} (warp {self.thread // 32}, "
-                f"lane {lane}, quad {quad}), register/row {self.position}\n"
-                f"  a = {self.a}\n  b = {self.b}\n"
-                f"  ({self.differing} element(s) of {self.array} differ in this event)")
+            return (f"no divergence: every traced step and register of the {first} agrees bit for "
+                    f"bit with the {second}")
+        b, h, m = self.cta
+        wg, t = self.warpgroup, self.thread
+        width = max(len(first), len(second))
+        of = f" of {self.size:,}" if self.size is not None else ""
+        return (f"first divergence at event {self.event_index} ({self.step}, "
+                + ("after the last block" if self.n_block is None else f"K/V block {self.n_block}")
+                + f") of CTA (batch {b}, head {h}, m_block {m}), array {self.array}\n"
+                f"  thread: warpgroup {wg}, warp {self.warp}, lane {self.lane} (thread {t} of the "
+                f"warpgroup, 0-127; {128 * wg + t} of the CTA), quad {self.quad} of the warpgroup "
+                f"(0-31; {32 * wg + self.quad} of the CTA), lane {t % 4} of the quad\n"
+                f"  register: {self.register}\n"
+                f"  {first:<{width}} = {self.a}\n  {second:<{width}} = {self.b}\n"
+                f"  ({self.differing:,}{of} elements of {self.array} differ in this event)")
 
 
-def first_divergence(trace_a, trace_b) -> Divergence:
+def first_divergence(trace_a, trace_b, *, labels=DEFAULT_LABELS) -> Divergence:
     """The first step, CTA, thread and register where two traces differ.
 
     Events are compared in execution order; within an event the arrays are compared in a
     fixed name order and the first differing element (C order over ``[W, 128, ...]``) is
-    reported.
+    reported, with the numbering of :class:`Divergence`.
 
     Args:
-        trace_a, trace_b: :class:`simulator.trace.Trace` (e.g. emulator and device).
+        trace_a: :class:`simulator.trace.Trace` under test, usually the emulator's.
+        trace_b: the trace it is checked against: the device's (the twin kernel's
+            ``-DFA_TRACE=1`` dump, decoded) or another run taken as the reference.
+        labels: what ``trace_a`` and ``trace_b`` are, two different non-empty strings, used in
+            ``str()`` and in structural notes (default ``("emulator", "reference")``).
     Returns:
-        :class:`Divergence` (``found`` is False when they agree everywhere).
+        :class:`Divergence` (``found`` is False when they agree everywhere); ``a`` holds the
+        value of ``trace_a``, ``b`` that of ``trace_b``.
+    Raises:
+        ValueError: ``labels`` not two different non-empty strings.
     """
+    labels = _check_labels(labels)
+    first, second = labels
     ea, eb = list(trace_a), list(trace_b)
     for i, (x, y) in enumerate(zip(ea, eb, strict=False)):
         if (x.step, x.cta, x.n_block) != (y.step, y.cta, y.n_block):
-            return Divergence(event_index=i, note=f"event {i} is {x.step} {x.cta} n_block "
-                              f"{x.n_block} in a but {y.step} {y.cta} n_block {y.n_block} in b")
+            return Divergence(event_index=i, labels=labels,
+                              note=f"event {i} is {x.step} {x.cta} n_block {x.n_block} in the "
+                              f"{first} but {y.step} {y.cta} n_block {y.n_block} in the {second}")
         for name in sorted(set(x.data) | set(y.data)):
             if name not in x.data or name not in y.data:
-                return Divergence(event_index=i, note=f"event {i} ({x.step}) has array {name!r} "
-                                  f"on one side only")
+                only = first if name in x.data else second
+                return Divergence(event_index=i, labels=labels,
+                                  note=f"event {i} ({x.step}) has array {name!r} in the {only} "
+                                  "only")
             va, vb = np.asarray(x.data[name]), np.asarray(y.data[name])
             if va.shape != vb.shape or va.dtype != vb.dtype or va.ndim < 2 \
                     or va.dtype.itemsize not in _UINT:
-                return Divergence(event_index=i, note=f"event {i} ({x.step}) array {name!r}: "
-                                  f"{va.shape} {va.dtype} vs {vb.shape} {vb.dtype} (expected "
+                return Divergence(event_index=i, labels=labels,
+                                  note=f"event {i} ({x.step}) array {name!r}: {va.shape} {va.dtype} "
+                                  f"in the {first}, {vb.shape} {vb.dtype} in the {second} (expected "
                                   "equal shapes [W, 128, ...] and dtypes)")
             bad = va.view(_UINT[va.dtype.itemsize]) != vb.view(_UINT[vb.dtype.itemsize])
             if bad.any():
-                first = tuple(int(j) for j in np.unravel_index(np.flatnonzero(bad)[0], va.shape))
+                where = tuple(int(j) for j in np.unravel_index(np.flatnonzero(bad)[0], va.shape))
+                wg, t, pos = where[0], where[1], where[2:]
                 return Divergence(event_index=i, step=x.step, cta=x.cta, n_block=x.n_block,
-                                  array=name, warpgroup=first[0], thread=first[1],
-                                  position=first[2:], a=_fmt(va[first]), b=_fmt(vb[first]),
-                                  differing=int(np.count_nonzero(bad)))
+                                  array=name, warpgroup=wg, thread=t, position=pos,
+                                  a=_fmt(va[where]), b=_fmt(vb[where]),
+                                  differing=int(np.count_nonzero(bad)), labels=labels,
+                                  warp=t // 32, lane=t % 32, quad=t // 4,
+                                  register=_register_name(name, va.shape, wg, t, pos),
+                                  size=int(va.size))
     if len(ea) != len(eb):
-        return Divergence(event_index=min(len(ea), len(eb)),
-                          note=f"a has {len(ea)} events, b has {len(eb)}")
-    return Divergence()
+        return Divergence(event_index=min(len(ea), len(eb)), labels=labels,
+                          note=f"the {first} has {len(ea)} events, the {second} {len(eb)}")
+    return Divergence(labels=labels)

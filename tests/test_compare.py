@@ -57,3 +57,74 @@ def test_first_divergence_finds_the_changed_setting(monkeypatch):
 def test_equal_values_with_different_bits_are_explained():
     r = compare.diff(np.array([0.0], np.float32), np.array([-0.0], np.float32))
     assert "equal value" in str(r) and "ulp histogram" not in str(r)
+
+
+def _traced(kblock_m=128):
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal(s).astype(ml_dtypes.bfloat16)
+               for s in ((1, 128, 1, 32), (1, 128, 1, 32), (1, 128, 1, 32)))
+    return flash.forward(q, k, v, kblock_m=kblock_m, kblock_n=64, trace=[(0, 0, 0)]).trace
+
+
+def _altered(trace, step, array, index, delta=1):
+    import copy
+
+    other = copy.deepcopy(trace)
+    event = next(e for e in other if e.step == step)
+    values = event.data[array].copy()
+    values.view(np.uint32)[index] += delta
+    event.data[array] = values
+    return other
+
+
+def test_first_divergence_prints_its_numbering_and_sides():
+    """One convention, printed with its meaning: which side is which, the thread as warpgroup /
+    warp / lane with its number in the warpgroup and the CTA, the quad of the warpgroup, and the
+    register by its fragment name and the tile element it holds."""
+    emu = _traced()
+    dev = _altered(emu, "epilogue", "acc_o", (1, 37, 5))
+    d = compare.first_divergence(emu, dev, labels=("emulator", "H200"))
+    text = str(d)
+    assert (d.warpgroup, d.thread, d.position, d.warp, d.lane, d.quad) == (1, 37, (5,), 1, 5, 9)
+    assert "thread: warpgroup 1, warp 1, lane 5 (thread 37 of the warpgroup, 0-127; 165 of the CTA)" in text
+    assert "quad 9 of the warpgroup (0-31; 41 of the CTA), lane 1 of the quad" in text
+    # register 5 of thread 37: row 16 * 1 + 1 = 17, column 8 * 1 + 2 * 1 + 1 = 11 (PTX wgmma C layout)
+    assert d.register == ("acc_o[5], entry (mi 0, ni 3) of the row/column view: row 17 of the "
+                          "warpgroup's 64 (row 81 of the CTA tile), column 11 of the head dim")
+    lines = text.splitlines()
+    assert f"  emulator = {d.a}" in lines and f"  H200     = {d.b}" in lines, text
+    assert d.a != d.b and "a =" not in text and "b =" not in text
+    assert "(1 of 8,192 elements of acc_o differ in this event)" in text
+
+
+def test_first_divergence_names_row_state_and_defaults():
+    emu = _traced()
+    d = compare.first_divergence(emu, _altered(emu, "finalize", "lse", (0, 6, 1)))
+    assert d.labels == ("emulator", "reference") and d.step == "finalize" and d.n_block is None
+    assert d.register == "lse[mi 1]: row 9 of the warpgroup's 64 (row 9 of the CTA tile)"
+    text = str(d)
+    assert "(finalize, after the last block)" in text and "  reference = " in text
+    # the positional API and the fields callers read are unchanged
+    assert (d.warpgroup, d.thread, d.position, d.array) == (0, 6, (1,), "lse")
+    assert d.to_dict()["a"] == d.a and d.to_dict()["labels"] == ("emulator", "reference")
+    same = compare.first_divergence(emu, emu, labels=("emulator", "twin"))
+    assert not same.found and "of the emulator agrees bit for bit with the twin" in str(same)
+
+
+def test_first_divergence_structure_notes_name_the_sides():
+    emu = _traced()
+    short = _traced()
+    short.events.pop()
+    d = compare.first_divergence(emu, short, labels=("emulator", "H200"))
+    assert d.found and d.note == f"the emulator has {len(emu)} events, the H200 {len(short)}"
+    assert str(d).startswith("traces differ in structure (emulator against H200): ")
+    other = _traced(kblock_m=64)
+    d = compare.first_divergence(emu, other, labels=("emulator", "H200"))
+    assert "in the emulator" in d.note and "in the H200" in d.note, d.note
+
+
+@pytest.mark.parametrize("labels", [("a",), ("x", "x"), ("x", ""), "ab", ("x", 3), None])
+def test_first_divergence_refuses_bad_labels(labels):
+    emu = _traced()
+    with pytest.raises(ValueError, match="labels: expected two different non-empty strings"):
+        compare.first_divergence(emu, emu, labels=labels)
