@@ -29,7 +29,6 @@
 
 # %%
 # %matplotlib inline
-import os
 import time
 
 import matplotlib.pyplot as plt
@@ -39,28 +38,12 @@ import numpy as np
 from simulator import flash
 
 T0 = time.perf_counter()
-BF16, E4M3 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
-# CI (tests/test_notebooks.py) sets this: no widgets, static figures only
-STATIC = bool(os.environ.get("SIMULATOR_NOTEBOOK_STATIC"))
-UINT = {4: np.uint32, 2: np.uint16, 1: np.uint8}
-
-
-def bits(x):
-    """The bit patterns of a float array (float32 -> uint32, bf16/f16 -> uint16, fp8 -> uint8)."""
-    a = np.asarray(x)
-    return a.view(UINT[a.dtype.itemsize])
-
-
-def ulp_distance(a, b):
-    """Signed distance in float32 ulps (count of representable values from b to a)."""
-    def ordered(x):
-        u = bits(np.asarray(x, dtype=np.float32)).astype(np.int64)
-        return np.where(u >= 2**31, -(u - 2**31), u)
-    return ordered(a) - ordered(b)
+BF16 = ml_dtypes.bfloat16
 
 
 # %%
 from simulator import fa3
+from simulator.compare import bits
 from simulator.fa3 import combine as fa3_combine
 from simulator.fa3 import scheduler
 from simulator.flash.dispatch import fa3_dispatch

@@ -5,6 +5,8 @@
   worst elements with their indices, in hex and decimal.
 * :func:`first_divergence` walks two :class:`simulator.trace.Trace` s in execution order and
   reports the first step, CTA, warpgroup, thread and register where they part.
+* :func:`bits` and :func:`ulp_distance` are the two views both rest on: a float array's bit
+  patterns, and the signed distance of two arrays in ulps of their format.
 
 Both return objects with a readable ``str()`` and a ``to_dict()`` form.
 """
@@ -43,6 +45,49 @@ def _ordered(x: np.ndarray) -> np.ndarray:
     sign = np.int64(1) << (8 * x.dtype.itemsize - 1)
     mag = u & (sign - 1)
     return np.where(u & sign, -mag, mag)
+
+
+def _check_float(name: str, x) -> np.ndarray:
+    reject_subclass(name, x, ValueError)
+    a = np.asarray(x)
+    if a.dtype not in _FLOATS:
+        raise ValueError(f"{name}: expected a float32/float16/bfloat16/fp8 array, got {a.dtype}")
+    return a
+
+
+def bits(x) -> np.ndarray:
+    """The bit patterns of a float array, as unsigned integers of its width.
+
+    Args:
+        x: float32, float16, bfloat16, e4m3 or e5m2 array (or NumPy scalar), any shape.
+    Returns:
+        a view of ``x`` as uint32 (float32), uint16 (float16, bfloat16) or uint8 (fp8), the
+        same shape: what ``simulator.compare`` compares, and what exact checks assert on.
+    Raises:
+        ValueError: another dtype, or an ndarray subclass (a masked array).
+    """
+    a = _check_float("x", x)
+    return a.view(_UINT[a.dtype.itemsize])
+
+
+def ulp_distance(a, b) -> np.ndarray:
+    """Signed distance from ``b`` to ``a`` in ulps of their float format (int64, broadcast).
+
+    The count of representable values of the format between the two, positive when ``a`` is
+    the larger: 1 for neighbours, 0 for equal values (+0 and -0 included), across zero the sum
+    of both sides' distances to it. Infinities count as the step after the largest finite
+    value. NaN has no position: the result for a NaN element is meaningless (test for NaN
+    first, as :func:`diff` does).
+
+    Args:
+        a, b: arrays of one float dtype (float32, float16, bfloat16, e4m3, e5m2) that broadcast.
+    Raises:
+        ValueError: other or different dtypes, or an ndarray subclass.
+    """
+    a, b = _check_float("a", a), _check_float("b", b)
+    if a.dtype != b.dtype:
+        raise ValueError(f"a, b: dtypes differ ({a.dtype} vs {b.dtype})")
+    return _ordered(a) - _ordered(b)
 
 
 def _fmt(v) -> str:

@@ -128,3 +128,24 @@ def test_first_divergence_refuses_bad_labels(labels):
     emu = _traced()
     with pytest.raises(ValueError, match="labels: expected two different non-empty strings"):
         compare.first_divergence(emu, emu, labels=labels)
+
+
+def test_bits_and_ulp_distance():
+    x = np.array([1.0, -0.0, 0.0, np.inf], np.float32)
+    assert compare.bits(x).dtype == np.uint32 and compare.bits(x).tolist() == [
+        0x3F800000, 0x80000000, 0, 0x7F800000]
+    assert compare.bits(x.astype(ml_dtypes.bfloat16)).tolist() == [0x3F80, 0x8000, 0, 0x7F80]
+    assert compare.bits(np.float32(2.0)) == 0x40000000
+    up = np.nextafter(np.float32(1.0), np.float32(2.0))
+    tiny = np.float32(-1e-45)                                 # the negative subnormal next to -0
+    y = np.array([up, 0.0, tiny, np.finfo(np.float32).max], np.float32)
+    assert compare.ulp_distance(x, y).tolist() == [-1, 0, 1, 1]
+    assert compare.ulp_distance(np.float32(2.0), np.float32(1.0)) == 2**23
+    b = np.array([1.0, 1.0078125], np.float32).astype(ml_dtypes.bfloat16)
+    assert compare.ulp_distance(b[1:], b[:1]).tolist() == [1]
+    with pytest.raises(ValueError, match="dtypes differ"):
+        compare.ulp_distance(np.float32(1), np.float16(1))
+    with pytest.raises(ValueError, match="x: expected a float32"):
+        compare.bits(np.arange(3))
+    with pytest.raises(ValueError, match="MaskedArray"):
+        compare.bits(np.ma.masked_array(x))
