@@ -96,6 +96,26 @@ def _fmt(v) -> str:
     return f"0x{bits:0{2 * arr.dtype.itemsize}x} ({float(arr.astype(np.float64)):.9g})"
 
 
+#: what :func:`diff` and :func:`first_divergence` call their two inputs unless told otherwise:
+#: the first is the one under test, the second the one it is checked against (the device, the
+#: real library, or another run)
+DEFAULT_LABELS = ("emulator", "reference")
+
+#: the trace arrays that are accumulator fragments ``[W, 128, registers]`` (of ``m64n{N}k16``
+#: with ``N = 2 * registers``), and their column meaning
+_FRAGMENTS = {"acc_s": "column {} of the K/V block", "acc_o": "column {} of the head dim"}
+#: the per-thread row state ``[W, 128, kNRows]`` (``kNRows = 2``: rows ``mi`` = 0, 1)
+_ROW_STATE = ("row_max", "row_sum", "scores_scale", "lse")
+
+
+def _check_labels(labels) -> tuple[str, str]:
+    if (not isinstance(labels, tuple | list) or len(labels) != 2
+            or not all(isinstance(x, str) and x for x in labels) or labels[0] == labels[1]):
+        raise ValueError(f"labels: expected two different non-empty strings (what the first and "
+                         f"the second trace are, e.g. ('emulator', 'H200')), got {labels!r}")
+    return str(labels[0]), str(labels[1])
+
+
 @dataclass
 class DiffReport:
     """Result of :func:`diff`.
@@ -106,7 +126,9 @@ class DiffReport:
         nan_mismatch: elements where exactly one side is NaN.
         histogram: ulp distance bucket -> count (buckets "1", "2", "3-4", "5-8", ...).
         max_ulp: largest ulp distance among numeric pairs (0 if none).
-        worst: up to ``top`` entries ``{"index", "a", "b", "ulp"}``.
+        worst: up to ``top`` entries ``{"index", "a", "b", "ulp"}`` (``a`` the first input's
+            value, ``b`` the second's).
+        labels: what the first and the second input are, for ``str()``.
     """
 
     total: int
@@ -115,6 +137,7 @@ class DiffReport:
     histogram: dict[str, int] = field(default_factory=dict)
     max_ulp: int = 0
     worst: list[dict] = field(default_factory=list)
+    labels: tuple[str, str] = DEFAULT_LABELS
 
     @property
     def identical(self) -> bool:
@@ -122,7 +145,8 @@ class DiffReport:
 
     def to_dict(self) -> dict:
         return {"total": self.total, "differing": self.differing, "nan_mismatch": self.nan_mismatch,
-                "histogram": dict(self.histogram), "max_ulp": self.max_ulp, "worst": list(self.worst)}
+                "histogram": dict(self.histogram), "max_ulp": self.max_ulp, "worst": list(self.worst),
+                "labels": self.labels}
 
     def __str__(self) -> str:
         if self.identical:
@@ -136,17 +160,20 @@ class DiffReport:
                          "or NaN payload)")
         if self.histogram:
             lines.append("ulp histogram: " + ", ".join(f"{k}: {v:,}" for k, v in self.histogram.items()))
+        first, second = self.labels
         for w in self.worst:
-            lines.append(f"  at {w['index']}: a = {w['a']}, b = {w['b']}, {w['ulp']} ulp")
+            lines.append(f"  at {w['index']}: {first} {w['a']}, {second} {w['b']}, {w['ulp']} ulp")
         return "\n".join(lines)
 
 
-def diff(a, b, *, top: int = 5) -> DiffReport:
+def diff(a, b, *, top: int = 5, labels=DEFAULT_LABELS) -> DiffReport:
     """Compare two arrays of one float format bit for bit.
 
     Args:
         a, b: arrays of the same shape and dtype (float32, float16, bfloat16, e4m3, e5m2).
         top: how many of the worst elements to list (an int >= 0).
+        labels: what ``a`` and ``b`` are (default ``("emulator", "reference")``), two different
+            non-empty strings naming the values of the worst elements in ``str()``.
     Returns:
         :class:`DiffReport`; distances are in ulp of the format (the count of representable
         values between the two), NaN against a number is counted apart.
@@ -158,11 +185,12 @@ def diff(a, b, *, top: int = 5) -> DiffReport:
         raise ValueError(f"top: expected an int >= 0 (how many worst elements to list), got "
                          f"{top!r}")
     top = int(top)
+    labels = _check_labels(labels)
     a, b = _check_pair(a, b)
     ua, ub = (x.view(_UINT[x.dtype.itemsize]) for x in (a, b))
     bad = ua != ub
     n_bad = int(np.count_nonzero(bad))
-    report = DiffReport(total=int(a.size), differing=n_bad, nan_mismatch=0)
+    report = DiffReport(total=int(a.size), differing=n_bad, nan_mismatch=0, labels=labels)
     if not n_bad:
         return report
     fa, fb = a[bad].astype(np.float64), b[bad].astype(np.float64)
@@ -191,25 +219,6 @@ def diff(a, b, *, top: int = 5) -> DiffReport:
         report.worst.append({"index": idx, "a": _fmt(a[idx]), "b": _fmt(b[idx]),
                              "ulp": "NaN" if ulp[i] < 0 else int(ulp[i])})
     return report
-
-
-#: what :func:`first_divergence` calls its two traces unless told otherwise: the first is the
-#: trace under test, the second the one it is checked against (the device, or another run)
-DEFAULT_LABELS = ("emulator", "reference")
-
-#: the trace arrays that are accumulator fragments ``[W, 128, registers]`` (of ``m64n{N}k16``
-#: with ``N = 2 * registers``), and their column meaning
-_FRAGMENTS = {"acc_s": "column {} of the K/V block", "acc_o": "column {} of the head dim"}
-#: the per-thread row state ``[W, 128, kNRows]`` (``kNRows = 2``: rows ``mi`` = 0, 1)
-_ROW_STATE = ("row_max", "row_sum", "scores_scale", "lse")
-
-
-def _check_labels(labels) -> tuple[str, str]:
-    if (not isinstance(labels, tuple | list) or len(labels) != 2
-            or not all(isinstance(x, str) and x for x in labels) or labels[0] == labels[1]):
-        raise ValueError(f"labels: expected two different non-empty strings (what the first and "
-                         f"the second trace are, e.g. ('emulator', 'H200')), got {labels!r}")
-    return str(labels[0]), str(labels[1])
 
 
 def _register_name(array: str, shape: tuple[int, ...], warpgroup: int, thread: int,

@@ -149,3 +149,16 @@ def test_bits_and_ulp_distance():
         compare.bits(np.arange(3))
     with pytest.raises(ValueError, match="MaskedArray"):
         compare.bits(np.ma.masked_array(x))
+
+
+def test_diff_names_its_sides():
+    a = np.array([1.0, 2.0], np.float32)
+    b = a.copy()
+    b[1] = np.nextafter(np.float32(2.0), np.float32(3.0))
+    text = str(compare.diff(a, b))
+    assert "  at (1,): emulator 0x40000000 (2), reference 0x40000001 (2.00000024), 1 ulp" in text
+    r = compare.diff(a, b, labels=("emulator", "FA3 library"))
+    assert "FA3 library 0x40000001" in str(r) and r.worst[0]["b"].startswith("0x40000001")
+    assert r.to_dict()["labels"] == ("emulator", "FA3 library")
+    with pytest.raises(ValueError, match="labels"):
+        compare.diff(a, b, labels=("same", "same"))
