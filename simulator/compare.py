@@ -8,7 +8,10 @@
 * :func:`bits` and :func:`ulp_distance` are the two views both rest on: a float array's bit
   patterns, and the signed distance of two arrays in ulps of their format.
 
-Both return objects with a readable ``str()`` and a ``to_dict()`` form.
+:func:`diff` and :func:`first_divergence` return objects with a readable ``str()`` and a
+``to_dict()`` form. Both take the side under test first (usually the emulator) and the side it
+is checked against second (the device, the real library, another run); ``labels=`` names the
+two in what they print (``("emulator", "reference")`` unless given).
 """
 
 from __future__ import annotations
