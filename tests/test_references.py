@@ -16,8 +16,10 @@ def _tracked(*patterns: str) -> list[Path]:
     return sorted({p for pattern in patterns for p in ROOT.glob(pattern) if p.is_file()})
 
 
-READ_BY_USERS = _tracked("README.md", "docs/*.md", "notebooks/*.py", "notebooks/*.ipynb",
-                         "simulator/**/*.py", "simulator/kernels/**/*.cu", "scripts/*.py")
+READ_BY_USERS = [p for p in _tracked("README.md", "docs/*.md", "notebooks/*.py", "notebooks/*.ipynb",
+                                     "simulator/**/*.py", "simulator/kernels/**/*.cu", "scripts/*",
+                                     "tests/*.py", "benchmarks/*.py", ".ci/*")
+                 if p.resolve() != Path(__file__).resolve()]
 # a path into a folder outside the repository, or a numbered section of a document it does not hold
 OUTSIDE = re.compile(r"shared/|\.\./shared|seed/|\bthe seed\b|seed document|seed file|§")
 
