@@ -81,7 +81,11 @@ def library(case: dict) -> dict:
 
 
 def _labels(case: dict) -> list[str]:
-    return [f"api={case['api']}", f"dtype={case['dtype']}", f"head_dim={case['head_dim']}",
+    if case["api"] == "combine":
+        return ["api=combine", f"num_splits={case['num_splits']}", f"out_dtype={case['out_dtype']}",
+                f"head_dim_v={case['head_dim_v']}"]
+    return [f"head_dim_v={case.get('head_dim_v', case['head_dim'])}",
+            f"api={case['api']}", f"dtype={case['dtype']}", f"head_dim={case['head_dim']}",
             f"gqa={case['heads'] // case['heads_kv']}", f"num_splits={case['num_splits']}",
             f"causal={case['causal']}", f"softcap={case['softcap'] > 0}"]
 

@@ -138,8 +138,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
 
 def call(name: str, args: dict) -> dict:
     """Call ``fa3_fwd_interface.<name>`` (``flash_attn_func``, ``flash_attn_varlen_func``,
-    ``flash_attn_with_kvcache``) with NumPy arguments moved to the GPU (int arrays as int32
-    tensors, float32 arrays as float32 tensors, the rest through :func:`_to_torch`).
+    ``flash_attn_with_kvcache``, ``flash_attn_combine``) with NumPy arguments moved to the GPU
+    (int arrays as int32 tensors, float32 arrays as float32 tensors, NumPy dtypes as torch
+    dtypes, the rest through :func:`_to_torch`).
 
     Returns:
         dict with ``out`` and ``lse`` as NumPy arrays (bits as the library wrote them) and, for
@@ -150,7 +151,15 @@ def call(name: str, args: dict) -> dict:
     torch, iface = _import()
     targs = {}
     for key, val in args.items():
-        if isinstance(val, np.ndarray):
+        if isinstance(val, np.dtype):  # flash_attn_combine's out_dtype
+            targs[key] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                          "float16": torch.float16}[str(val)]
+        elif key == "lse_partial":  # mha_combine wants it contiguous along seqlen (dim -2)
+            splits, batch, seqlen, heads = val.shape
+            targs[key] = torch.empty_strided(val.shape, (batch * heads * seqlen, heads * seqlen, 1,
+                                                         seqlen), dtype=torch.float32, device="cuda")
+            targs[key].copy_(torch.from_numpy(np.ascontiguousarray(val)).cuda())
+        elif isinstance(val, np.ndarray):
             if val.dtype.kind in "iu":
                 targs[key] = torch.from_numpy(np.array(val, dtype=np.int32)).cuda()
             elif val.dtype == np.float32:
@@ -162,8 +171,9 @@ def call(name: str, args: dict) -> dict:
     res = getattr(iface, name)(**targs)
     torch.cuda.synchronize()
     out, lse = (res[0], res[1]) if isinstance(res, tuple) else (res, None)  # kvcache adds *rest
-    got = {"out": out.view(torch.int16).cpu().numpy().view(
-        ml_dtypes.bfloat16 if out.dtype == torch.bfloat16 else np.float16),
+    out_np = out.cpu().numpy() if out.dtype == torch.float32 else out.view(torch.int16).cpu().numpy().view(
+        ml_dtypes.bfloat16 if out.dtype == torch.bfloat16 else np.float16)
+    got = {"out": out_np,
         "lse": None if lse is None else lse.float().cpu().numpy()}
     for key in ("k_cache", "v_cache"):
         if key in targs:

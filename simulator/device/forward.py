@@ -84,6 +84,10 @@ def make_launch_config(q, k, v, **kwargs) -> LaunchConfig:
     """
     cfg = LaunchConfig(**{f.name: getattr(make_config(q, k, v, **kwargs), f.name)
                           for f in fields(Config)})
+    if cfg.head_dim_v != cfg.head_dim:
+        raise ValueError(f"v: the twin kernel needs V's head dim equal to Q/K's ({cfg.head_dim}), "
+                         f"got {cfg.head_dim_v}; the real library runs it "
+                         "(simulator.device.fa3_library)")
     if max(q.size, k.size) > _INT32_MAX // 2 or cfg.batch > 65535 or cfg.heads > 65535:
         raise ValueError(f"q, k: too large for the kernel's 32-bit indexing ({q.shape}, {k.shape})")
     if cfg.smem_bytes > MAX_SMEM_BYTES:

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import flash
 from ..flash.constants import host_constants
-from ..flash.dispatch import check_head_dim, fa3_dispatch
+from ..flash.dispatch import check_head_dim, check_head_dim_v, fa3_dispatch
 from ..flash.forward import DTYPES
 from ..flash.masks import fa3_window, kernel_flags, normalize_window
 from . import combine as _combine
@@ -186,23 +186,30 @@ def _check_descales(descales: dict, fmt: str, batch: int, heads_kv: int) -> dict
 
 # ---- one launch ----------------------------------------------------------------------------------
 def _static_splits(num_splits: int, *, fmt, batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim,
-                   causal, local, softcap, varlen, num_sms, window=(-1, -1)) -> int:
+                   head_dim_v, causal, local, softcap, varlen, num_sms, window=(-1, -1)) -> int:
     """FA3's params.num_splits: the caller's, or ``get_num_splits`` for num_splits <= 0
     (``causal`` / ``local`` the kernel flags after mha_fwd's normalisation)."""
     if num_splits > 0:
         return num_splits
     return int(_combine.get_num_splits(
-        batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim, fmt, causal=causal,
+        batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v, fmt, causal=causal,
         local=local, softcap=1.0 if softcap else 0.0, varlen=varlen,
         window_size=window if local else None, num_sms=num_sms))
 
 
-def _kernel_flags(fmt, head_dim, causal, window, max_q, max_k, softcap):
-    """(Is_causal, Is_local, Dispatch) of the launch, as mha_fwd decides them."""
+def _kernel_flags(fmt, head_dim, head_dim_v, causal, window, max_q, max_k, softcap):
+    """(Is_causal, Is_local, (kBlockM, kBlockN)) of the launch, as mha_fwd decides them.
+
+    The tile is the kernel's, also for the per-batch split counts of a varlen launch. The
+    source's ``prepare_varlen_num_blocks`` call names ``tile_size_fwd_sm90(d_rounded,
+    dv_rounded)``, which differs for Q/K <= 64 with V in (64, 256) (kernel kHeadDimV 256), but
+    the library on the H200 agrees with the kernel's tile there (head dims 48 / 96: 0 differing
+    bits with it, thousands without; fa3_api_report.json)."""
     win = fa3_window(normalize_window(bool(causal), window), max_q, max_k)
     is_causal, is_local = kernel_flags(win)
-    return is_causal, is_local, fa3_dispatch(fmt, head_dim, max_q, causal=is_causal,
-                                             local=is_local, softcap=softcap)
+    disp = fa3_dispatch(fmt, head_dim, max_q, causal=is_causal, local=is_local, softcap=softcap,
+                        head_dim_v=head_dim_v)
+    return is_causal, is_local, (disp.kblock_m, disp.kblock_n)
 
 
 def _out_dtype(dt: np.dtype) -> np.dtype:
@@ -219,7 +226,7 @@ def _forward(q, k, v, kw: dict, splits) -> tuple[np.ndarray, np.ndarray]:
         res = flash.forward(q, k, v, **kw)
         return res.out, res.lse
     part = flash.forward(q, k, v, num_splits=splits, **kw)
-    return _combine.combine(part.out, part.lse, _out_dtype(q.dtype), head_dim_v=q.shape[-1])
+    return _combine.combine(part.out, part.lse, _out_dtype(q.dtype), head_dim_v=v.shape[-1])
 
 
 def _descale_rows(x, b: int | None):
@@ -237,9 +244,12 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     """FA3's ``flash_attn_func`` (forward).
 
     Args:
-        q: [batch, seqlen_q, heads, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim];
-            bf16 / float16 / float8_e4m3fn NumPy arrays or CPU torch tensors; head_dim a
-            multiple of 8 (16 for e4m3) up to 256.
+        q: [batch, seqlen_q, heads, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim];
+            v: [batch, seqlen_k, heads_kv, head_dim_v]; bf16 / float16 / float8_e4m3fn NumPy
+            arrays or CPU torch tensors; head_dim a multiple of 8 (16 for e4m3) up to 256;
+            head_dim_v = head_dim, or a pair FA3 compiles (Q/K in (128, 192] with V in
+            (96, 128]; Q/K <= 64 with V <= 512, bf16;
+            :func:`simulator.flash.dispatch.check_head_dim_v`).
         softmax_scale: default ``head_dim ** -0.5``; causal, window_size, softcap: as FA3.
         q_descale, k_descale, v_descale: e4m3, float32 [batch, heads_kv] (or scalars).
         num_splits: 1 (default) the unsplit kernel; > 1 that many K/V splits and the combine
@@ -248,7 +258,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         return_attn_probs: also return softmax_lse.
         num_sms: keyword-only: the GPU's multiprocessors (the H200's 132) for the heuristic.
     Returns:
-        out [batch, seqlen_q, heads, head_dim] (bf16 for e4m3 inputs), and with
+        out [batch, seqlen_q, heads, head_dim_v] (bf16 for e4m3 inputs), and with
         ``return_attn_probs`` also softmax_lse float32 [batch, heads, seqlen_q].
     Raises:
         ValueError: what FA3 refuses, with its rule, and the arguments not emulated.
@@ -268,18 +278,21 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     sms = _check_sms(num_sms, sm_margin)
     splits_arg = _check_splits(num_splits)
     b, sq, h, d = q.shape
-    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, sq, k.shape[1], softcap)
+    dv = v.shape[-1]
+    check_head_dim_v(d, dv, fmt)
+    is_causal, is_local, _ = _kernel_flags(fmt, d, dv, causal, window_size, sq, k.shape[1], softcap)
     static = 1 if splits_arg == 1 else _static_splits(
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=k.shape[2], seqlen_q=sq,
-        seqlen_k=k.shape[1], head_dim=d, causal=is_causal, local=is_local, softcap=softcap > 0,
+        seqlen_k=k.shape[1], head_dim=d, head_dim_v=dv, causal=is_causal,
+        local=is_local, softcap=softcap > 0,
         varlen=False, num_sms=_need_sms(sms, num_sms, sm_margin) if splits_arg <= 0 else sms,
         window=tuple(window_size))
     _check_pack_gqa(pack_gqa, static > 1, False, h, k.shape[2])
     kw = dict(softmax_scale=_check_scale(softmax_scale, d, softcap), causal=causal,
               window=tuple(window_size), softcap=softcap, **descales)
-    if k.shape[1] == 0 and v.shape == k.shape:  # total_k == 0: FA3 writes O = 0, LSE = +inf
+    if k.shape[1] == 0 and v.shape[:3] == k.shape[:3]:  # total_k == 0: O = 0, LSE = +inf
         flash.forward(q, k, v, **kw)  # validates every argument
-        out = np.zeros(q.shape, dtype=_out_dtype(q.dtype))
+        out = np.zeros((b, sq, h, dv), dtype=_out_dtype(q.dtype))
         lse = np.full((b, h, sq), np.inf, dtype=np.float32)
     else:
         out, lse = _forward(q, k, v, kw, static if static > 1 else None)
@@ -312,7 +325,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """FA3's ``flash_attn_varlen_func`` (forward): packed sequences.
 
     Args:
-        q: [total_q, heads, head_dim]; k, v: [total_k, heads_kv, head_dim].
+        q: [total_q, heads, head_dim]; k: [total_k, heads_kv, head_dim]; v: [total_k,
+            heads_kv, head_dim_v].
         cu_seqlens_q, cu_seqlens_k: int32 [batch + 1] offsets of each sequence.
         max_seqlen_q, max_seqlen_k: ints at least every sequence's length (FA3 takes them as
             given: they set the dispatch and the window normalisation).
@@ -321,7 +335,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             LSE -inf; compare them only where FA3 writes).
         others: as :func:`flash_attn_func`.
     Returns:
-        out [total_q, heads, head_dim], and with ``return_attn_probs`` softmax_lse float32
+        out [total_q, heads, head_dim_v], and with ``return_attn_probs`` softmax_lse float32
         [heads, total_q].
     Raises:
         ValueError: bad offsets or lengths (naming the argument), what FA3 refuses.
@@ -349,9 +363,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))},
         fmt, batch, hkv)
     check_head_dim(d, fmt)
-    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape != v.shape or k.shape[-1] != d:
-        raise ValueError(f"k, v: expected [total_k, heads_kv, head_dim={d}] in {q.dtype} (as q), got "
-                         f"{k.shape} {k.dtype} / {v.shape} {v.dtype}")
+    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape[:2] != v.shape[:2] or k.shape[-1] != d:
+        raise ValueError(f"k, v: expected [total_k, heads_kv, head_dim={d}] and [total_k, heads_kv, "
+                         f"head_dim_v] in {q.dtype} (as q), got {k.shape} {k.dtype} / {v.shape} {v.dtype}")
+    dv = v.shape[-1]
+    check_head_dim_v(d, dv, fmt)
     if hkv < 1 or h % hkv:
         raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
     softcap = _check_softcap(softcap)
@@ -360,17 +376,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _check_bool("deterministic", deterministic)
     sms = _check_sms(num_sms, sm_margin)
     splits_arg = _check_splits(num_splits)
-    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, max_seqlen_q,
-                                              max_seqlen_k, softcap)
+    is_causal, is_local, (tile_m, tile_n) = _kernel_flags(fmt, d, dv, causal, window_size,
+                                                          max_seqlen_q, max_seqlen_k, softcap)
     static = 1 if splits_arg == 1 else _static_splits(
         splits_arg, fmt=fmt, batch=batch, heads=h, heads_kv=hkv, seqlen_q=max_seqlen_q,
-        seqlen_k=max_seqlen_k, head_dim=d, causal=is_causal, local=is_local, softcap=softcap > 0,
+        seqlen_k=max_seqlen_k, head_dim=d, head_dim_v=dv, causal=is_causal,
+        local=is_local, softcap=softcap > 0,
         varlen=True, num_sms=_need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
     _check_pack_gqa(pack_gqa, static > 1, True, h, hkv)
-    splits = dynamic_num_splits(len_q, len_k, kblock_m=disp.kblock_m, kblock_n=disp.kblock_n,
+    splits = dynamic_num_splits(len_q, len_k, kblock_m=tile_m, kblock_n=tile_n,
                                 heads=h, heads_kv=hkv, num_sms=sms,
                                 num_splits_static=static, pack_gqa=True) if static > 1 else None
-    out = np.zeros(q.shape, dtype=_out_dtype(q.dtype))
+    out = np.zeros(q.shape[:2] + (dv,), dtype=_out_dtype(q.dtype))
     # total_k == 0: FA3 skips the kernel and fills LSE with +inf (mha_fwd)
     lse = np.full((h, q.shape[0]), np.inf if k.shape[0] == 0 else -np.inf, dtype=np.float32)
     scale = _check_scale(softmax_scale, d, softcap)
@@ -414,9 +431,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
 
     Args:
         q: [batch, seqlen_q, heads, head_dim].
-        k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim]; updated in place
-            when ``k`` / ``v`` are given (NumPy arrays only: torch tensors are copied).
-        k, v: [batch, seqlen_new, heads_kv, head_dim] or None: appended at ``cache_seqlens``.
+        k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim] and [..., head_dim_v];
+            updated in place when ``k`` / ``v`` are given (NumPy arrays only: torch tensors
+            are copied).
+        k, v: [batch, seqlen_new, heads_kv, head_dim] and [..., head_dim_v], or None:
+            appended at ``cache_seqlens``.
         cache_seqlens: int or int32 [batch]: keys in the cache per batch (default: all).
         cache_batch_idx: int32 [batch] or None: the cache row of each batch.
         cache_leftpad: int32 [batch] or None: the first valid key of each cache row.
@@ -425,7 +444,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
         others: as :func:`flash_attn_func`; ``return_softmax_lse`` returns (out, lse).
     Returns:
-        out [batch, seqlen_q, heads, head_dim], and softmax_lse [batch, heads, seqlen_q] with
+        out [batch, seqlen_q, heads, head_dim_v], and softmax_lse [batch, heads, seqlen_q] with
         ``return_softmax_lse``.
     Raises:
         ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
@@ -446,8 +465,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         raise ValueError("k, v: give both new keys and new values, or neither")
     if q.dtype != kc.dtype or kc.dtype != vc.dtype:
         raise ValueError(f"q, k_cache, v_cache: dtypes differ ({q.dtype}, {kc.dtype}, {vc.dtype})")
-    if kc.shape != vc.shape:
-        raise ValueError(f"k_cache, v_cache: shapes differ ({kc.shape} vs {vc.shape})")
+    if kc.shape[:3] != vc.shape[:3]:
+        raise ValueError(f"k_cache, v_cache: expected the same [batch_cache, seqlen_cache, heads_kv], "
+                         f"got {kc.shape} and {vc.shape}")
+    dv = vc.shape[-1]
     if b < 1 or sq < 1 or h < 1:
         raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {q.shape}")
     if kc.shape[-1] != d:
@@ -478,10 +499,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         raise ValueError(f"k_cache: batch_size must be equal to batch_size_k ({b} vs {bc})")
     s_new = 0 if kn is None else kn.shape[1]
     if kn is not None:
-        if kn.ndim != 4 or kn.shape != (b, s_new, hkv, d) or vn.shape != kn.shape or \
+        if kn.ndim != 4 or kn.shape != (b, s_new, hkv, d) or vn.shape != (b, s_new, hkv, dv) or \
                 kn.dtype != q.dtype or vn.dtype != q.dtype:
             raise ValueError(f"k, v: expected [batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}] "
-                             f"in {q.dtype}, got {kn.shape} {kn.dtype} / {vn.shape} {vn.dtype}")
+                             f"and [..., head_dim_v={dv}] in {q.dtype}, got {kn.shape} {kn.dtype} / "
+                             f"{vn.shape} {vn.dtype}")
+        if dv < d:
+            raise ValueError(f"v: appending new values with head_dim_v {dv} < head_dim {d} is not "
+                             f"emulated: FA3's AppendKV writes {d} values per V row, past the row's "
+                             f"{dv}, zeroing the cache's next values (measured on the H200)")
         if cache_seqlens is None:
             raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
                              "('If k_new is supplied, seqlens_k must also be passed in')")
@@ -494,11 +520,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if np.any(left < 0) or np.any(left > seqlens):
         raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
     check_head_dim(d, fmt)
+    check_head_dim_v(d, dv, fmt)
     varlen = cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k given
-    is_causal, is_local, disp = _kernel_flags(fmt, d, causal, window_size, sq, s_cache, softcap)
+    is_causal, is_local, (tile_m, tile_n) = _kernel_flags(fmt, d, dv, causal, window_size, sq,
+                                                          s_cache, softcap)
     static = 1 if splits_arg == 1 else _static_splits(
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq, seqlen_k=s_cache,
-        head_dim=d, causal=is_causal, local=is_local, softcap=softcap > 0, varlen=varlen,
+        head_dim=d, head_dim_v=dv, causal=is_causal,
+        local=is_local, softcap=softcap > 0, varlen=varlen,
         num_sms=_need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
     _check_pack_gqa(pack_gqa, static > 1, varlen, h, hkv)
     descales = _check_descales({n: _np(x, n)[0] for n, x in (
@@ -514,10 +543,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             kc[rows[bi], at], vc[rows[bi], at] = kn[bi], vn[bi]
     # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
     splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
-        np.full(b, sq), seqlens, kblock_m=disp.kblock_m, kblock_n=disp.kblock_n, heads=h,
+        np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
         heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
         seqlens_k_new=np.full(b, s_new))
-    out = np.zeros((b, sq, h, d), dtype=_out_dtype(q.dtype))
+    out = np.zeros((b, sq, h, dv), dtype=_out_dtype(q.dtype))
     # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
     lse = np.full((b, h, sq), np.inf if s_cache == 0 else -np.inf, dtype=np.float32)
     for bi in range(b):
@@ -538,7 +567,9 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
 
     Args:
         out_partial: float32 [num_splits, batch, seqlen, heads, head_dim];
-        lse_partial: float32 [num_splits, batch, seqlen, heads] (``mha_combine``'s layouts).
+        lse_partial: float32 [num_splits, batch, seqlen, heads] (``mha_combine``'s layouts;
+            FA3 also needs the LSE's memory contiguous along seqlen, as the Split kernel writes
+            it: NumPy arrays of any memory layout are accepted here).
         out: must be None (results are returned, not written in place).
         out_dtype: float32 (FA3's default: the partials' dtype), bfloat16 or float16.
     Returns:

@@ -20,7 +20,7 @@ from ..numerics import convert, fmul
 from ..numerics.mufu import tanh
 from ..trace import Trace
 from .constants import MAX_OFFSET, host_constants
-from .dispatch import Dispatch, check_head_dim, fa3_dispatch, should_pack_gqa
+from .dispatch import Dispatch, check_head_dim, check_head_dim_v, fa3_dispatch, should_pack_gqa
 from .masks import allowed, block_range, fa3_window, kernel_flags, masking_steps, normalize_window
 from .softmax import Softmax, rescale_o
 
@@ -33,7 +33,7 @@ _NEG_INF = np.float32(-np.inf)
 
 @dataclass
 class ForwardResult:
-    """Output of :func:`forward`: ``out`` [B, Sq, H, d], ``lse`` [B, H, Sq] float32 (natural log),
+    """Output of :func:`forward`: ``out`` [B, Sq, H, head_dim_v], ``lse`` [B, H, Sq] float32 (natural log),
     ``trace`` (a :class:`simulator.trace.Trace` or None). Unpacks as ``out, lse = result``."""
 
     out: np.ndarray
@@ -75,6 +75,15 @@ class Config:
     max_seqlen_k: int = 0
     #: PackGQA: the query heads of a kv head share tiles (rows ``position * g + head``)
     pack_gqa: bool = False
+    #: V's head dim and the compiled kHeadDimV (0: the same as head_dim / kernel_head_dim)
+    head_dim_v: int = 0
+    kernel_head_dim_v: int = 0
+
+    def __post_init__(self):
+        if not self.head_dim_v:
+            object.__setattr__(self, "head_dim_v", self.head_dim)
+        if not self.kernel_head_dim_v:
+            object.__setattr__(self, "kernel_head_dim_v", self.kernel_head_dim)
 
     @property
     def qhead_per_khead(self) -> int:
@@ -148,12 +157,14 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         raise ValueError(f"q, k, v: dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
     fmt = DTYPES[q.dtype]
     b, sq, h, d = q.shape
-    if k.shape != v.shape:
-        raise ValueError(f"k, v: shapes differ ({k.shape} vs {v.shape})")
     bk, sk, hkv, dk = k.shape
     if bk != b or dk != d:
         raise ValueError(f"k: expected [batch={b}, seqlen_k, heads_kv, head_dim={d}], got {k.shape}")
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"k, v: expected the same [batch, seqlen_k, heads_kv], got {k.shape} "
+                         f"and {v.shape}")
     check_head_dim(d, fmt)
+    check_head_dim_v(d, v.shape[3], fmt)
     if hkv < 1 or h % hkv:
         raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
     if b < 1 or sq < 1 or h < 1:
@@ -166,7 +177,8 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
     max_k = _launch_max("max_seqlen_k", max_seqlen_k, sk)
     win = fa3_window(normalize_window(bool(causal), window), max_q, max_k)
     is_causal, is_local = kernel_flags(win)
-    disp = fa3_dispatch(fmt, d, max_q, causal=is_causal, local=is_local, softcap=_softcap_on(softcap))
+    disp = fa3_dispatch(fmt, d, max_q, causal=is_causal, local=is_local, softcap=_softcap_on(softcap),
+                        head_dim_v=v.shape[3])
     kblock_m = disp.kblock_m if kblock_m is None else kblock_m
     kblock_n = disp.kblock_n if kblock_n is None else kblock_n
     schedule = disp.schedule if schedule is None else schedule
@@ -199,7 +211,8 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
                   _descale("k_descale", k_descale, fmt, b, hkv),
                   _descale("v_descale", v_descale, fmt, b, hkv), disp,
                   _splits(num_splits, b), max_q, max_k,
-                  _pack_gqa(pack_gqa, num_splits, h, hkv, max_q, kblock_m))
+                  _pack_gqa(pack_gqa, num_splits, h, hkv, max_q, kblock_m),
+                  disp.head_dim_v, disp.kernel_head_dim_v)
 
 
 def _pack_gqa(pack_gqa, num_splits, heads: int, heads_kv: int, seqlen_q: int, kblock_m: int) -> bool:
@@ -259,10 +272,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     against (``simulator/data/device/fa3_library_report.json``).
 
     Args:
-        q: [batch, seqlen_q, heads, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim];
-            dtype ml_dtypes.bfloat16, numpy.float16 or ml_dtypes.float8_e4m3fn (all the same);
-            head_dim a multiple of 8 (16 for e4m3) up to 256, run as FA3's kernel head dim
-            (64, 96, 128, 192 or 256) with zero columns; heads_kv divides heads (GQA).
+        q: [batch, seqlen_q, heads, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim];
+            v: [batch, seqlen_k, heads_kv, head_dim_v]; dtype ml_dtypes.bfloat16,
+            numpy.float16 or ml_dtypes.float8_e4m3fn (all the same); head_dim a multiple of 8
+            (16 for e4m3) up to 256, run as FA3's kernel head dim (64, 96, 128, 192 or 256)
+            with zero columns; heads_kv divides heads (GQA). head_dim_v is head_dim, or a pair
+            FA3 compiles a kernel for (Q/K in (128, 192] with V in (96, 128], or Q/K <= 64
+            with V <= 512; :func:`simulator.flash.dispatch.check_head_dim_v`).
         softmax_scale: default 1/sqrt(head_dim) (the input's head dim).
         causal: bottom-right aligned causal mask (window right = 0); with seqlen_q == 1 it is
             the same as non-causal, and FA3 dispatches it so.
@@ -287,10 +303,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             ``position * g + head_in_group``); with causal or local masks and with splits this
             changes which K/V blocks (and split boundaries) a row's tile has, hence bits.
     Returns:
-        :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim] in the input dtype
+        :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim_v] in the input dtype
         (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
         for rows that see no key; ``trace`` when requested. With ``num_splits``: ``out``
-        float32 [splits, batch, seqlen_q, heads, head_dim] (each split's O, normalised by its
+        float32 [splits, batch, seqlen_q, heads, head_dim_v] (each split's O, normalised by its
         own row sum, not rounded) and ``lse`` [splits, batch, heads, seqlen_q]; a split that
         a batch does not have, or that sees no key, holds O = 0 and LSE = -inf.
     Raises:
@@ -306,10 +322,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
         raise ValueError("trace: not recorded for split or PackGQA launches; trace with "
                          "num_splits=None and pack_gqa=False")
+    if trace is not None and cfg.kernel_head_dim_v > 256:
+        raise ValueError(f"trace: not recorded for a V head dim over 256 (kernel "
+                         f"{cfg.kernel_head_dim_v}: O spans two m64n256 accumulators)")
     wanted = None if trace is None else validate_trace(trace, cfg)
     record = Trace() if wanted is not None else None
     lead = () if cfg.splits is None else (int(cfg.splits.max()),)
-    out = np.zeros(lead + (cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim),
+    out = np.zeros(lead + (cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim_v),
                    dtype=cfg.out_dtype if cfg.splits is None else np.float32)
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
     qp, kp, vp = _padded_inputs(cfg, q, k, v)
@@ -352,9 +371,9 @@ def _padded_inputs(cfg: Config, q, k, v):
     qp = np.zeros((cfg.batch, m_blocks * cfg.kblock_m, cfg.heads, kd), dtype=q.dtype)
     qp[:, : cfg.seqlen_q, :, :d] = q
     kp = np.zeros((cfg.batch, n_pad, cfg.heads_kv, kd), dtype=k.dtype)
-    vp = np.zeros_like(kp)
+    vp = np.zeros((cfg.batch, n_pad, cfg.heads_kv, cfg.kernel_head_dim_v), dtype=v.dtype)
     kp[:, : cfg.seqlen_k, :, :d] = k
-    vp[:, : cfg.seqlen_k, :, :d] = v
+    vp[:, : cfg.seqlen_k, :, : cfg.head_dim_v] = v
     absent = np.arange(n_pad)[None, :] >= cfg.seqlens_k[:, None]  # [batch, keys]
     kp[absent] = 0
     vp[absent] = 0
@@ -395,7 +414,7 @@ def _split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int,
 def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record):
     n_min, n_max = n_range
     b = ctas[:, 0]
-    W, N, d = cfg.kblock_m // 64, cfg.kblock_n, cfg.kernel_head_dim
+    W, N, d, dv = cfg.kblock_m // 64, cfg.kblock_n, cfg.kernel_head_dim, cfg.kernel_head_dim_v
     rows, heads, hkv = _tile_rows(cfg, ctas)                      # positions, heads: [G, kBlockM]
     if n_max <= n_min:  # nothing to attend: O = 0, LSE = -inf (already in place)
         return
@@ -405,12 +424,13 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
                    MAX_OFFSET[cfg.fmt], cfg.arch)
     view = rowcol_view(f"m64n{N}k16")
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
-    acc_layout_o = accumulator_layout(f"m64n{d}k16")
+    acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
     tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
     qk = f"wgmma.m64n{N}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}"
-    pv = f"wgmma.m64n{d}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}"
+    # a V head dim over 256 runs as m64n256 instructions side by side (columns are independent)
+    pv = f"wgmma.m64n{min(dv, 256)}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}"
     grow = rows.reshape(len(ctas), W, 64)                                          # global rows
-    acc_o = np.zeros((len(ctas), W, 64, d), dtype=np.float32)
+    acc_o = np.zeros((len(ctas), W, 64, dv), dtype=np.float32)
     pending = None  # (P, V, scores_scale) of the previous block, for the overlapped schedule
     prev_scale = None
     for step, n in enumerate(range(n_max - 1, n_min - 1, -1)):
@@ -492,7 +512,13 @@ def _rescale(tracer, n, acc_o, scale_rows):
 
 
 def _pv(tracer, n, acc_o, p_cvt, vt, instruction):
-    acc_o = mma.gemm(p_cvt, vt[:, None], acc_o, instruction=instruction)
+    width = acc_o.shape[-1]
+    if width <= 256:
+        acc_o = mma.gemm(p_cvt, vt[:, None], acc_o, instruction=instruction)
+    else:
+        acc_o = np.concatenate([mma.gemm(p_cvt, vt[:, None, :, c: c + 256], acc_o[..., c: c + 256],
+                                         instruction=instruction) for c in range(0, width, 256)],
+                               axis=-1)
     tracer.frag("pv_gemm", n, acc_o=acc_o)
     return acc_o
 
@@ -514,7 +540,7 @@ def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse):
     b = ctas[:, 0]
     valid = rows < cfg.seqlen_q                                                     # [G, kBlockM]
     gi, ri = np.nonzero(valid)
-    o = acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim)[..., : cfg.head_dim]
+    o = acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim_v)[..., : cfg.head_dim_v]
     lse_rows = lse_rows.reshape(len(ctas), cfg.kblock_m)
     if cfg.splits is None:
         o = convert(o, {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16"}[cfg.out_dtype])

@@ -63,7 +63,8 @@ def _cast(x: np.ndarray, fmt: str) -> np.ndarray:
 
 def attention_inputs(seed: int, *, batch: int, seqlen_q: int, seqlen_k: int, heads: int,
                      heads_kv: int, head_dim: int, dtype: str, q_std: float = 1.5,
-                     k_std: float = 1.5, v_std: float = 1.0, descales: bool = False) -> dict:
+                     k_std: float = 1.5, v_std: float = 1.0, descales: bool = False,
+                     head_dim_v: int | None = None) -> dict:
     """q, k, v (and FP8 descales) for one forward call, from ``seed``.
 
     Args:
@@ -74,9 +75,12 @@ def attention_inputs(seed: int, *, batch: int, seqlen_q: int, seqlen_k: int, hea
         q_std, k_std, v_std: standard deviations of the normal-ish values before the cast.
         descales: also draw ``q_descale``, ``k_descale``, ``v_descale`` (float32
             [batch, heads_kv], in [0.5, 2)); otherwise they are None.
+        head_dim_v: V's head dim (default head_dim); when it differs, V is drawn after
+            everything else, so the other arrays are those of the same call without it.
     Returns:
         dict with ``q`` [batch, seqlen_q, heads, head_dim], ``k``, ``v``
-        [batch, seqlen_k, heads_kv, head_dim] in ``dtype``, and the three descales.
+        [batch, seqlen_k, heads_kv, head_dim] (v: head_dim_v) in ``dtype``, and the three
+        descales.
     Raises:
         ValueError: unknown dtype, a non-positive size, or heads_kv not dividing heads.
     """
@@ -99,4 +103,8 @@ def attention_inputs(seed: int, *, batch: int, seqlen_q: int, seqlen_k: int, hea
     if descales:
         for name in ("q_descale", "k_descale", "v_descale"):
             out[name] = (0.5 + 1.5 * st.uniform((batch, heads_kv))).astype(np.float32)
+    if head_dim_v is not None and head_dim_v != head_dim:
+        if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, (int, np.integer)) or head_dim_v < 1:
+            raise ValueError(f"head_dim_v: expected a positive int, got {head_dim_v!r}")
+        out["v"] = _cast(st.normalish((batch, seqlen_k, heads_kv, head_dim_v), v_std), dtype)
     return out

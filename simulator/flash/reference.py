@@ -22,7 +22,7 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
     Args: as :func:`simulator.flash.forward`; ``kblock_m``, ``kblock_n``, ``schedule`` and
         ``arch`` are validated the same way but do not change the exact result.
     Returns:
-        ``(out, lse)``: float64 [batch, seqlen_q, heads, head_dim] and [batch, heads, seqlen_q]
+        ``(out, lse)``: float64 [batch, seqlen_q, heads, head_dim_v] and [batch, heads, seqlen_q]
         (natural log); rows that see no key give 0 and -inf; rows with a NaN among their visible
         scores give NaN in both (exact math; the kernel gives NaN O but LSE -inf there). Keys at
         or after ``seqlens_k[b]`` are absent: their values (even NaN) do not matter. Query rows
@@ -42,7 +42,7 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
     descale_qk = (cfg.q_descale.astype(np.float64) * cfg.k_descale)[:, kvh]   # [B, H]
     descale_v = cfg.v_descale.astype(np.float64)[:, kvh]
     scale = float(cfg.consts["softmax_scale"])
-    out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim))
+    out = np.zeros((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim_v))
     lse = np.full((cfg.batch, cfg.heads, cfg.seqlen_q), -np.inf)
     if cfg.seqlen_k == 0:
         return out, lse

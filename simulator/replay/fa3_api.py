@@ -43,10 +43,14 @@ def load() -> tuple[dict, dict]:
 
 def label(case: dict) -> str:
     """Short text for a call."""
+    if case["api"] == "combine":
+        return (f"combine b{case['batch']} sq{case['seqlen_q']} h{case['heads']} "
+                f"dv{case['head_dim_v']} splits {case['num_splits']} -> {case['out_dtype']}")
     extra = {"kvcache": f"cache {case.get('seqlen_cache')} new {case.get('seqlen_new')}",
              "varlen": f"seqlens_q {case.get('seqlens_q')}", "func": f"sk {case.get('seqlen_k')}"}
+    dv = f"/{case['head_dim_v']}" if "head_dim_v" in case else ""
     return (f"{case['api']} {case['dtype']} b{case['batch']} h{case['heads']}/{case['heads_kv']} "
-            f"d{case['head_dim']} splits {case['num_splits']} {extra[case['api']]}"
+            f"d{case['head_dim']}{dv} splits {case['num_splits']} {extra[case['api']]}"
             + (" causal" if case["causal"] else ""))
 
 
