@@ -43,6 +43,9 @@ class FusedDotAdd:
             ``k_chunk``): step s sums the products at positions ``k_steps[s]`` with the previous
             step's float32 result as its accumulator. FP8 mma.sync m16n8k32 on sm_90 is two
             steps, k % 4 in {0, 1} then k % 4 in {2, 3} (docs/mma.md).
+        operand_bits: significant bits of every operand value (bf16 8, f16 11, e4m3 4,
+            e5m2 3; 0 = unknown). When known, :mod:`simulator.mma.fast` computes the same
+            arithmetic with BLAS for the outputs whose terms lose no bit to the alignment.
     """
 
     frac_bits: int = 25
@@ -55,6 +58,7 @@ class FusedDotAdd:
     k_chunk: int = 0
     c_round: str = "rn"
     k_steps: tuple[tuple[int, ...], ...] = ()
+    operand_bits: int = 0
 
 
 def _floor_log2(x: np.ndarray) -> np.ndarray:
@@ -147,6 +151,10 @@ def _k_steps(p: FusedDotAdd, k: int) -> list:
 
 
 def _one_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+    from . import fast  # BLAS for the clean outputs; it calls back into this module's model
+
+    if fast.supports(p):
+        return fast.fused_step(a, b, c, p)
     if p.product_exponent == "sum" and p.subnormal_inputs == "keep":
         return _fused_step_fast(a, b, c, p)
     return _fused_step(a, b, c, p)

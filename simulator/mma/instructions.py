@@ -31,8 +31,12 @@ _FP8_MMA_SYNC = dict(frac_bits=25, out_bits=24, out_round="rz", product_exponent
 # the FP8 mma.sync steps behave as f16 ones: operand exponents floored at f16's emin
 _EMIN_MMA_SYNC_FP8 = -14
 
+# significant bits of the operand values (hidden bit included): the fast path's clean test
+OPERAND_BITS = {"bf16": 8, "f16": 11, "e4m3": 4, "e5m2": 3}
+
 PARAMS: dict[tuple[str, str], FusedDotAdd] = {
-    (kind, fmt): FusedDotAdd(emin=_EMIN_MMA_SYNC_FP8 if cfg is _FP8_MMA_SYNC else EMIN[fmt], **cfg)
+    (kind, fmt): FusedDotAdd(emin=_EMIN_MMA_SYNC_FP8 if cfg is _FP8_MMA_SYNC else EMIN[fmt],
+                             operand_bits=OPERAND_BITS[fmt], **cfg)
     for kind in ("mma_sync", "wgmma")
     for fmt, cfg in (("bf16", _HALF), ("f16", _HALF),
                      ("e4m3", _FP8_WGMMA if kind == "wgmma" else _FP8_MMA_SYNC),

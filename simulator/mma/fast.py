@@ -1,0 +1,230 @@
+"""The fused dot-add of :mod:`simulator.mma.fused`, computed with BLAS where that is exact.
+
+The model (``fused.py``) aligns every term of an output (the K products and C) to the output's
+largest exponent ``E`` and truncates it to a multiple of ``q = 2^(E - F)`` (``F`` =
+``frac_bits``). A product of two ``p``-bit operands is a multiple of ``2^(ea + eb - 2(p - 1))``,
+so it loses no bit to that truncation when ``ea + eb >= E - L`` with ``L = F - 2(p - 1)``
+(bf16: 11, f16: 5, e4m3: 7, e5m2: 9); a float32 C with exponent ``ec`` and 24 significant bits
+loses none when ``E - ec <= F - 23``. For an output whose terms are all *clean* that way the
+fixed-point sum is the exact sum, a multiple of ``2^(E - F)`` below ``2^(E + 8)`` in magnitude:
+it has at most ``F + 8 <= 33`` significant bits, so every partial sum of it is exact in
+float64 and a float64 BLAS product plus C gives it bit for bit, in any summation order.
+
+Which outputs are clean is decided exactly with two more BLAS products of powers of two: with
+weights ``2^(S e)`` (``S = 2 ceil(log2 K) + 1``), ``sum_k 2^(S ea_k) 2^(S eb_k)`` lies in
+``[2^(S maxE), K 2^(S maxE)]``, so its binary exponent bounds ``S maxE`` from above to within
+``log2 K``; the weights ``2^(-S e)`` bound ``-S minE`` the same way. Weights are taken
+relative to per-row offsets and clipped into float64's normal range, which can only raise the
+sums: a clipped output at worst counts as not clean. Every other output (typically 5-20% in
+FlashAttention's GEMMs) goes through the per-term model of ``fused.py`` on its own, gathered
+into contiguous [outputs, K] arrays. The result equals ``fused._fused_step_fast`` bit for bit
+(``tests/test_mma_fast.py`` checks it on every recorded probe tile and on forward GEMMs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fused import FusedDotAdd, _all_products_neg_zero, _canonical_nan, _fix_special, _rz_to_float32
+from .fused import round_to_float32 as _round_reference
+
+_CLIP = 500                  # |binary exponent| of one weight at most: products stay normal
+_EXACT_MAX = -480            # a weight sum at least 2^this has its largest term unclipped
+_NO_EXP = -(1 << 20)         # exponent of a zero or non-finite operand (two still fit int32)
+_BIG = 1 << 24
+_OUTPUTS_PER_TILE = 1 << 16  # the tile's float64 working arrays stay in the L2 cache
+
+
+def supports(p: FusedDotAdd) -> bool:
+    """Whether :func:`fused_step` applies to ``p``: the ``"sum"`` exponent rule with subnormal
+    operands kept, and the operands' significand width known (``p.operand_bits``) and narrow
+    enough that a clean product fits the window."""
+    return (p.product_exponent == "sum" and p.subnormal_inputs == "keep" and p.operand_bits > 0
+            and p.frac_bits - 2 * (p.operand_bits - 1) >= 0 and p.out_bits <= 24)
+
+
+def weight_base(k: int) -> int:
+    """S = 2 ceil(log2 K) + 1: the binary exponents of two weight sums over K terms then bound
+    S (maxE - minE) to within S - 1, so the clean test is exact up to clipping."""
+    return 2 * max(1, (k - 1).bit_length()) + 1
+
+
+def fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+    """One fused dot-add step, ``d = fused(a @ b + c)``, bit-identical to the per-term model.
+
+    Args:
+        a: float64 [..., M, K] exact operand values, each with at most ``p.operand_bits``
+            significant bits (as decoded from bf16 / f16 / e4m3 / e5m2).
+        b: float64 [..., K, N], same format; leading axes of a, b, c broadcast.
+        c: float32 [..., M, N] accumulator.
+        p: parameters for which :func:`supports` holds.
+    Returns:
+        float32 [..., M, N]; NaN results canonical (0x7fffffff).
+    Source:
+        the arithmetic of :func:`simulator.mma.fused.fused_dot_add` (H200 probes,
+        ``simulator/data/device/mma_*``); only the evaluation order differs.
+    """
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], np.shape(c)[:-2])
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    rows = int(np.prod(lead, dtype=np.int64))
+    if rows * m * n == 0:
+        return np.zeros(lead + (m, n), dtype=np.float32)
+    a3 = np.ascontiguousarray(np.broadcast_to(a, lead + (m, k)).reshape(rows, m, k))
+    b3 = np.ascontiguousarray(np.broadcast_to(b, lead + (k, n)).reshape(rows, k, n))
+    c3 = np.ascontiguousarray(np.broadcast_to(np.asarray(c, dtype=np.float32), lead + (m, n))
+                              .reshape(rows, m, n))
+    fin_a, fin_b = np.isfinite(a3), np.isfinite(b3)
+    ops_fin = bool(fin_a.all() and fin_b.all())
+    a0 = a3 if ops_fin else np.where(fin_a, a3, 0.0)
+    b0 = b3 if ops_fin else np.where(fin_b, b3, 0.0)
+    ea, eb = _exponents(a0, p.emin), _exponents(b0, p.emin)
+    total = np.empty((rows, m, n), dtype=np.float64)
+    step = max(1, _OUTPUTS_PER_TILE // (m * n))
+    s = weight_base(k)
+    for r0 in range(0, rows, step):  # cache-sized tiles of whole batch entries
+        sl = slice(r0, min(rows, r0 + step))
+        _tile(a0[sl], b0[sl], ea[sl], eb[sl], c3[sl], p, s, total[sl])
+    d = _rz(total, p.out_bits) if p.out_round == "rz" else _round_reference(total, p.out_round, p.out_bits)
+    if ops_fin and np.isfinite(c3).all():
+        d = _signed_zeros(d, total, a0, b0, c3)
+    else:
+        zero = total == 0
+        d[zero] = 0.0  # the fixed-point sum's zero is +0; _fix_special applies the IEEE rules
+        d = _fix_special(d, np.where(zero, 0.0, total), a3, b3, c3, fin_a, fin_b)
+    return _canonical_nan(d).reshape(lead + (m, n))
+
+
+def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
+    """max(floor(log2|x|), emin) as int32 from the float64 bits (x holds narrow-format values,
+    all normal in float64); zeros get _NO_EXP."""
+    e = ((x.view(np.uint64) >> np.uint64(52)) & np.uint64(0x7FF)).astype(np.int32) - 1023
+    np.maximum(e, emin, out=e)
+    e[x == 0] = _NO_EXP
+    return e
+
+
+def _weights(e: np.ndarray, offset: np.ndarray, s: int) -> np.ndarray:
+    """2^(s (e - offset)) clipped to [2^-_CLIP, 2^_CLIP] (clipping only raises small weights:
+    the offsets keep every unclipped one at most 1); 0 where e is _NO_EXP."""
+    w = np.clip(s * (e - offset), -_CLIP, _CLIP).astype(np.int64)
+    w += 1023
+    w <<= 52
+    w = w.view(np.float64)
+    w[e == _NO_EXP] = 0.0
+    return w
+
+
+def _offsets(e: np.ndarray, axis: int):
+    """Largest and smallest live exponent along ``axis`` (kept as a length-1 axis; 0 where
+    there is none)."""
+    live = e != _NO_EXP
+    hi = np.where(live, e, -_BIG).max(axis=axis, keepdims=True)
+    lo = np.where(live, e, _BIG).min(axis=axis, keepdims=True)
+    hi[hi == -_BIG] = 0
+    lo[lo == _BIG] = 0
+    return hi, lo
+
+
+def _tile(a, b, ea, eb, c, p: FusedDotAdd, s: int, out: np.ndarray) -> None:
+    """Exact fixed-point sums of one tile into ``out`` (float64 [R, M, N]): a [R, M, K],
+    b [R, K, N] finite (non-finite read as 0), ea / eb their int32 exponents, c float32
+    [R, M, N]; ``s`` the weight base."""
+    big_l = p.frac_bits - 2 * (p.operand_bits - 1)
+    amax, amin = _offsets(ea, 2)                                             # [R, M, 1]
+    bmax, bmin = _offsets(eb, 1)                                             # [R, 1, N]
+    wp = np.matmul(_weights(ea, amax, s), _weights(eb, bmax, s))
+    wq = np.matmul(_weights(ea, amin, -s), _weights(eb, bmin, -s))
+    # Binary exponents, biased by 1023, from the weight sums' high 16-bit words (sums >= 0).
+    # In int16 (every value below stays within +-12,000):
+    #   hp = up + s (amax + bmax) >= 1023 + s maxE   (to within log2 K)
+    #   hq = uq - s (amin + bmin) >= 1023 - s minE   (to within log2 K)
+    hp = wp.view(np.int16)[..., 3::4] >> 4
+    hp += (s * amax).astype(np.int16)
+    hp += (s * bmax).astype(np.int16)
+    hq = wq.view(np.int16)[..., 3::4] >> 4
+    hq -= (s * amin).astype(np.int16)
+    hq -= (s * bmin).astype(np.int16)
+    lim = s * big_l + s - 1  # s (maxE - minE) <= s L + s - 1 decides maxE - minE <= L exactly
+    clean = (hp + hq) <= lim + 2 * 1023
+    # a normal C of w significant bits is a multiple of 2^(ec - w + 1): inside the window when
+    # ec - minE <= L (C pushes no product out) and ec - w + 1 >= E - F, that is F >= w - 1 and
+    # maxE - ec <= F - w + 1. w is 24, or out_bits when C's low bits are zero (the previous
+    # k-step's result in a chained GEMM).
+    c_zero = c == 0
+    w = 24 if p.frac_bits >= 23 else p.out_bits
+    if p.frac_bits >= w - 1:
+        ecb = (c.view(np.int16)[..., 1::2] >> 7) & 0xFF                    # biased exponent of C
+        sec = ecb * np.int16(s)                                             # s (ec + 127)
+        c_ok = (sec + hq) <= lim + 1023 + 127 * s
+        c_ok &= (hp - sec) <= s * (p.frac_bits - w + 1) + s - 1 + 1023 - 127 * s
+        c_ok &= ecb > 0
+        if w < 24:
+            c_ok &= (c.view(np.int32) & ((1 << (24 - w)) - 1)) == 0
+        c_zero |= c_ok
+    clean &= c_zero
+    np.matmul(a, b, out=out)
+    out += c  # exact for clean outputs: every partial sum is a float64 value
+    dirty = np.flatnonzero(~clean)
+    if dirty.size:
+        out.reshape(-1)[dirty] = _dirty(a, b, ea, eb, c, dirty, wp, hp, s, p.frac_bits)
+
+
+def _dirty(a, b, ea, eb, c, f, wp, hp, s: int, frac_bits: int) -> np.ndarray:
+    """Fixed-point sums of the outputs at flat indices ``f`` of the tile by the per-term model
+    (the arithmetic of fused._tile_sum), each output's K operand pairs gathered into a row."""
+    rows, m, k = a.shape
+    n = b.shape[-1]
+    rm, j = np.divmod(f, n)                              # row of A (flat over R, M), column
+    rn = (np.arange(rows * m) // m * n)[rm] + j          # column of B (flat over R, N)
+    # the largest product exponent: (hp - 1023) is s maxE + [0, log2 K] when the weight sum's
+    # largest term was not clipped, which holds when the sum is at least 2^_EXACT_MAX
+    max_e = (hp.reshape(-1)[f].astype(np.int64) - 1023) // s
+    slow = np.flatnonzero(wp.reshape(-1)[f] < 2.0**_EXACT_MAX)
+    bt = np.swapaxes(b, 1, 2).reshape(rows * n, k)
+    if slow.size:  # no nonzero product, or a clipped one: from the exponents themselves
+        ebt = np.swapaxes(eb, 1, 2).reshape(rows * n, k)
+        e = np.take(ea.reshape(rows * m, k), rm[slow], axis=0) + np.take(ebt, rn[slow], axis=0)
+        max_e[slow] = e.max(axis=1)
+    c64 = c.reshape(-1)[f].astype(np.float64)
+    c_ok = (c64 != 0) & np.isfinite(c64)
+    ec = np.frexp(np.where(c_ok, c64, 1.0))[1] - 1
+    big_e = np.where(c_ok, np.maximum(max_e, ec), max_e)
+    big_e[big_e < _NO_EXP // 2] = 0  # no nonzero finite term: any scale works
+    scale = ((frac_bits + 1023 - big_e) << 52).view(np.float64)
+    t = np.take(a.reshape(rows * m, k), rm, axis=0)                         # [S, K]
+    t *= np.take(bt, rn, axis=0)                                            # exact products
+    t *= scale[:, None]
+    np.trunc(t, out=t)
+    total = np.trunc(np.where(c_ok, c64, 0.0) * scale)
+    total += t @ np.ones(k)  # integers below 2^40: exact in any order
+    total /= scale
+    return total
+
+
+def _rz(x: np.ndarray, bits: int) -> np.ndarray:
+    """round_to_float32(x, "rz", bits) for finite-or-not x whose non-finite outputs are
+    replaced later: bits cleared in float64, then an exact cast; results at or below 2^-126
+    (where float32's quantum applies, zeros included) recomputed by the reference."""
+    keep = np.uint64(~((1 << (53 - bits)) - 1) & 0xFFFFFFFFFFFFFFFF)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = (x.view(np.uint64) & keep).view(np.float64).astype(np.float32)
+    small = np.flatnonzero((r.view(np.int32) & 0x7FFFFFFF) <= 0x00800000)
+    if small.size:
+        r.reshape(-1)[small] = _rz_to_float32(x.reshape(-1)[small], bits)
+    return r
+
+
+def _signed_zeros(d, total, a, b, c):
+    """An exact zero sum is +0, or -0 when C is -0 and every product is -0 (IEEE sums of
+    signed zeros, as fused._fix_special); a BLAS sum of zeros may carry either sign."""
+    zero = np.flatnonzero(total == 0)
+    if not zero.size:
+        return d
+    flat = d.reshape(-1)
+    flat[zero] = 0.0
+    cand = zero[c.reshape(-1)[zero].view(np.uint32) == 0x80000000]
+    if cand.size:
+        neg = _all_products_neg_zero(a, b).reshape(-1)[cand]
+        flat[cand[neg]] = -0.0
+    return d

@@ -1,0 +1,109 @@
+"""The BLAS-backed fused dot-add (simulator.mma.fast) against the per-term model and the H200.
+
+Every recorded probe block goes through the shipped path (the fast one) and must give the
+device's digest; on a sample of blocks and on forward GEMMs the fast path must equal the
+per-term model bit for bit; a deliberately wrong clean test must be caught.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from simulator import flash, mma
+from simulator.device import mma_evidence as ev
+from simulator.device.numerics_evidence import digest
+from simulator.mma import fast, fused
+from simulator.mma.cases import mma_block
+from simulator.mma.probes import PROBES, decode, emulate_probe
+
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return ev.load_recorded()
+
+
+def test_every_family_takes_the_fast_path():
+    assert all(fast.supports(p) for p in mma.PARAMS.values())
+    assert not fast.supports(fused.FusedDotAdd())  # operand width unknown: per-term path only
+
+
+@pytest.mark.parametrize("name", list(PROBES))
+def test_fast_path_gives_the_device_bits_on_every_recorded_block(recorded, name):
+    """All 40 recorded blocks of every probed instruction (10,485,760 outputs each)."""
+    report, digests = recorded
+    kind, m, n, k, fmt = PROBES[name]
+    tiles = ev.tiles_per_block(name, report)
+    params = mma.PARAMS[(kind, fmt)]
+    bad = [blk for blk in range(report[name]["blocks"])
+           if digest(emulate_probe(name, *mma_block(fmt, m, n, k, blk, tiles), params))
+           != digests[name][blk].tobytes()]
+    assert bad == []
+
+
+def _steps(p, a, b, c):
+    """(a, b, c) of every fused step of fused_dot_add, c of each step from the reference."""
+    if not p.c_in_sum:
+        c = np.zeros_like(c)
+    for idx in fused._k_steps(p, a.shape[-1]):
+        aa, bb = a[..., idx], b[..., idx, :]
+        yield aa, bb, c
+        c = fused._fused_step_fast(aa, bb, c, p)
+
+
+@pytest.mark.parametrize("name", list(PROBES))
+def test_fast_step_equals_per_term_model(name):
+    kind, m, n, k, fmt = PROBES[name]
+    p = mma.PARAMS[(kind, fmt)]
+    for blk in (0, 7, 39):
+        A, B, C = mma_block(fmt, m, n, k, blk, 256)
+        for a, b, c in _steps(p, decode(A, fmt), decode(B, fmt), C.view(np.float32)):
+            got = fast.fused_step(a, b, c, p)
+            want = fused._fused_step_fast(a, b, c, p)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _per_term_only(monkeypatch):
+    monkeypatch.setattr(fast, "supports", lambda p: False)
+
+
+@pytest.mark.parametrize("dtype,causal", [(BF16, False), (BF16, True), (ml_dtypes.float8_e4m3fn, False),
+                                          (np.float16, True)])
+def test_forward_bits_equal_with_and_without_fast_path(monkeypatch, dtype, causal):
+    rng = np.random.default_rng(3)
+    q = (rng.standard_normal((2, 150, 2, 64)) * 2).astype(dtype)
+    k = rng.standard_normal((2, 300, 1, 64)).astype(dtype)
+    v = rng.standard_normal((2, 300, 1, 64)).astype(dtype)
+    seqlens = np.array([300, 77], np.int32)
+    got = flash.forward(q, k, v, causal=causal, seqlens_k=seqlens)
+    _per_term_only(monkeypatch)
+    want = flash.forward(q, k, v, causal=causal, seqlens_k=seqlens)
+    assert np.array_equal(got.out.view(np.uint8), want.out.view(np.uint8))
+    assert np.array_equal(got.lse.view(np.uint32), want.lse.view(np.uint32))
+
+
+def test_chained_gemm_with_zeros_spread_and_signed_zeros(monkeypatch):
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((3, 64, 64)) * np.exp2(rng.integers(-30, 30, (3, 64, 64))))
+    b = rng.standard_normal((3, 64, 40)) * np.exp2(rng.integers(-20, 5, (3, 64, 40)))
+    a[0, :10] = 0.0
+    a[1, :, 16:32] = -0.0
+    b[2, :, :7] = 0.0
+    c = np.full((3, 64, 40), -0.0, np.float32)
+    c[1] = (rng.standard_normal((64, 40)) * 2.0**-140).astype(np.float32)   # subnormal C
+    A, B = a.astype(np.float32).astype(BF16), b.astype(np.float32).astype(BF16)
+    got = mma.gemm(A, B, c, instruction="wgmma.m64n40k16.f32.bf16.bf16")
+    _per_term_only(monkeypatch)
+    want = mma.gemm(A, B, c, instruction="wgmma.m64n40k16.f32.bf16.bf16")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_wrong_clean_test_is_caught(recorded, monkeypatch):
+    """Calling every output clean (plain float64 BLAS plus C) misses the device's bits."""
+    monkeypatch.setattr(fast, "_dirty", lambda a, b, ea, eb, c, f, *rest: (
+        np.matmul(a, b).reshape(-1)[f] + c.reshape(-1)[f]))
+    rows = ev.check_probe("wgmma_m64n8k16_bf16", *recorded, blocks=1)
+    assert rows[1]["mismatches"] > 0
