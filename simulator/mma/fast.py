@@ -3,22 +3,26 @@
 The model (``fused.py``) aligns every term of an output (the K products and C) to the output's
 largest exponent ``E`` and truncates it to a multiple of ``q = 2^(E - F)`` (``F`` =
 ``frac_bits``). A product of two ``p``-bit operands is a multiple of ``2^(ea + eb - 2(p - 1))``,
-so it loses no bit to that truncation when ``ea + eb >= E - L`` with ``L = F - 2(p - 1)``
-(bf16: 11, f16: 5, e4m3: 7, e5m2: 9); a float32 C with exponent ``ec`` and 24 significant bits
-loses none when ``E - ec <= F - 23``. For an output whose terms are all *clean* that way the
-fixed-point sum is the exact sum, a multiple of ``2^(E - F)`` below ``2^(E + 8)`` in magnitude:
-it has at most ``F + 8 <= 33`` significant bits, so every partial sum of it is exact in
-float64 and a float64 BLAS product plus C gives it bit for bit, in any summation order.
+so it loses no bit to that truncation when ``ea + eb >= E - L`` with ``L = F - 2(p - 1)`` (bf16:
+11, f16: 5, e4m3: 7, e5m2: 9); a normal float32 C with exponent ``ec`` and ``w`` significant
+bits (24, or fewer when its low bits are zero) loses none when ``E - ec <= F - w + 1``, and as
+``E`` it leaves every product clean when each has ``ea + eb >= ec - L``. For an output whose
+terms are all *clean* that way the fixed-point sum is the exact sum, a multiple of ``2^(E - F)``
+below ``2^(E + 8)`` in magnitude: it has at most ``F + 8 <= 33`` significant bits, so every
+partial sum of it is exact in float64 and a float64 BLAS product plus C gives it bit for bit, in
+any summation order.
 
 Which outputs are clean is decided exactly with two more BLAS products of powers of two: with
 weights ``2^(S e)`` (``S = 2 ceil(log2 K) + 1``), ``sum_k 2^(S ea_k) 2^(S eb_k)`` lies in
 ``[2^(S maxE), K 2^(S maxE)]``, so its binary exponent bounds ``S maxE`` from above to within
-``log2 K``; the weights ``2^(-S e)`` bound ``-S minE`` the same way. Weights are taken
-relative to per-row offsets and clipped into float64's normal range, which can only raise the
-sums: a clipped output at worst counts as not clean. Every other output (typically 5-20% in
-FlashAttention's GEMMs) goes through the per-term model of ``fused.py`` on its own, gathered
-into contiguous [outputs, K] arrays. The result equals ``fused._fused_step_fast`` bit for bit
-(``tests/test_mma_fast.py`` checks it on every recorded probe tile and on forward GEMMs).
+``log2 K``; the weights ``2^(-S e)`` bound ``-S minE`` the same way. Weights are taken relative
+to per-row offsets and clipped into float64's normal range, which can only raise the sums: a
+clipped output at worst counts as not clean. Every other output (about 17% of QK^T and 18% of PV
+outputs per k-step in the bf16 forward of ``benchmarks/bench_flash.py``) goes through the
+per-term arithmetic of ``fused._tile_sum`` on its own, its K operand pairs gathered into a
+contiguous row, with ``E`` taken from the same weight sum (exact when it was not clipped). The
+result equals ``fused._fused_step_fast`` bit for bit (``tests/test_mma_fast.py`` checks it on
+every recorded probe tile and on forward GEMMs).
 """
 
 from __future__ import annotations
@@ -78,13 +82,12 @@ def fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> n
     ops_fin = bool(fin_a.all() and fin_b.all())
     a0 = a3 if ops_fin else np.where(fin_a, a3, 0.0)
     b0 = b3 if ops_fin else np.where(fin_b, b3, 0.0)
-    ea, eb = _exponents(a0, p.emin), _exponents(b0, p.emin)
+    ops = _Operands(a0, b0, p)
     total = np.empty((rows, m, n), dtype=np.float64)
     step = max(1, _OUTPUTS_PER_TILE // (m * n))
-    s = weight_base(k)
     for r0 in range(0, rows, step):  # cache-sized tiles of whole batch entries
         sl = slice(r0, min(rows, r0 + step))
-        _tile(a0[sl], b0[sl], ea[sl], eb[sl], c3[sl], p, s, total[sl])
+        _tile(ops, sl, c3[sl], p, total[sl])
     d = _rz(total, p.out_bits) if p.out_round == "rz" else _round_reference(total, p.out_round, p.out_bits)
     if ops_fin and np.isfinite(c3).all():
         d = _signed_zeros(d, total, a0, b0, c3)
@@ -126,25 +129,41 @@ def _offsets(e: np.ndarray, axis: int):
     return hi, lo
 
 
-def _tile(a, b, ea, eb, c, p: FusedDotAdd, s: int, out: np.ndarray) -> None:
-    """Exact fixed-point sums of one tile into ``out`` (float64 [R, M, N]): a [R, M, K],
-    b [R, K, N] finite (non-finite read as 0), ea / eb their int32 exponents, c float32
-    [R, M, N]; ``s`` the weight base."""
+class _Operands:
+    """Per-call operand data: the values, their exponents (int32, _NO_EXP for zeros), the row
+    (A) and column (B) offsets, the exponent weights, B transposed for row gathers."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, p: FusedDotAdd):
+        self.a, self.b = a, b
+        self.s = s = weight_base(a.shape[-1])
+        self.ea, self.eb = _exponents(a, p.emin), _exponents(b, p.emin)
+        amax, amin = _offsets(self.ea, 2)                                    # [R, M, 1]
+        bmax, bmin = _offsets(self.eb, 1)                                    # [R, 1, N]
+        self.wa_p, self.wb_p = _weights(self.ea, amax, s), _weights(self.eb, bmax, s)
+        self.wa_q, self.wb_q = _weights(self.ea, amin, -s), _weights(self.eb, bmin, -s)
+        i16 = np.int16
+        self.sa_max, self.sb_max = (s * amax).astype(i16), (s * bmax).astype(i16)
+        self.sa_min, self.sb_min = (s * amin).astype(i16), (s * bmin).astype(i16)
+        self.bt = np.ascontiguousarray(np.swapaxes(b, 1, 2))                # [R, N, K]
+
+
+def _tile(ops: _Operands, sl: slice, c, p: FusedDotAdd, out: np.ndarray) -> None:
+    """Exact fixed-point sums of the batch entries ``sl`` into ``out`` (float64 [R, M, N]);
+    c float32 [R, M, N]."""
+    s = ops.s
     big_l = p.frac_bits - 2 * (p.operand_bits - 1)
-    amax, amin = _offsets(ea, 2)                                             # [R, M, 1]
-    bmax, bmin = _offsets(eb, 1)                                             # [R, 1, N]
-    wp = np.matmul(_weights(ea, amax, s), _weights(eb, bmax, s))
-    wq = np.matmul(_weights(ea, amin, -s), _weights(eb, bmin, -s))
+    wp = np.matmul(ops.wa_p[sl], ops.wb_p[sl])
+    wq = np.matmul(ops.wa_q[sl], ops.wb_q[sl])
     # Binary exponents, biased by 1023, from the weight sums' high 16-bit words (sums >= 0).
     # In int16 (every value below stays within +-12,000):
     #   hp = up + s (amax + bmax) >= 1023 + s maxE   (to within log2 K)
     #   hq = uq - s (amin + bmin) >= 1023 - s minE   (to within log2 K)
     hp = wp.view(np.int16)[..., 3::4] >> 4
-    hp += (s * amax).astype(np.int16)
-    hp += (s * bmax).astype(np.int16)
+    hp += ops.sa_max[sl]
+    hp += ops.sb_max[sl]
     hq = wq.view(np.int16)[..., 3::4] >> 4
-    hq -= (s * amin).astype(np.int16)
-    hq -= (s * bmin).astype(np.int16)
+    hq -= ops.sa_min[sl]
+    hq -= ops.sb_min[sl]
     lim = s * big_l + s - 1  # s (maxE - minE) <= s L + s - 1 decides maxE - minE <= L exactly
     clean = (hp + hq) <= lim + 2 * 1023
     # a normal C of w significant bits is a multiple of 2^(ec - w + 1): inside the window when
@@ -163,25 +182,26 @@ def _tile(a, b, ea, eb, c, p: FusedDotAdd, s: int, out: np.ndarray) -> None:
             c_ok &= (c.view(np.int32) & ((1 << (24 - w)) - 1)) == 0
         c_zero |= c_ok
     clean &= c_zero
-    np.matmul(a, b, out=out)
+    np.matmul(ops.a[sl], ops.b[sl], out=out)
     out += c  # exact for clean outputs: every partial sum is a float64 value
     dirty = np.flatnonzero(~clean)
     if dirty.size:
-        out.reshape(-1)[dirty] = _dirty(a, b, ea, eb, c, dirty, wp, hp, s, p.frac_bits)
+        out.reshape(-1)[dirty] = _dirty(ops, sl, c, dirty, wp, hp, p.frac_bits)
 
 
-def _dirty(a, b, ea, eb, c, f, wp, hp, s: int, frac_bits: int) -> np.ndarray:
+def _dirty(ops: _Operands, sl: slice, c, f, wp, hp, frac_bits: int) -> np.ndarray:
     """Fixed-point sums of the outputs at flat indices ``f`` of the tile by the per-term model
     (the arithmetic of fused._tile_sum), each output's K operand pairs gathered into a row."""
+    a, bt, ea, eb, s = ops.a[sl], ops.bt[sl], ops.ea[sl], ops.eb[sl], ops.s
     rows, m, k = a.shape
-    n = b.shape[-1]
+    n = bt.shape[1]
     rm, j = np.divmod(f, n)                              # row of A (flat over R, M), column
     rn = (np.arange(rows * m) // m * n)[rm] + j          # column of B (flat over R, N)
     # the largest product exponent: (hp - 1023) is s maxE + [0, log2 K] when the weight sum's
     # largest term was not clipped, which holds when the sum is at least 2^_EXACT_MAX
     max_e = (hp.reshape(-1)[f].astype(np.int64) - 1023) // s
     slow = np.flatnonzero(wp.reshape(-1)[f] < 2.0**_EXACT_MAX)
-    bt = np.swapaxes(b, 1, 2).reshape(rows * n, k)
+    bt = bt.reshape(rows * n, k)
     if slow.size:  # no nonzero product, or a clipped one: from the exponents themselves
         ebt = np.swapaxes(eb, 1, 2).reshape(rows * n, k)
         e = np.take(ea.reshape(rows * m, k), rm[slow], axis=0) + np.take(ebt, rn[slow], axis=0)
@@ -207,8 +227,9 @@ def _rz(x: np.ndarray, bits: int) -> np.ndarray:
     replaced later: bits cleared in float64, then an exact cast; results at or below 2^-126
     (where float32's quantum applies, zeros included) recomputed by the reference."""
     keep = np.uint64(~((1 << (53 - bits)) - 1) & 0xFFFFFFFFFFFFFFFF)
+    cleared = x.view(np.uint64) & keep
     with np.errstate(over="ignore", invalid="ignore"):
-        r = (x.view(np.uint64) & keep).view(np.float64).astype(np.float32)
+        r = cleared.view(np.float64).astype(np.float32)
     small = np.flatnonzero((r.view(np.int32) & 0x7FFFFFFF) <= 0x00800000)
     if small.size:
         r.reshape(-1)[small] = _rz_to_float32(x.reshape(-1)[small], bits)
