@@ -1,9 +1,10 @@
 """``simulator.fa3`` (FA3's Python API) against the real library's calls recorded on the H200.
 
-Recorded by ``python -m simulator.device.fa3_library_record --api`` (fa3-fwd 0.0.3): 200 calls of
+Recorded by ``python -m simulator.device.fa3_library_record --api`` (fa3-fwd 0.0.3): 350 calls of
 ``flash_attn_with_kvcache`` (splits by FA3's heuristic and explicit, appended k / v,
-cache_batch_idx, cache_leftpad, caches up to 16k), ``flash_attn_varlen_func`` and
-``flash_attn_func`` with splits (and the Split kernel's partial outputs).
+cache_batch_idx, cache_leftpad, caches up to 32k), ``flash_attn_varlen_func``,
+``flash_attn_func`` with splits (and the Split kernel's partial outputs), V head dims different
+from Q/K's, and ``flash_attn_combine`` itself.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def test_the_calls_cover_what_serving_stacks_do():
     assert len(cases) >= 200 and len(kv) >= 80
     assert {c["batch"] for c in kv} >= {1, 2, 4, 8, 16, 32, 64}
     assert max(c["seqlen_cache"] for c in kv) >= 16384
-    assert {c["heads"] // c["heads_kv"] for c in cases} >= {1, 2, 4, 8, 16}
+    assert {c["heads"] // c["heads_kv"] for c in cases if c["api"] != "combine"} >= {1, 2, 4, 8, 16}
     assert {c["num_splits"] for c in kv} >= {0, 1, 2, 3, 4, 8, 16}
     assert sum(c["seqlen_new"] > 0 for c in kv) >= 20
     assert sum(c["cache_batch_idx"] for c in kv) >= 15 and sum(c["cache_leftpad"] for c in kv) >= 15
@@ -44,6 +45,75 @@ def test_the_calls_cover_what_serving_stacks_do():
     assert sum(0 in c["seqlens_k"] for c in varlen) >= 10      # empty sequences
     splits = [r for r in REPORT["cases"] if "out_accum" in r]
     assert len(splits) >= 30                                     # the partials of the Split kernel
+    assert len(kv) + len(varlen) >= 200
+    assert max(c["seqlen_cache"] for c in kv) >= 32768
+    pairs = {(c["head_dim"], c["head_dim_v"]) for c in cases if "head_dim_v" in c and c["api"] != "combine"}
+    assert pairs >= {(192, 128), (64, 256), (64, 512), (64, 128), (48, 96), (144, 112)}
+    assert sum(c["api"] == "combine" for c in cases) >= 20      # flash_attn_combine itself
+
+
+def test_head_dim_v_kernels_follow_fa3s_dispatch():
+    """run_mha_fwd_constexpr (hopper/flash_api.cpp): 64 / 256 for V in (64, 256], 64 / 512
+    above, 192 / 128 for Q/K in (128, 192] with V <= 128; tiles from tile_size_fwd_sm90."""
+    from simulator.flash.dispatch import fa3_dispatch
+
+    want = {(48, 96, "bf16"): (64, 256, 128, 96), (64, 512, "bf16"): (64, 512, 64, 64),
+            (160, 112, "bf16"): (192, 128, 128, 128), (192, 128, "e4m3"): (192, 128, 128, 160),
+            (64, 32, "bf16"): (64, 64, 192, 192)}
+    for (d, dv, fmt), (kd, kdv, m, n) in want.items():
+        disp = fa3_dispatch(fmt, d, 500, causal=False, head_dim_v=dv)
+        assert (disp.kernel_head_dim, disp.kernel_head_dim_v, disp.kblock_m, disp.kblock_n) == \
+            (kd, kdv, m, n), (d, dv, fmt)
+
+
+@pytest.mark.parametrize("d, dv, fmt, match", [
+    (128, 64, "bf16", "only for Q/K head dim in"), (256, 128, "bf16", "only for Q/K head dim in"),
+    (64, 520, "bf16", "only for Q/K head dim in"), (64, 272, "e4m3", "HeaddimV > 256"),
+    (64, 128, "e4m3", "no e4m3 kernel"), (192, 100, "bf16", "multiple of 8")])
+def test_head_dim_v_pairs_fa3_refuses(d, dv, fmt, match):
+    dt = {"bf16": BF16, "e4m3": ml_dtypes.float8_e4m3fn}[fmt]
+    q = np.zeros((1, 3, 1, d), dt)
+    k = np.zeros((1, 5, 1, d), dt)
+    v = np.zeros((1, 5, 1, dv), dt)
+    with pytest.raises(ValueError, match=match):
+        fa3.flash_attn_func(q, k, v)
+
+
+def test_appending_v_narrower_than_k_is_refused():
+    """FA3's AppendKV writes head_dim values per V row: with head_dim_v < head_dim it zeroes the
+    cache's next values (measured on the H200: the library's v_cache had zeros right after every
+    appended row); not emulated."""
+    q = np.zeros((1, 1, 1, 64), BF16)
+    kc, vc = np.zeros((1, 40, 1, 64), BF16), np.zeros((1, 40, 1, 32), BF16)
+    with pytest.raises(ValueError, match="v: appending new values with head_dim_v 32"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=np.zeros((1, 1, 1, 64), BF16),
+                                    v=np.zeros((1, 1, 1, 32), BF16), cache_seqlens=np.array([3], np.int32))
+    out = fa3.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=np.array([3], np.int32))
+    assert out.shape == (1, 1, 1, 32)
+
+
+def test_varlen_split_counts_use_the_kernels_tile():
+    """Q/K 48 with V 96 runs the 64 / 256 kernel (kBlockM x kBlockN 128 x 96) while the source's
+    host code names the 64 / 96 tile (192 x 192): the recorded varlen call with splits agrees
+    only with the kernel's tile (fa3_api_report.json); with the host tile its bits differ."""
+    import simulator.fa3.interface as iface
+    from simulator.flash.dispatch import tile_size_fwd_sm90
+
+    index = next(i for i, r in enumerate(REPORT["cases"]) if r["case"]["api"] == "varlen"
+                 and r["case"].get("head_dim_v") == 96 and r["case"]["num_splits"] == 2
+                 and max(r["case"]["seqlens_q"]) > 192)
+    assert fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
+    real = iface._kernel_flags
+
+    def host_tile(fmt, d, dv, causal, window, max_q, max_k, softcap):
+        c, l_, _ = real(fmt, d, dv, causal, window, max_q, max_k, softcap)
+        return c, l_, tile_size_fwd_sm90(64, 96, c, l_)[:2]
+
+    iface._kernel_flags = host_tile
+    try:
+        assert not fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
+    finally:
+        iface._kernel_flags = real
 
 
 @pytest.mark.parametrize("index", range(len(REPORT["cases"])))
@@ -136,6 +206,31 @@ def test_sampled_drawn_calls_replay(j):
     from simulator.device.fa3_api_replay import emulate
 
     rec = DRAWN["sample"][j]
+    want = {k: v for k, v in rec.items() if k != "case"}
+    assert emulate(rec["case"]) == want, rec["case"]
+
+
+# the second drawn run: a quarter of the calls with one of FA3's V head dims different from
+# Q/K's, and direct flash_attn_combine calls (stopped by its time limit after 3,748 calls)
+DRAWN_DV = fa3_api.read_json(fa3_api.DATA / "fa3_api_replay_dv_report.json", fa3_api.REGENERATE)
+
+
+def test_drawn_calls_with_head_dim_v_and_combine_agreed_on_the_device():
+    assert DRAWN_DV["provenance"]["gpu"] == "NVIDIA H200"
+    assert DRAWN_DV["provenance"]["extension_sha256"] == fa3_library.EXTENSION_SHA256
+    assert DRAWN_DV["cases"] >= 3000 and DRAWN_DV["disagreements"] == 0
+    assert DRAWN_DV["stopped"] in ("", "time limit")
+    drawn = DRAWN_DV["drawn"]
+    for label in ("api=combine", "head_dim_v=112", "head_dim_v=128", "head_dim_v=256",
+                  "head_dim_v=512", "head_dim_v=32", "head_dim_v=96", "num_splits=0"):
+        assert drawn[label] >= 20, label
+
+
+@pytest.mark.parametrize("j", range(len(DRAWN_DV["sample"])))
+def test_sampled_drawn_head_dim_v_and_combine_calls_replay(j):
+    from simulator.device.fa3_api_replay import emulate
+
+    rec = DRAWN_DV["sample"][j]
     want = {k: v for k, v in rec.items() if k != "case"}
     assert emulate(rec["case"]) == want, rec["case"]
 
