@@ -103,7 +103,7 @@ def test_chained_gemm_with_zeros_spread_and_signed_zeros(monkeypatch):
 
 def test_wrong_clean_test_is_caught(recorded, monkeypatch):
     """Calling every output clean (plain float64 BLAS plus C) misses the device's bits."""
-    monkeypatch.setattr(fast, "_dirty", lambda a, b, ea, eb, c, f, *rest: (
-        np.matmul(a, b).reshape(-1)[f] + c.reshape(-1)[f]))
+    monkeypatch.setattr(fast, "_dirty", lambda ops, sl, c, f, *rest: (
+        np.matmul(ops.a[sl], ops.b[sl]).reshape(-1)[f] + c.reshape(-1)[f]))
     rows = ev.check_probe("wgmma_m64n8k16_bf16", *recorded, blocks=1)
     assert rows[1]["mismatches"] > 0
