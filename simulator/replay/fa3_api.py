@@ -90,5 +90,24 @@ def check_all(quick: bool = False) -> list[dict]:
     picked = range(0, len(records), 8) if quick else range(len(records))
     results = [check_case(i, records[i], sample, digest) for i in picked]
     bad = [r for r in results if not r.ok]
-    return [row(f"FA3 API calls (varlen, KV cache, split-KV) vs the real library, {len(results)} calls",
-                sum(r.values for r in results), len(bad), "; ".join(r.label for r in bad[:3]))]
+    return [row(f"FA3 API calls (varlen, KV cache, split-KV, head_dim_v, combine) vs the real "
+                f"library, {len(results)} calls", sum(r.values for r in results), len(bad),
+                "; ".join(r.label for r in bad[:3]))] + check_drawn(quick)
+
+
+DRAWN_REPORTS = ("fa3_api_replay_report.json", "fa3_api_replay_dv_report.json")
+
+
+def check_drawn(quick: bool = False) -> list[dict]:
+    """``verify`` row: the sampled hypothesis-drawn calls of the device replays
+    (``python -m simulator.device.fa3_api_replay``), emulated again and compared with the
+    library's recorded digests (every 4th when ``quick``)."""
+    from ..device.fa3_api_replay import emulate  # noqa: PLC0415
+    from ..device.numerics_evidence import row  # noqa: PLC0415
+
+    sample = [rec for name in DRAWN_REPORTS for rec in read_json(DATA / name, REGENERATE)["sample"]]
+    picked = sample[::4] if quick else sample
+    bad = [rec for rec in picked
+           if emulate(rec["case"]) != {k: v for k, v in rec.items() if k != "case"}]
+    return [row(f"FA3 API hypothesis-drawn calls (sampled) vs the real library, {len(picked)} calls",
+                len(picked), len(bad), "; ".join(label(r["case"]) for r in bad[:3]))]
