@@ -206,9 +206,14 @@ def _dirty(ops: _Operands, sl: slice, c, f, wp, hp, frac_bits: int) -> np.ndarra
         ebt = np.swapaxes(eb, 1, 2).reshape(rows * n, k)
         e = np.take(ea.reshape(rows * m, k), rm[slow], axis=0) + np.take(ebt, rn[slow], axis=0)
         max_e[slow] = e.max(axis=1)
-    c64 = c.reshape(-1)[f].astype(np.float64)
-    c_ok = (c64 != 0) & np.isfinite(c64)
-    ec = np.frexp(np.where(c_ok, c64, 1.0))[1] - 1
+    cf = c.reshape(-1)[f]
+    ecb = (cf.view(np.int32) >> 23) & 0xFF
+    c_ok = (cf != 0) & (ecb < 255)
+    ec = ecb - 127
+    sub = np.flatnonzero(c_ok & (ecb == 0))
+    if sub.size:  # subnormal C: its exponent from frexp
+        ec[sub] = np.frexp(cf[sub].astype(np.float64))[1] - 1
+    c64 = cf.astype(np.float64)
     big_e = np.where(c_ok, np.maximum(max_e, ec), max_e)
     big_e[big_e < _NO_EXP // 2] = 0  # no nonzero finite term: any scale works
     scale = ((frac_bits + 1023 - big_e) << 52).view(np.float64)
@@ -224,12 +229,14 @@ def _dirty(ops: _Operands, sl: slice, c, f, wp, hp, frac_bits: int) -> np.ndarra
 
 def _rz(x: np.ndarray, bits: int) -> np.ndarray:
     """round_to_float32(x, "rz", bits) for finite-or-not x whose non-finite outputs are
-    replaced later: bits cleared in float64, then an exact cast; results at or below 2^-126
+    replaced later (x is overwritten): bits cleared in float64, then an exact cast; results at or below 2^-126
     (where float32's quantum applies, zeros included) recomputed by the reference."""
     keep = np.uint64(~((1 << (53 - bits)) - 1) & 0xFFFFFFFFFFFFFFFF)
-    cleared = x.view(np.uint64) & keep
+    # in place: clearing bits below the 24th keeps zeros and non-zeros as they are, and below
+    # 2^-126 it only drops bits under the float32 quantum (so the recomputation is unchanged)
+    np.bitwise_and(x.view(np.uint64), keep, out=x.view(np.uint64))
     with np.errstate(over="ignore", invalid="ignore"):
-        r = cleared.view(np.float64).astype(np.float32)
+        r = x.astype(np.float32)
     small = np.flatnonzero((r.view(np.int32) & 0x7FFFFFFF) <= 0x00800000)
     if small.size:
         r.reshape(-1)[small] = _rz_to_float32(x.reshape(-1)[small], bits)
