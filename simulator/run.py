@@ -529,8 +529,92 @@ def _units(batch: int, heads: int, heads_kv: int) -> list[tuple[int, np.ndarray,
     return out
 
 
+def is_varlen(work: Workload) -> bool:
+    """True for a batch of sequences of their own lengths (the extracted sentences:
+    ``work.query_rows``): run as one FA3 varlen launch, no padding rows."""
+    return work.query_rows is not None
+
+
+def varlen_lengths(work: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """([batch] query rows, [batch] keys) of a varlen workload."""
+    rows = np.asarray(work.query_rows, dtype=np.int64)
+    keys = rows if work.seqlens_k is None else np.asarray(work.seqlens_k, dtype=np.int64)
+    return rows, keys
+
+
+def _one_sequence(work: Workload, kwargs: dict, b: int, hs=slice(None), ks=slice(None)) -> dict:
+    """Arguments of sequence ``b`` of a varlen workload as one launch of
+    :func:`simulator.flash.forward`: its rows and keys, the launch's max_seqlen_q / k."""
+    rows, keys = varlen_lengths(work)
+    sub = {n: x for n, x in kwargs.items() if n != "seqlens_k"}
+    for n in ("q_descale", "k_descale", "v_descale"):
+        if kwargs.get(n) is not None:
+            d = np.broadcast_to(np.asarray(kwargs[n], np.float32), (work.q.shape[0], work.k.shape[2]))
+            sub[n] = np.ascontiguousarray(d[b: b + 1, ks])
+    sub.update(max_seqlen_q=max(1, int(rows.max())), max_seqlen_k=max(1, int(keys.max())))
+    L, Lk = int(rows[b]), int(keys[b])
+    return dict(q=work.q[b: b + 1, :L, hs], k=work.k[b: b + 1, :Lk, ks],
+                v=work.v[b: b + 1, :Lk, ks], kw=sub)
+
+
+def sequence_configs(work: Workload, kwargs: dict) -> list:
+    """The :class:`simulator.flash.forward.Config` of each sequence of a varlen workload."""
+    from .flash import make_config
+
+    out = []
+    for b in range(work.q.shape[0]):
+        a = _one_sequence(work, kwargs, b)
+        out.append(make_config(a["q"], a["k"], a["v"], **a["kw"]))
+    return out
+
+
+def _emulate_varlen(work: Workload, kwargs: dict, trace_ctas, progress=None):
+    """The varlen launch through :func:`simulator.fa3.flash_attn_varlen_func`, one
+    (sequence, head chunk) at a time: sequences and heads are independent in an unsplit
+    launch, so the bits equal one call's. With --kblock-m / --kblock-n / --schedule (tiles
+    FA3's API does not take), :func:`simulator.flash.forward` with the launch's max_seqlen.
+    Returns padded ``(out, lse, trace)``: rows past a sequence's length hold 0 and -inf."""
+    from . import fa3
+    from .flash import forward
+    from .trace import Trace
+
+    B, S, H, _ = work.q.shape
+    out = lse = None
+    trace = Trace()
+    tiles = any(kwargs.get(n) is not None for n in ("kblock_m", "kblock_n", "schedule"))
+    for b, qh, kvh in _units(B, H, work.k.shape[2]):
+        hs, ks = slice(qh[0], qh[-1] + 1), slice(kvh[0], kvh[-1] + 1)
+        a = _one_sequence(work, kwargs, b, hs, ks)
+        local = sorted({(0, work.heads.index(h) - qh[0], m) for (bb, h, m) in trace_ctas
+                        if bb == b and work.heads.index(h) in qh})
+        L, Lk = a["q"].shape[1], a["k"].shape[1]
+        if tiles:
+            r = forward(a["q"], a["k"], a["v"], **a["kw"], trace=local or None)
+            o, l_, t = r.out[0], r.lse[0], r.trace
+        else:
+            kw = a["kw"]
+            got = fa3.flash_attn_varlen_func(
+                a["q"][0], a["k"][0], a["v"][0], np.array([0, L], np.int32),
+                np.array([0, Lk], np.int32), kw["max_seqlen_q"], kw["max_seqlen_k"],
+                softmax_scale=kw["softmax_scale"], causal=kw["causal"], window_size=kw["window"],
+                softcap=kw["softcap"], q_descale=kw.get("q_descale"), k_descale=kw.get("k_descale"),
+                v_descale=kw.get("v_descale"), return_attn_probs=True, trace=local or None)
+            o, l_, t = got[0], got[1], (got[2] if local else None)
+        if out is None:
+            out = np.zeros((B, S, H, o.shape[-1]), dtype=o.dtype)
+            lse = np.full((B, H, S), -np.inf, dtype=np.float32)
+        out[b, :L, hs], lse[b, hs, :L] = o, l_
+        for e in (t or []):
+            e.cta = (b, work.heads[qh[0] + e.cta[1]], e.cta[2])
+            trace.events.append(e)
+        if progress:
+            progress.update(1)
+    return out, lse, trace
+
+
 def emulate(work: Workload, kwargs: dict, trace_ctas, progress=None):
-    """:func:`simulator.flash.forward` over the whole input, one (batch, head chunk) at a time.
+    """:func:`simulator.flash.forward` over the whole input, one (batch, head chunk) at a time
+    (a varlen workload: :func:`_emulate_varlen`).
 
     CTAs are independent, so the bits equal a single call's. ``trace_ctas`` and the trace's
     CTAs use the input's head numbers (``work.heads``). Returns ``(out, lse, trace)``.
@@ -538,6 +622,8 @@ def emulate(work: Workload, kwargs: dict, trace_ctas, progress=None):
     from .flash import forward
     from .trace import Trace
 
+    if is_varlen(work):
+        return _emulate_varlen(work, kwargs, trace_ctas, progress)
     q, k, v = work.q, work.k, work.v
     B, _, H, _ = q.shape
     out = None
@@ -713,6 +799,35 @@ def measure(out: np.ndarray, lse: np.ndarray, ref_out: np.ndarray, ref_lse: np.n
     return m
 
 
+def measure_varlen(out, lse, ref_out, ref_lse, out_fmt: str, rows: np.ndarray,
+                   no_key: np.ndarray | None = None) -> dict:
+    """:func:`measure` over the rows of a varlen workload only (``rows`` [batch] per sequence;
+    ``out`` [batch, seqlen, heads, d] padded, ``no_key`` [batch, seqlen]). The worst elements
+    are reported in (sequence, row, ...) coordinates."""
+    sel = [(b, r) for b in range(len(rows)) for r in range(int(rows[b]))]
+    bi = np.array([b for b, _ in sel], dtype=np.int64)
+    ri = np.array([r for _, r in sel], dtype=np.int64)
+    pack_o = lambda x: np.asarray(x)[bi, ri][None]                       # noqa: E731
+    pack_l = lambda x: np.asarray(x)[bi, :, ri].T[None]                 # noqa: E731
+    m = measure(pack_o(out), pack_l(lse), pack_o(ref_out), pack_l(ref_lse), out_fmt,
+                no_key=None if no_key is None else np.asarray(no_key)[bi, ri][None])
+    if m.get("out_worst") is not None:
+        _, t, h, c = m["out_worst"]
+        m["out_worst"] = (int(bi[t]), int(ri[t]), h, c)
+    if m.get("lse_worst") is not None:
+        _, h, t = m["lse_worst"]
+        m["lse_worst"] = (int(bi[t]), h, int(ri[t]))
+    return m
+
+
+def no_key_rows_varlen(cfgs: list, seqlen: int) -> np.ndarray:
+    """[batch, seqlen] :func:`no_key_rows` of each sequence's own launch (False past its rows)."""
+    out = np.zeros((len(cfgs), seqlen), dtype=bool)
+    for b, c in enumerate(cfgs):
+        out[b, : c.seqlen_q] = no_key_rows(c)[0]
+    return out
+
+
 # ---- printing ----------------------------------------------------------------------------------------
 def _f(x) -> str:
     return str(np.float32(x))
@@ -722,7 +837,8 @@ def _shape(x) -> str:
     return "[" + ", ".join(str(s) for s in x.shape) + "]"
 
 
-def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
+def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int, seq_cfgs=None) -> str:
+    """The printed summary; ``seq_cfgs``: each sequence's config of a varlen workload."""
     out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
     B, S, H, d = work.q.shape
     heads = work.heads
@@ -732,9 +848,18 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
         head_text = f"all {H} heads" if H > 1 else "1 head"
     else:
         head_text = f"head{'s' if len(heads) > 1 else ''} {_ranges(heads)} of {work.heads_total}"
-    lines.append(f"shapes    q {_shape(work.q)}, k/v {_shape(work.k)} {work.fmt} ({head_text}) -> "
-                 f"O {out_fmt} {_shape(work.q)}, LSE float32 [{B}, {H}, {S}]")
-    if work.seqlens_k is not None:
+    if seq_cfgs is not None:
+        rows, keys = varlen_lengths(work)
+        cu = np.concatenate([[0], np.cumsum(rows)]).tolist()
+        T, Tk, hkv = int(rows.sum()), int(keys.sum()), work.k.shape[2]
+        lines.append(f"shapes    varlen: {len(rows)} sequences, cu_seqlens {cu}, max_seqlen "
+                     f"{int(rows.max())}; q [{T}, {H}, {d}], k/v [{Tk}, {hkv}, {d}] {work.fmt} "
+                     f"({head_text}) -> O {out_fmt} [{T}, {H}, {work.v.shape[-1]}], LSE float32 "
+                     f"[{H}, {T}] (no padding rows)")
+    else:
+        lines.append(f"shapes    q {_shape(work.q)}, k/v {_shape(work.k)} {work.fmt} ({head_text}) -> "
+                     f"O {out_fmt} {_shape(work.q)}, LSE float32 [{B}, {H}, {S}]")
+    if work.seqlens_k is not None and seq_cfgs is None:
         lines.append(f"          seqlens_k {work.seqlens_k.tolist()} (later keys are absent)")
     scale = float(cfg.consts["softmax_scale"])
     default = math.isclose(scale, 1 / math.sqrt(d), rel_tol=1e-6)
@@ -753,7 +878,7 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int) -> str:
                      f"[{_f(work.descales['k_descale'].min())} .. "
                      f"{_f(work.descales['k_descale'].max())}], v [{_f(work.descales['v_descale'].min())}"
                      f" .. {_f(work.descales['v_descale'].max())}]")
-    ctas, visits = _work_counts(cfg)
+    ctas, visits = _work_counts(cfg if seq_cfgs is None else seq_cfgs)
     lines.append(f"work      {_plural(ctas, 'CTA')}, {_plural(visits, 'K/V block visit')}, "
                  f"{_plural(n_calls, 'forward call')}")
     lines += _error_lines(m, out_fmt, heads)
@@ -838,8 +963,12 @@ def _ranges(xs: list[int]) -> str:
 
 
 def _work_counts(cfg) -> tuple[int, int]:
+    """(CTAs, K/V block visits) of a launch (a list: the sequences of a varlen launch)."""
     from .flash.masks import block_range
 
+    if isinstance(cfg, list):
+        counts = [_work_counts(c) for c in cfg]
+        return sum(c for c, _ in counts), sum(v for _, v in counts)
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
     visits = 0
     for b in range(cfg.batch):
@@ -930,6 +1059,65 @@ def run_device(work: Workload, kwargs: dict, out, lse, trace, trace_ctas, kblock
         same = False
         lines.append("          first divergence: " + _first_divergence(
             work, kwargs, out, lse, d_out, d_lse, trace, trace_ctas, kblock_m))
+    return same, "\n".join(lines)
+
+
+def run_device_varlen(work: Workload, kwargs: dict, out, lse) -> tuple[bool, str]:
+    """A varlen workload on the device: the real FA3 library's ``flash_attn_varlen_func`` on
+    the packed sequences (one launch), and the twin kernel one sequence at a time (it has no
+    varlen launch); both compared with the emulator on every row of every sequence."""
+    from . import compare
+    from .device import fa3_library
+    from .device import forward as device_forward
+
+    rows, keys = varlen_lengths(work)
+    B = work.q.shape[0]
+    lines, same = [], True
+    pack = lambda x, n: np.concatenate([x[b, : n[b]] for b in range(B)])  # noqa: E731
+    # the emulator's rows as the library lays them out: out [total_q, H, d], lse [H, total_q]
+    e_out = pack(out, rows)
+    e_lse = np.concatenate([lse[b, :, : rows[b]] for b in range(B)], axis=1)
+
+    ok, why = fa3_library.available()
+    if ok:
+        if any(kwargs.get(k) is not None for k in ("kblock_m", "kblock_n", "schedule")):
+            lines.append("library   (FA3 chooses its own tiles: --kblock-m/--kblock-n/--schedule "
+                         "apply to the emulator and the twin only)")
+        args = {"q": pack(work.q, rows), "k": pack(work.k, keys), "v": pack(work.v, keys),
+                "cu_seqlens_q": np.concatenate([[0], np.cumsum(rows)]).astype(np.int32),
+                "cu_seqlens_k": np.concatenate([[0], np.cumsum(keys)]).astype(np.int32),
+                "max_seqlen_q": int(rows.max()), "max_seqlen_k": int(keys.max()),
+                "softmax_scale": kwargs["softmax_scale"], "causal": kwargs["causal"],
+                "window_size": tuple(kwargs["window"]), "softcap": kwargs["softcap"],
+                "return_attn_probs": True}
+        args.update({n: kwargs[n] for n in ("q_descale", "k_descale", "v_descale") if n in kwargs})
+        try:
+            got = fa3_library.call("flash_attn_varlen_func", args)
+        except (RuntimeError, ValueError) as exc:
+            raise UsageError(f"--device: the FA3 library refused the call: {exc}") from None
+        rep_o = compare.diff(e_out, got["out"], labels=("emulator", "library"))
+        rep_l = compare.diff(e_lse, got["lse"], labels=("emulator", "library"))
+        lines += ["library   flash_attn_varlen_func, one launch of "
+                  f"{_plural(B, 'sequence')}", f"          O:   {rep_o}", f"          LSE: {rep_l}"]
+        same = rep_o.identical and rep_l.identical
+    else:
+        lines.append(f"library   not run: {why}")
+    t_out, t_lse = [], []
+    for b in range(B):
+        a = _one_sequence(work, kwargs, b)
+        kw = {n: x for n, x in a["kw"].items() if not n.startswith("max_seqlen")}
+        try:
+            r = device_forward.forward(a["q"], a["k"], a["v"], **kw)
+        except ValueError as exc:
+            raise UsageError(f"--device: {exc}") from None
+        parts = list(r)
+        t_out.append(parts[0][0])
+        t_lse.append(parts[1][0])
+    rep_o = compare.diff(e_out, np.concatenate(t_out), labels=("emulator", "twin"))
+    rep_l = compare.diff(e_lse, np.concatenate(t_lse, axis=1), labels=("emulator", "twin"))
+    lines += ["twin      one launch per sequence (the twin has no varlen launch)",
+              f"          O:   {rep_o}", f"          LSE: {rep_l}"]
+    same = same and rep_o.identical and rep_l.identical
     return same, "\n".join(lines)
 
 
@@ -1102,8 +1290,14 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
     s *= (cfg.q_descale[batch].astype(np.float64) * cfg.k_descale[batch])[kvh][:, None, None]
     if cfg.softcap > 0:
         s = cfg.softcap * np.tanh(s / cfg.softcap)
-    ok = allowed(np.arange(S)[:, None], np.arange(k.shape[0])[None, :], S,
-                 int(cfg.seqlens_k[batch]), cfg.window)
+    if work.query_rows is not None:  # a varlen sequence: its own rows and keys
+        rows_b, keys_b = (int(x[batch]) for x in varlen_lengths(work))
+        ok = np.zeros((S, k.shape[0]), dtype=bool)
+        ok[:rows_b, :keys_b] = allowed(np.arange(rows_b)[:, None], np.arange(keys_b)[None, :],
+                                       rows_b, keys_b, cfg.window)
+    else:
+        ok = allowed(np.arange(S)[:, None], np.arange(k.shape[0])[None, :], S,
+                     int(cfg.seqlens_k[batch]), cfg.window)
     s = np.where(ok[None], s, -np.inf)
     mx = s.max(axis=-1, keepdims=True)
     mx = np.where(np.isfinite(mx), mx, 0.0)
@@ -1207,7 +1401,19 @@ def reference_result(work: Workload, kwargs: dict, causal: bool):
 
     B, S, H, d = work.q.shape
     if work.k.shape[1] == 0:
-        return np.zeros((B, S, H, d)), np.full((B, H, S), -np.inf)
+        return np.zeros((B, S, H, work.v.shape[-1])), np.full((B, H, S), -np.inf)
+    if is_varlen(work):  # each sequence on its own, padding rows 0 / -inf
+        out, lse = np.zeros((B, S, H, work.v.shape[-1])), np.full((B, H, S), -np.inf)
+        try:
+            for b in range(B):
+                a = _one_sequence(work, kwargs, b)
+                kw = {n: x for n, x in a["kw"].items() if not n.startswith("max_seqlen")}
+                o, l_ = reference(a["q"], a["k"], a["v"], **kw)
+                out[b, : a["q"].shape[1]], lse[b, :, : a["q"].shape[1]] = o[0], l_[0]
+        except ValueError as exc:
+            raise UsageError(f"{work.label}: the float64 reference rejects the input: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        return out, lse
     try:
         return reference(work.q, work.k, work.v, softmax_scale=kwargs["softmax_scale"],
                          causal=causal, window=kwargs["window"], softcap=kwargs["softcap"],
@@ -1230,9 +1436,22 @@ def first_busy_cta(cfg, ctas) -> tuple[int, int, int] | None:
     return None
 
 
-def default_trace_cta(cfg, head: int) -> tuple[int, int, int]:
+def _launch_of(cfg, seq_cfgs, cta):
+    """(config, CTA) of the launch a CTA belongs to: a varlen sequence's own (batch index 0)."""
+    if not seq_cfgs:
+        return cfg, cta
+    return seq_cfgs[cta[0]], (0, cta[1], cta[2])
+
+
+def default_trace_cta(cfg, head: int, seq_cfgs=None) -> tuple[int, int, int]:
     """``--trace-cta``'s default: the first CTA of ``head`` (batch, then m_block order) that
     visits a K/V block; ``(0, head, 0)`` when none does."""
+    if seq_cfgs:
+        for b, c in enumerate(seq_cfgs):
+            for m in range(-(-c.seqlen_q // c.kblock_m)):
+                if first_busy_cta(c, [(0, head, m)]):
+                    return (b, head, m)
+        return (0, head, 0)
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
     order = ((b, head, m) for b in range(cfg.batch) for m in range(m_blocks))
     return first_busy_cta(cfg, order) or (0, head, 0)
@@ -1261,17 +1480,20 @@ def main(argv: list[str]) -> int:
     select_heads(work, args.heads)
     kwargs = forward_kwargs(args, work)
     try:
-        cfg = make_config(work.q, work.k, work.v, **kwargs)
+        seq_cfgs = sequence_configs(work, kwargs) if is_varlen(work) else None
+        cfg = seq_cfgs[0] if seq_cfgs else make_config(work.q, work.k, work.v, **kwargs)
     except ValueError as exc:
         raise UsageError(f"{work.label}: {exc}") from None
-    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
-    trace_ctas = args.trace_cta or [default_trace_cta(cfg, work.heads[0])]
+    batch = work.q.shape[0]
+    trace_ctas = args.trace_cta or [default_trace_cta(cfg, work.heads[0], seq_cfgs)]
     for c in trace_ctas:
-        if c[0] >= cfg.batch or c[1] not in work.heads or c[2] >= m_blocks:
-            raise UsageError(f"--trace-cta {','.join(map(str, c))}: out of range; batch 0..{cfg.batch - 1}"
-                             f", heads {_ranges(work.heads)}, m_block 0..{m_blocks - 1}")
-    if not 0 <= args.plot_batch < cfg.batch:
-        raise UsageError(f"--plot-batch: expected 0..{cfg.batch - 1}, got {args.plot_batch}")
+        m_blocks = -(-(seq_cfgs[c[0]] if seq_cfgs and c[0] < batch else cfg).seqlen_q // cfg.kblock_m)
+        if c[0] >= batch or c[1] not in work.heads or c[2] >= m_blocks:
+            raise UsageError(f"--trace-cta {','.join(map(str, c))}: out of range; batch 0..{batch - 1}"
+                             f", heads {_ranges(work.heads)}, m_block 0..{m_blocks - 1}"
+                             + (f" (sequence {c[0]})" if seq_cfgs and c[0] < batch else ""))
+    if not 0 <= args.plot_batch < batch:
+        raise UsageError(f"--plot-batch: expected 0..{batch - 1}, got {args.plot_batch}")
     if args.step and not 0 <= args.quad < 32 * (cfg.kblock_m // 64):
         raise UsageError(f"--quad: expected 0..{32 * (cfg.kblock_m // 64) - 1} for kBlockM = "
                          f"{cfg.kblock_m}, got {args.quad}")
@@ -1283,7 +1505,7 @@ def main(argv: list[str]) -> int:
 
     ex2(np.zeros(1, np.float32))  # load the H200 MUFU tables (a few seconds, once per process)
     t1 = time.perf_counter()
-    units = len(_units(cfg.batch, cfg.heads, cfg.heads_kv))
+    units = len(_units(batch, cfg.heads, cfg.heads_kv))
     bar = _Progress(units, not args.no_progress)
     try:
         out, lse, trace = emulate(work, kwargs, trace_ctas, bar)
@@ -1292,11 +1514,16 @@ def main(argv: list[str]) -> int:
     t2 = time.perf_counter()
     ref_out, ref_lse = reference_result(work, kwargs, args.causal)
     t3 = time.perf_counter()
-    m = measure(out, lse, ref_out, ref_lse, "bf16" if work.fmt == "e4m3" else work.fmt,
-                no_key=no_key_rows(cfg))
+    out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
+    if seq_cfgs:
+        m = measure_varlen(out, lse, ref_out, ref_lse, out_fmt, varlen_lengths(work)[0],
+                           no_key=no_key_rows_varlen(seq_cfgs, work.q.shape[1]))
+    else:
+        m = measure(out, lse, ref_out, ref_lse, out_fmt, no_key=no_key_rows(cfg))
     times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
-    print(summary(work, cfg, m, times, units))
-    idle = {c: idle_cta_note(cfg, c) for c in trace_ctas if not trace.for_cta(c)}
+    print(summary(work, cfg, m, times, units, seq_cfgs))
+    idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c)) for c in trace_ctas
+            if not trace.for_cta(c)}
     for note in idle.values():
         if note:
             print(f"trace     {note}")
@@ -1310,12 +1537,16 @@ def main(argv: list[str]) -> int:
         print()
     status = EXIT_OK
     if args.device:
-        same, text = run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m)
+        same, text = (run_device_varlen(work, kwargs, out, lse) if seq_cfgs else
+                      run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m))
         print(text)
         status = EXIT_OK if same else EXIT_MISMATCH
     params = {"source": work.source, "dtype": work.fmt, "notes": work.notes,
               "heads": work.heads, "seqlens_k": None if work.seqlens_k is None else
               work.seqlens_k.tolist(), "softmax_scale": float(cfg.consts["softmax_scale"]),
+              "varlen": None if not seq_cfgs else {
+                  "cu_seqlens": np.concatenate([[0], np.cumsum(varlen_lengths(work)[0])]).tolist(),
+                  "note": "out/lse are padded to [batch, seqlen]: rows past a sequence hold 0 / -inf"},
               "causal": bool(args.causal), "window": list(cfg.window), "softcap": cfg.softcap,
               "kblock_m": cfg.kblock_m, "kblock_n": cfg.kblock_n, "schedule": cfg.schedule,
               "arch": cfg.arch, "trace_ctas": [list(c) for c in trace_ctas],

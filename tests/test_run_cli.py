@@ -35,12 +35,17 @@ def test_embedded_default_runs_and_writes_atomically(tmp_path):
     assert r.returncode == 0, r.stderr
     text = r.stdout
     assert "all-MiniLM-L6-v2 layer 2" in text and "all 12 heads" in text
-    assert "seqlens_k [147, 8, 28, 18]" in text and "ulp" in text and "relative Frobenius" in text
+    assert "cu_seqlens [0, 147, 155, 183, 201]" in text and "ulp" in text and "relative Frobenius" in text
     assert "0 NaN, 0 inf" in text and "time" in text
     assert _only(out.parent) == ["run.npz"]  # no temporary file left behind
     res = run.load_result(out)
     assert res["out"].dtype == BF16 and res["out"].shape == (4, 147, 12, 32)
-    assert res["lse"].shape == (4, 12, 147) and np.isfinite(res["lse"]).all()
+    rows = np.array([147, 8, 28, 18])                  # padded layout: rows past a sentence 0 / -inf
+    real = np.arange(147)[None, :] < rows[:, None]     # [4, 147]
+    assert res["lse"].shape == (4, 12, 147)
+    assert np.isfinite(res["lse"].transpose(0, 2, 1)[real]).all()
+    assert np.isneginf(res["lse"].transpose(0, 2, 1)[~real]).all()
+    assert not res["out"].astype(np.float32)[~real].any()
     assert np.array_equal(res["out"].view(np.uint16), res["out_bits"])
     m = res["params"]["metrics"]
     assert m["out_rel_frobenius"] < 5e-3 and m["lse_max_abs"] < 1e-5 and m["out_mean_ulp"] < 1
@@ -224,8 +229,8 @@ def test_device_comparison_with_a_stand_in_device(tmp_path, monkeypatch, capsys,
         if trace is not None:
             raise NotImplementedError("trace")
         out, lse = flash.forward(q, k, v, **kw)
-        if flip:
-            out.view(np.uint16)[1, 3, 0, 7] ^= 1
+        if flip and q.shape[1] == 8:  # the second sentence (8 tokens), its own launch
+            out.view(np.uint16)[0, 3, 0, 7] ^= 1
         return out, lse
 
     monkeypatch.setattr(run, "check_device", lambda: None)
@@ -236,8 +241,7 @@ def test_device_comparison_with_a_stand_in_device(tmp_path, monkeypatch, capsys,
     if not flip:
         assert rc == 0 and "O:   identical" in text
     else:
-        assert rc == 1 and "1 of 18,816 elements differ" in text
-        assert "first divergence: CTA (batch 1, head 2, m_block 0), row 3" in text
+        assert rc == 1 and "1 of 6,432 elements differ" in text  # 201 rows x 32: no padding
 
 
 # ---- regressions: bad paths, odd inputs ------------------------------------------------------------------
@@ -369,13 +373,55 @@ def test_no_key_rows_follow_the_mask(causal, window):
 
 
 def test_traced_cta_without_keys_says_so(tmp_path):
-    # kBlockM 64: rows 0-63 of sentence 1 (8 tokens) see no key under the causal mask
-    r = _run("--causal", "--kblock-m", "64", "--step", "--trace-cta", "1,3,0", "--out",
+    # a padded input whose second batch has no key (seqlens_k 0)
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    x = {n: rng.standard_normal((2, 70, 2, 32)).astype(ml_dtypes.bfloat16) for n in "qkv"}
+    np.savez(tmp_path / "in.npz", **x, seqlens_k=np.array([70, 0]))
+    r = _run("--input", str(tmp_path / "in.npz"), "--step", "--trace-cta", "1,1,0", "--out",
              str(tmp_path / "c.npz"))
     assert r.returncode == 0, r.stderr
-    assert ("CTA (1, 3, 0) visits no K/V block: it writes O = 0 and LSE = -inf without any "
+    assert ("CTA (1, 1, 0) visits no K/V block: it writes O = 0 and LSE = -inf without any "
             "step") in r.stdout
     assert "thread  row_max" not in r.stdout
+
+
+def test_embedded_sentences_run_as_one_varlen_batch(tmp_path):
+    """The four sentences are sequences of their own lengths (cu_seqlens), so a causal mask
+    leaves no row without a key (padded to 147 rows, 4,644 of 7,056 rows saw none) and the
+    error statistics cover the 201 real rows only."""
+    r = _run("--causal", "--heads", "0", "--out", str(tmp_path / "c.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "varlen: 4 sequences, cu_seqlens [0, 147, 155, 183, 201]" in r.stdout
+    assert "masked    0 of 201 rows see no key" in r.stdout
+    res = run.load_result(tmp_path / "c.npz")
+    assert res["params"]["varlen"]["cu_seqlens"] == [0, 147, 155, 183, 201]
+    lse = res["lse"]                                   # padded [4, 1, 147]: -inf past each sentence
+    assert np.isneginf(lse[1, 0, 8:]).all() and np.isfinite(lse[1, 0, :8]).all()
+
+
+def test_varlen_main_job_equals_simulator_fa3_on_the_packed_batch(tmp_path):
+    """The main job's bits are those of one flash_attn_varlen_func call on the packed
+    sentences (it runs one call per sentence and head group, which FA3's unsplit launch
+    cannot tell apart)."""
+    from simulator import fa3
+
+    r = _run("--causal", "--heads", "0,1", "--out", str(tmp_path / "c.npz"))
+    assert r.returncode == 0, r.stderr
+    res = run.load_result(tmp_path / "c.npz")
+    args = type("A", (), {"input": None, "layer": None, "dtype": None})
+    work = run.load_workload(args)
+    rows = work.query_rows
+    pack = lambda x: np.concatenate([x[b, : rows[b], :2] for b in range(4)])  # noqa: E731
+    cu = np.concatenate([[0], np.cumsum(rows)]).astype(np.int32)
+    out, lse = fa3.flash_attn_varlen_func(pack(work.q), pack(work.k), pack(work.v), cu, cu,
+                                          int(rows.max()), int(rows.max()), causal=True,
+                                          return_attn_probs=True)
+    mine = np.concatenate([res["out"][b, : rows[b]] for b in range(4)])
+    assert mine.view(np.uint16).tobytes() == out.view(np.uint16).tobytes()
+    mine_lse = np.concatenate([res["lse"][b, :, : rows[b]] for b in range(4)], axis=1)
+    assert mine_lse.view(np.uint32).tobytes() == lse.view(np.uint32).tobytes()
 
 
 def test_interrupt_in_process(tmp_path, monkeypatch, capsys):

@@ -29,6 +29,7 @@ from ..flash.constants import host_constants
 from ..flash.dispatch import check_head_dim, check_head_dim_v, fa3_dispatch
 from ..flash.forward import DTYPES
 from ..flash.masks import fa3_window, kernel_flags, normalize_window
+from ..trace import Trace
 from . import combine as _combine
 from .scheduler import dynamic_num_splits
 
@@ -321,7 +322,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            qv=None, q_descale=None, k_descale=None, v_descale=None,
                            window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                            pack_gqa=None, deterministic=False, sm_margin=0,
-                           return_attn_probs=False, *, num_sms=H200_SMS):
+                           return_attn_probs=False, *, num_sms=H200_SMS, trace=None):
     """FA3's ``flash_attn_varlen_func`` (forward): packed sequences.
 
     Args:
@@ -334,9 +335,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             used (later query rows are not written by FA3: their out rows are 0 here and their
             LSE -inf; compare them only where FA3 writes).
         others: as :func:`flash_attn_func`.
+        trace: keyword-only, not FA3's: None, or CTAs ``(sequence, head, m_block)`` (m_block
+            within the sequence) whose steps to record; unsplit launches only
+            (``num_splits=1``).
     Returns:
         out [total_q, heads, head_dim_v], and with ``return_attn_probs`` softmax_lse float32
-        [heads, total_q].
+        [heads, total_q]; with ``trace`` a :class:`simulator.trace.Trace` is appended to the
+        returned tuple (``(out, trace)`` or ``(out, lse, trace)``).
     Raises:
         ValueError: bad offsets or lengths (naming the argument), what FA3 refuses.
     Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
@@ -384,6 +389,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         local=is_local, softcap=softcap > 0,
         varlen=True, num_sms=_need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
     _check_pack_gqa(pack_gqa, static > 1, True, h, hkv)
+    wanted = _trace_ctas(trace, batch, static)
+    record = None if wanted is None else Trace()
     splits = dynamic_num_splits(len_q, len_k, kblock_m=tile_m, kblock_n=tile_n,
                                 heads=h, heads_kv=hkv, num_sms=sms,
                                 num_splits_static=static, pack_gqa=True) if static > 1 else None
@@ -402,9 +409,38 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                   **{n: _descale_rows(x, bi) for n, x in descales.items()})
-        o, l_ = _forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]))
+        mine = None if wanted is None else [(0, c[1], c[2]) for c in wanted if c[0] == bi]
+        if mine:
+            res = flash.forward(q[None, qs], kb, vb, **kw, trace=mine)
+            o, l_ = res.out, res.lse
+            for e in res.trace:
+                e.cta = (bi, e.cta[1], e.cta[2])
+                record.events.append(e)
+        else:
+            o, l_ = _forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]))
         out[qs], lse[:, qs] = o[0], l_[0]
-    return _ret((out, lse), tq) if return_attn_probs else _ret((out,), tq)[0]
+    ret = _ret((out, lse), tq) if return_attn_probs else _ret((out,), tq)
+    if record is not None:
+        return ret + (record,)
+    return ret if return_attn_probs else ret[0]
+
+
+def _trace_ctas(trace, batch: int, static_splits: int) -> list[tuple[int, int, int]] | None:
+    """``trace`` of :func:`flash_attn_varlen_func`: None, or (sequence, head, m_block) tuples
+    with the sequence in 0..batch-1 (heads and m_blocks are checked by the forward)."""
+    if trace is None:
+        return None
+    if static_splits > 1:
+        raise ValueError("trace: recorded for unsplit launches only; pass num_splits=1")
+    try:
+        ctas = [tuple(c) for c in trace]
+    except TypeError:
+        raise ValueError(f"trace: expected an iterable of (sequence, head, m_block), got {trace!r}") from None
+    for c in ctas:
+        if len(c) != 3 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                  for x in c) or not 0 <= c[0] < batch:
+            raise ValueError(f"trace: CTA {c!r} is not (sequence 0..{batch - 1}, head, m_block)")
+    return [tuple(int(x) for x in c) for c in ctas]
 
 
 def _seqused(x, name: str, lengths: np.ndarray) -> np.ndarray:
