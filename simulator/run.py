@@ -1381,16 +1381,17 @@ def step_choice(traced, busy, default: bool = False) -> str:
             f"({', '.join(map(name, skipped))} visit{'s' if len(skipped) == 1 else ''} none)")
 
 
-def idle_cta_note(cfg, cta) -> str | None:
-    """One line for a traced CTA that visits no K/V block (its trace is empty), else None."""
+def idle_cta_note(cfg, cta, name=None) -> str | None:
+    """One line for a traced CTA that visits no K/V block (its trace is empty), else None.
+    ``cta`` indexes ``cfg``'s launch; ``name``: the CTA as the user numbered it (default cta)."""
     from .flash.masks import block_range
 
     lo, hi = block_range(cta[2], cfg.seqlen_q, int(cfg.seqlens_k[cta[0]]), cfg.kblock_m,
                          cfg.kblock_n, cfg.window)
     if hi > lo:
         return None
-    return (f"CTA ({cta[0]}, {cta[1]}, {cta[2]}) visits no K/V block: it writes O = 0 and "
-            f"LSE = -inf without any step")
+    b, h, m = name or cta
+    return f"CTA ({b}, {h}, {m}) visits no K/V block: it writes O = 0 and LSE = -inf without any step"
 
 
 def reference_result(work: Workload, kwargs: dict, causal: bool):
@@ -1522,7 +1523,7 @@ def main(argv: list[str]) -> int:
         m = measure(out, lse, ref_out, ref_lse, out_fmt, no_key=no_key_rows(cfg))
     times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
     print(summary(work, cfg, m, times, units, seq_cfgs))
-    idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c)) for c in trace_ctas
+    idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c), name=c) for c in trace_ctas
             if not trace.for_cta(c)}
     for note in idle.values():
         if note:
