@@ -2,9 +2,10 @@
 
 Imported only when torch and triton are installed; set ``TRITON_INTERPRET=1`` before importing
 it to run the kernel on the CPU (the Triton interpreter executes each program with NumPy).
-One program per (block of 64 query rows, head): Q K^T by ``tl.dot``, an online softmax in
-float32 with ``exp``, P V by ``tl.dot``; with ``causal`` the key loop stops at the block's
-diagonal. It is an anchor for speed only: its arithmetic is not the H200's.
+One program per (block of 128 query rows, head) over 128-key blocks (FA3's tile at head_dim
+128): Q K^T by ``tl.dot``, an online softmax in float32 with ``exp``, P V by ``tl.dot``; with
+``causal`` the key loop stops at the block's diagonal. It is an anchor for speed only: its
+arithmetic is not the H200's.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_M = 64
-BLOCK_N = 64
+BLOCK_M = 128
+BLOCK_N = 128
 
 
 @triton.jit
@@ -51,11 +52,12 @@ def _fwd(Q, K, V, O, scale, seqlen, stride_h, stride_m,
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
-    """O float32 [1, S, H, D] of [1, S, H, D] inputs (any float dtype; S a multiple of 64,
+    """O float32 [1, S, H, D] of [1, S, H, D] inputs (any float dtype; S a multiple of 128,
     equal for queries and keys)."""
     _, s, h, d = q.shape
     if q.shape[0] != 1 or s % BLOCK_M or k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"triton anchor: expected equal [1, S, H, D] shapes, S % 64 == 0; got {q.shape}")
+        raise ValueError(f"triton anchor: expected equal [1, S, H, D] shapes, S % 128 == 0; "
+                         f"got {q.shape}")
     tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x.astype(np.float32).transpose(0, 2, 1, 3)[0]))
                   for x in (q, k, v))                                                  # [H, S, D]
     out = torch.empty_like(tq)
