@@ -1,6 +1,6 @@
 """``simulator.fa3`` (FA3's Python API) against the real library's calls recorded on the H200.
 
-Recorded by ``python -m simulator.device.fa3_library_record --api`` (fa3-fwd 0.0.3): 350 calls of
+Recorded by ``python -m simulator measure fa3_library_record --api`` (fa3-fwd 0.0.3): 350 calls of
 ``flash_attn_with_kvcache`` (splits by FA3's heuristic and explicit, appended k / v,
 cache_batch_idx, cache_leftpad, caches up to 32k), ``flash_attn_varlen_func``,
 ``flash_attn_func`` with splits (and the Split kernel's partial outputs), V head dims different
@@ -15,8 +15,8 @@ import pytest
 
 from simulator import fa3
 from simulator.device import fa3_library
-from simulator.device.numerics_evidence import digest
 from simulator.replay import fa3_api, fa3_api_cases
+from simulator.replay.common import digest
 
 REPORT, SAMPLE = fa3_api.load()
 BF16 = ml_dtypes.bfloat16
@@ -170,6 +170,11 @@ def test_torch_cpu_tensors_come_back_as_torch_tensors():
                                                 np.array([0, 40], np.int32), 5, 40), "cu_seqlens_q"),
     (lambda q, k, v: fa3.flash_attn_varlen_func(q[0], k[0], v[0], np.array([0, 5], np.int32),
                                                 np.array([0, 40], np.int32), 4, 40), "max_seqlen_q"),
+    (lambda q, k, v: fa3.flash_attn_varlen_func(q[0], k[0], v[0], np.array([0, 5]),
+                                                np.array([0, 40], np.int32), 5, 40),
+     "cu_seqlens_q: FA3 requires dtype int32"),
+    (lambda q, k, v: fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=np.array([3, 4], np.int64)),
+     "cache_seqlens: FA3 requires dtype int32"),
     (lambda q, k, v: fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=np.array([41, 0], np.int32)),
      "cache_seqlens"),
     (lambda q, k, v: fa3.flash_attn_with_kvcache(q, k, v, k=k[:, :2], v=v[:, :2]), "cache_seqlens"),
@@ -186,7 +191,7 @@ def test_bad_arguments_are_refused_naming_them(call, match):
         call(q, k, v)
 
 
-# ---- hypothesis-drawn API calls (python -m simulator.device.fa3_api_replay on the H200) ---------
+# ---- hypothesis-drawn API calls (python -m simulator measure fa3_api_replay on the H200) ---------
 DRAWN = fa3_api.read_json(fa3_api.DATA / "fa3_api_replay_report.json", fa3_api.REGENERATE)
 
 
@@ -203,7 +208,7 @@ def test_hypothesis_drawn_calls_agreed_on_the_device():
 
 @pytest.mark.parametrize("j", range(len(DRAWN["sample"])))
 def test_sampled_drawn_calls_replay(j):
-    from simulator.device.fa3_api_replay import emulate
+    from simulator.replay.fa3_api import emulate
 
     rec = DRAWN["sample"][j]
     want = {k: v for k, v in rec.items() if k != "case"}
@@ -228,7 +233,7 @@ def test_drawn_calls_with_head_dim_v_and_combine_agreed_on_the_device():
 
 @pytest.mark.parametrize("j", range(len(DRAWN_DV["sample"])))
 def test_sampled_drawn_head_dim_v_and_combine_calls_replay(j):
-    from simulator.device.fa3_api_replay import emulate
+    from simulator.replay.fa3_api import emulate
 
     rec = DRAWN_DV["sample"][j]
     want = {k: v for k, v in rec.items() if k != "case"}

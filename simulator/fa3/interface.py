@@ -82,12 +82,14 @@ def _ret(arrays, torch_out: bool):
 
 
 def _int_array(x, name: str, length: int | None = None) -> np.ndarray | None:
-    """An int32-valued [length] array (FA3 requires int32 tensors), or None."""
+    """An int32 [length] array (FA3 requires int32 tensors: "cu_seqlens_q must have dtype
+    torch.int32", hopper/flash_api.cpp), as int64 values, or None."""
     if x is None:
         return None
     arr = np.asarray(x)
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name}: expected integers (int32, as FA3 requires), got dtype {arr.dtype}")
+    if arr.dtype != np.int32:
+        raise ValueError(f"{name}: FA3 requires dtype int32 (\"{name} must have dtype int32\"), "
+                         f"got {arr.dtype}")
     if arr.ndim != 1 or (length is not None and arr.shape[0] != length):
         want = f"[{length}]" if length is not None else "1-d"
         raise ValueError(f"{name}: expected shape {want}, got {list(arr.shape)}")
