@@ -427,3 +427,30 @@ def test_flash_attn_combine_takes_mha_combines_layouts():
     assert fa3.flash_attn_combine(o_c, l_c)[0].dtype == np.float32
     with pytest.raises(ValueError, match="out_partial"):
         fa3.flash_attn_combine(o_c.astype(np.float64), l_c)
+
+
+def test_api_trace_records_steps_without_changing_bits():
+    """trace= (keyword-only, not FA3's) on the three forward functions: the traced CTA's steps,
+    and the same out / LSE bits as without it; refused with splits."""
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal(s).astype(BF16) for s in ((2, 30, 2, 64), (2, 50, 1, 64), (2, 50, 1, 64)))
+    cu_q, cu_k = np.array([0, 30, 60], np.int32), np.array([0, 50, 100], np.int32)
+    cs = np.array([40, 20], np.int32)
+    calls = [
+        lambda **t: fa3.flash_attn_func(q, k, v, causal=True, return_attn_probs=True, **t),
+        lambda **t: fa3.flash_attn_varlen_func(q.reshape(60, 2, 64), k.reshape(100, 1, 64),
+                                               v.reshape(100, 1, 64), cu_q, cu_k, 30, 50,
+                                               causal=True, return_attn_probs=True, **t),
+        lambda **t: fa3.flash_attn_with_kvcache(q[:, :1], k, v, cache_seqlens=cs, num_splits=1,
+                                                return_softmax_lse=True, **t),
+    ]
+    for call in calls:
+        out, lse = call()
+        t_out, t_lse, trace = call(trace=[(1, 1, 0)])
+        assert t_out.view(np.uint16).tobytes() == out.view(np.uint16).tobytes()
+        assert t_lse.view(np.uint32).tobytes() == lse.view(np.uint32).tobytes()
+        assert trace.ctas() == [(1, 1, 0)] and {e.step for e in trace} >= {"qk_gemm", "epilogue"}
+    with pytest.raises(ValueError, match="trace: recorded for unsplit launches only"):
+        fa3.flash_attn_func(q, k, v, num_splits=3, trace=[(0, 0, 0)])
+    with pytest.raises(ValueError, match="trace: CTA"):
+        fa3.flash_attn_func(q, k, v, trace=[(2, 0, 0)])

@@ -232,6 +232,26 @@ def _forward(q, k, v, kw: dict, splits) -> tuple[np.ndarray, np.ndarray]:
     return _combine.combine(part.out, part.lse, _out_dtype(q.dtype), head_dim_v=v.shape[-1])
 
 
+def _traced_forward(q, k, v, kw: dict, splits, b: int, wanted, record):
+    """:func:`_forward` of batch (or sequence) ``b`` run as its own launch, recording the
+    CTAs of ``wanted`` ((b, head, m_block) tuples) in ``record`` with their batch number."""
+    mine = None if wanted is None else [(0, c[1], c[2]) for c in wanted if c[0] == b]
+    if not mine:
+        return _forward(q, k, v, kw, splits)
+    res = flash.forward(q, k, v, **kw, trace=mine)
+    for e in res.trace:
+        e.cta = (b, e.cta[1], e.cta[2])
+        record.events.append(e)
+    return res.out, res.lse
+
+
+def _with_trace(ret: tuple, record, full: bool):
+    """FA3's return value, plus the Trace as a last item when one was asked for."""
+    if record is not None:
+        return ret + (record,)
+    return ret if full else ret[0]
+
+
 def _descale_rows(x, b: int | None):
     """A [batch, heads_kv] descale for one batch (varlen runs one sequence at a time)."""
     if x is None or b is None:
@@ -243,7 +263,7 @@ def _descale_rows(x, b: int | None):
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None,
                     k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0,
                     softcap=0.0, num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0,
-                    return_attn_probs=False, *, num_sms=H200_SMS):
+                    return_attn_probs=False, *, num_sms=H200_SMS, trace=None):
     """FA3's ``flash_attn_func`` (forward).
 
     Args:
@@ -260,9 +280,12 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         pack_gqa, deterministic: accepted, no effect on the forward's bits.
         return_attn_probs: also return softmax_lse.
         num_sms: keyword-only: the GPU's multiprocessors (the H200's 132) for the heuristic.
+        trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` whose steps to
+            record; unsplit launches only (``num_splits=1``).
     Returns:
         out [batch, seqlen_q, heads, head_dim_v] (bf16 for e4m3 inputs), and with
-        ``return_attn_probs`` also softmax_lse float32 [batch, heads, seqlen_q].
+        ``return_attn_probs`` also softmax_lse float32 [batch, heads, seqlen_q]; with
+        ``trace`` a :class:`simulator.trace.Trace` is appended to the returned tuple.
     Raises:
         ValueError: what FA3 refuses, with its rule, and the arguments not emulated.
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd).
@@ -293,13 +316,20 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     _check_pack_gqa(pack_gqa, static > 1, False, h, k.shape[2])
     kw = dict(softmax_scale=_check_scale(softmax_scale, d, softcap), causal=causal,
               window=tuple(window_size), softcap=softcap, **descales)
+    wanted = _trace_ctas(trace, b, static)
+    record = None if wanted is None else Trace()
     if k.shape[1] == 0 and v.shape[:3] == k.shape[:3]:  # total_k == 0: O = 0, LSE = +inf
         flash.forward(q, k, v, **kw)  # validates every argument
         out = np.zeros((b, sq, h, dv), dtype=_out_dtype(q.dtype))
         lse = np.full((b, h, sq), np.inf, dtype=np.float32)
+    elif wanted:
+        res = flash.forward(q, k, v, **kw, trace=wanted)
+        out, lse = res.out, res.lse
+        record.events.extend(res.trace)
     else:
         out, lse = _forward(q, k, v, kw, static if static > 1 else None)
-    return _ret((out, lse), tq) if return_attn_probs else _ret((out,), tq)[0]
+    return _with_trace(_ret((out, lse) if return_attn_probs else (out,), tq), record,
+                       return_attn_probs)
 
 
 def _check_4d(q, k, v) -> None:
@@ -411,25 +441,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                   **{n: _descale_rows(x, bi) for n, x in descales.items()})
-        mine = None if wanted is None else [(0, c[1], c[2]) for c in wanted if c[0] == bi]
-        if mine:
-            res = flash.forward(q[None, qs], kb, vb, **kw, trace=mine)
-            o, l_ = res.out, res.lse
-            for e in res.trace:
-                e.cta = (bi, e.cta[1], e.cta[2])
-                record.events.append(e)
-        else:
-            o, l_ = _forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]))
+        o, l_ = _traced_forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]),
+                                bi, wanted, record)
         out[qs], lse[:, qs] = o[0], l_[0]
-    ret = _ret((out, lse), tq) if return_attn_probs else _ret((out,), tq)
-    if record is not None:
-        return ret + (record,)
-    return ret if return_attn_probs else ret[0]
+    return _with_trace(_ret((out, lse) if return_attn_probs else (out,), tq), record,
+                       return_attn_probs)
 
 
 def _trace_ctas(trace, batch: int, static_splits: int) -> list[tuple[int, int, int]] | None:
-    """``trace`` of :func:`flash_attn_varlen_func`: None, or (sequence, head, m_block) tuples
-    with the sequence in 0..batch-1 (heads and m_blocks are checked by the forward)."""
+    """``trace`` of the API functions: None, or (batch or sequence, head, m_block) tuples with
+    the first in 0..batch-1 (heads and m_blocks are checked by the forward)."""
     if trace is None:
         return None
     if static_splits > 1:
@@ -464,7 +485,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
-                            num_sms=H200_SMS):
+                            num_sms=H200_SMS, trace=None):
     """FA3's ``flash_attn_with_kvcache`` (decode and chunked prefill against a KV cache).
 
     Args:
@@ -481,9 +502,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             with ``cache_seqlens`` each batch's count comes from FA3's prepare kernel
             (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
         others: as :func:`flash_attn_func`; ``return_softmax_lse`` returns (out, lse).
+        trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` to record;
+            unsplit launches only (``num_splits=1``).
     Returns:
         out [batch, seqlen_q, heads, head_dim_v], and softmax_lse [batch, heads, seqlen_q] with
-        ``return_softmax_lse``.
+        ``return_softmax_lse``; with ``trace`` a :class:`simulator.trace.Trace` is appended.
     Raises:
         ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
             not divide, ...), naming the argument; the arguments not emulated.
@@ -584,6 +607,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
         heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
         seqlens_k_new=np.full(b, s_new))
+    wanted = _trace_ctas(trace, b, static)
+    record = None if wanted is None else Trace()
     out = np.zeros((b, sq, h, dv), dtype=_out_dtype(q.dtype))
     # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
     lse = np.full((b, h, sq), np.inf if s_cache == 0 else -np.inf, dtype=np.float32)
@@ -595,9 +620,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
                   max_seqlen_q=sq, max_seqlen_k=s_cache,
                   **{n: _descale_rows(x, bi) for n, x in descales.items()})
-        o, l_ = _forward(q[bi: bi + 1], kb, vb, kw, None if splits is None else int(splits[bi]))
+        o, l_ = _traced_forward(q[bi: bi + 1], kb, vb, kw, None if splits is None else int(splits[bi]),
+                                bi, wanted, record)
         out[bi], lse[bi] = o[0], l_[0]
-    return _ret((out, lse), tq) if return_softmax_lse else _ret((out,), tq)[0]
+    return _with_trace(_ret((out, lse) if return_softmax_lse else (out,), tq), record,
+                       return_softmax_lse)
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
