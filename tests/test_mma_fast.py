@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from simulator import flash, mma
-from simulator.device import mma_evidence as ev
-from simulator.device.numerics_evidence import digest
 from simulator.mma import fast, fused
-from simulator.mma.cases import mma_block
-from simulator.mma.probes import PROBES, decode, emulate_probe
+from simulator.replay import mma as ev
+from simulator.replay.common import digest
+from simulator.replay.mma_cases import mma_block
+from simulator.replay.mma_probes import PROBES, decode, emulate_probe
 
 BF16 = ml_dtypes.bfloat16
 
@@ -26,14 +26,19 @@ def recorded():
     return ev.load_recorded()
 
 
-def test_every_family_takes_the_fast_path():
+def test_which_families_take_the_fast_path():
     assert all(fast.supports(p) for p in mma.PARAMS.values())
+    # bf16 (window 11 bits) and FP8 mma.sync's f16-style steps (19); not f16 (5), FP8 wgmma (7, 9)
+    assert {key for key, p in mma.PARAMS.items() if fast.preferred(p)} == {
+        ("wgmma", "bf16"), ("mma_sync", "bf16"), ("mma_sync", "e4m3"), ("mma_sync", "e5m2")}
     assert not fast.supports(fused.FusedDotAdd())  # operand width unknown: per-term path only
 
 
 @pytest.mark.parametrize("name", list(PROBES))
-def test_fast_path_gives_the_device_bits_on_every_recorded_block(recorded, name):
-    """All 40 recorded blocks of every probed instruction (10,485,760 outputs each)."""
+def test_fast_path_gives_the_device_bits_on_every_recorded_block(recorded, name, monkeypatch):
+    """All 40 recorded blocks of every probed instruction (10,485,760 outputs each), through
+    the fast path also for the families that do not use it by default."""
+    monkeypatch.setattr(fast, "preferred", fast.supports)
     report, digests = recorded
     kind, m, n, k, fmt = PROBES[name]
     tiles = ev.tiles_per_block(name, report)
@@ -66,8 +71,12 @@ def test_fast_step_equals_per_term_model(name):
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def _fast_everywhere(monkeypatch):
+    monkeypatch.setattr(fast, "preferred", fast.supports)
+
+
 def _per_term_only(monkeypatch):
-    monkeypatch.setattr(fast, "supports", lambda p: False)
+    monkeypatch.setattr(fast, "preferred", lambda p: False)
 
 
 @pytest.mark.parametrize("dtype,causal", [(BF16, False), (BF16, True), (ml_dtypes.float8_e4m3fn, False),
@@ -78,6 +87,7 @@ def test_forward_bits_equal_with_and_without_fast_path(monkeypatch, dtype, causa
     k = rng.standard_normal((2, 300, 1, 64)).astype(dtype)
     v = rng.standard_normal((2, 300, 1, 64)).astype(dtype)
     seqlens = np.array([300, 77], np.int32)
+    _fast_everywhere(monkeypatch)
     got = flash.forward(q, k, v, causal=causal, seqlens_k=seqlens)
     _per_term_only(monkeypatch)
     want = flash.forward(q, k, v, causal=causal, seqlens_k=seqlens)
@@ -101,8 +111,23 @@ def test_chained_gemm_with_zeros_spread_and_signed_zeros(monkeypatch):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("lo,hi", [(56, 70), (90, 120), (-120, -60), (-10, 10)])
+def test_products_near_float32_limits_equal_per_term_model(monkeypatch, lo, hi):
+    """Operand exponents whose products leave float32's range (both ends) or straddle it."""
+    rng = np.random.default_rng(lo + 1000)
+    a = (rng.standard_normal((4, 64, 32)) * np.exp2(rng.integers(lo, hi, (4, 64, 32))))
+    b = (rng.standard_normal((4, 32, 24)) * np.exp2(rng.integers(lo, hi, (4, 32, 24))))
+    A, B = a.astype(np.float32).astype(BF16), b.astype(np.float32).astype(BF16)
+    c = (rng.standard_normal((4, 64, 24)) * 2.0**hi).astype(np.float32)
+    got = mma.gemm(A, B, c, instruction="wgmma.m64n24k16.f32.bf16.bf16")
+    _per_term_only(monkeypatch)
+    want = mma.gemm(A, B, c, instruction="wgmma.m64n24k16.f32.bf16.bf16")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_wrong_clean_test_is_caught(recorded, monkeypatch):
     """Calling every output clean (plain float64 BLAS plus C) misses the device's bits."""
+    monkeypatch.setattr(fast, "_DENSE_FRACTION", 1.0)  # the probe tiles are mostly not clean
     monkeypatch.setattr(fast, "_dirty", lambda ops, sl, c, f, *rest: (
         np.matmul(ops.a[sl], ops.b[sl]).reshape(-1)[f] + c.reshape(-1)[f]))
     rows = ev.check_probe("wgmma_m64n8k16_bf16", *recorded, blocks=1)

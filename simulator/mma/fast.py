@@ -17,7 +17,7 @@ weights ``2^(S e)`` (``S = 2 ceil(log2 K) + 1``), ``sum_k 2^(S ea_k) 2^(S eb_k)`
 ``[2^(S maxE), K 2^(S maxE)]``, so its binary exponent bounds ``S maxE`` from above to within
 ``log2 K``; the weights ``2^(-S e)`` bound ``-S minE`` the same way. Weights are taken relative
 to per-row offsets and clipped into float64's normal range, which can only raise the sums: a
-clipped output at worst counts as not clean. Every other output (about 17% of QK^T and 18% of PV
+clipped output at worst counts as not clean. Every other output (about 20% of QK^T and 35% of PV
 outputs per k-step in the bf16 forward of ``benchmarks/bench_flash.py``) goes through the
 per-term arithmetic of ``fused._tile_sum`` on its own, its K operand pairs gathered into a
 contiguous row, with ``E`` taken from the same weight sum (exact when it was not clipped). The
@@ -29,14 +29,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fused import FusedDotAdd, _all_products_neg_zero, _canonical_nan, _fix_special, _rz_to_float32
+from .fused import (
+    FusedDotAdd,
+    _all_products_neg_zero,
+    _canonical_nan,
+    _fix_special,
+    _rz_to_float32,
+    _tile_sum,
+)
 from .fused import round_to_float32 as _round_reference
 
 _CLIP = 500                  # |binary exponent| of one weight at most: products stay normal
 _EXACT_MAX = -480            # a weight sum at least 2^this has its largest term unclipped
 _NO_EXP = -(1 << 20)         # exponent of a zero or non-finite operand (two still fit int32)
 _BIG = 1 << 24
-_OUTPUTS_PER_TILE = 1 << 16  # the tile's float64 working arrays stay in the L2 cache
+_OUTPUTS_PER_TILE = 1 << 16
+# above this fraction of outputs not clean, a tile runs the per-term loop on all its outputs
+# (gathering costs about 1.5-2x a dense output of fused._tile_sum per gathered output)
+_DENSE_FRACTION = 0.5  # the tile's float64 working arrays stay in the L2 cache
 
 
 def supports(p: FusedDotAdd) -> bool:
@@ -45,6 +55,14 @@ def supports(p: FusedDotAdd) -> bool:
     enough that a clean product fits the window."""
     return (p.product_exponent == "sum" and p.subnormal_inputs == "keep" and p.operand_bits > 0
             and p.frac_bits - 2 * (p.operand_bits - 1) >= 0 and p.out_bits <= 24)
+
+
+def preferred(p: FusedDotAdd) -> bool:
+    """Whether fused_dot_add uses :func:`fused_step` for ``p``: when it applies and the clean
+    window ``L`` is at least 10 bits (bf16's 11). With f16's 5 and FP8's 7-9 most outputs of
+    FlashAttention's GEMMs are not clean and the per-term loop measured as fast or faster
+    (forward, 1 x 512 x 4 heads x 128, 2-core EPYC)."""
+    return supports(p) and p.frac_bits - 2 * (p.operand_bits - 1) >= 10
 
 
 def weight_base(k: int) -> int:
@@ -145,6 +163,9 @@ class _Operands:
         self.sa_max, self.sb_max = (s * amax).astype(i16), (s * bmax).astype(i16)
         self.sa_min, self.sb_min = (s * amin).astype(i16), (s * bmin).astype(i16)
         self.bt = np.ascontiguousarray(np.swapaxes(b, 1, 2))                # [R, N, K]
+        narrow = p.operand_bits <= 12
+        self.a32 = a.astype(np.float32) if narrow else None
+        self.bt32 = self.bt.astype(np.float32) if narrow else None
 
 
 def _tile(ops: _Operands, sl: slice, c, p: FusedDotAdd, out: np.ndarray) -> None:
@@ -182,9 +203,15 @@ def _tile(ops: _Operands, sl: slice, c, p: FusedDotAdd, out: np.ndarray) -> None
             c_ok &= (c.view(np.int32) & ((1 << (24 - w)) - 1)) == 0
         c_zero |= c_ok
     clean &= c_zero
+    dirty = np.flatnonzero(~clean)
+    if dirty.size > _DENSE_FRACTION * clean.size:
+        # mostly dirty (FP8's narrow window): the per-term loop over the whole tile is cheaper
+        # than gathering each output's terms
+        e16 = [np.maximum(e[sl], -16000).astype(np.int16) for e in (ops.ea, ops.eb)]
+        out[...] = _tile_sum(ops.a[sl], ops.b[sl], *e16, c.astype(np.float64), p.frac_bits)
+        return
     np.matmul(ops.a[sl], ops.b[sl], out=out)
     out += c  # exact for clean outputs: every partial sum is a float64 value
-    dirty = np.flatnonzero(~clean)
     if dirty.size:
         out.reshape(-1)[dirty] = _dirty(ops, sl, c, dirty, wp, hp, p.frac_bits)
 
@@ -217,20 +244,30 @@ def _dirty(ops: _Operands, sl: slice, c, f, wp, hp, frac_bits: int) -> np.ndarra
     big_e = np.where(c_ok, np.maximum(max_e, ec), max_e)
     big_e[big_e < _NO_EXP // 2] = 0  # no nonzero finite term: any scale works
     scale = ((frac_bits + 1023 - big_e) << 52).view(np.float64)
-    t = np.take(a.reshape(rows * m, k), rm, axis=0)                         # [S, K]
-    t *= np.take(bt, rn, axis=0)                                            # exact products
-    t *= scale[:, None]
+    sh = frac_bits - big_e
+    # float32 holds every product (E <= 125: below 2^128) and the scale (|F - E| <= 126)
+    if ops.a32 is not None and big_e.max() <= 125 and sh.max() <= 126:
+        # in float32 (half the bytes): the products of two operands of at most 12 bits, their
+        # scaled values and truncations are exact there; only the sum needs float64
+        t = np.take(ops.a32[sl].reshape(rows * m, k), rm, axis=0)             # [S, K]
+        t *= np.take(ops.bt32[sl].reshape(rows * n, k), rn, axis=0)
+        t *= ((sh + 127).astype(np.int32) << 23).view(np.float32)[:, None]
+    else:
+        t = np.take(a.reshape(rows * m, k), rm, axis=0)
+        t *= np.take(bt, rn, axis=0)                                        # exact products
+        t *= scale[:, None]
     np.trunc(t, out=t)
     total = np.trunc(np.where(c_ok, c64, 0.0) * scale)
-    total += t @ np.ones(k)  # integers below 2^40: exact in any order
+    total += t.astype(np.float64) @ np.ones(k)  # integers below 2^40: exact in any order
     total /= scale
     return total
 
 
 def _rz(x: np.ndarray, bits: int) -> np.ndarray:
     """round_to_float32(x, "rz", bits) for finite-or-not x whose non-finite outputs are
-    replaced later (x is overwritten): bits cleared in float64, then an exact cast; results at or below 2^-126
-    (where float32's quantum applies, zeros included) recomputed by the reference."""
+    replaced later (x is overwritten): bits cleared in float64, then an exact cast; results
+    at or below 2^-126 (where float32's quantum applies, zeros included) recomputed by the
+    reference."""
     keep = np.uint64(~((1 << (53 - bits)) - 1) & 0xFFFFFFFFFFFFFFFF)
     # in place: clearing bits below the 24th keeps zeros and non-zeros as they are, and below
     # 2^-126 it only drops bits under the float32 quantum (so the recomputation is unchanged)

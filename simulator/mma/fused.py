@@ -153,7 +153,7 @@ def _k_steps(p: FusedDotAdd, k: int) -> list:
 def _one_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
     from . import fast  # BLAS for the clean outputs; it calls back into this module's model
 
-    if fast.supports(p):
+    if fast.preferred(p):
         return fast.fused_step(a, b, c, p)
     if p.product_exponent == "sum" and p.subnormal_inputs == "keep":
         return _fused_step_fast(a, b, c, p)
