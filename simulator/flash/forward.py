@@ -19,6 +19,7 @@ from ..hw import accumulator_layout, rowcol_view
 from ..numerics import convert, fmul
 from ..numerics.mufu import tanh
 from ..trace import Trace
+from . import chunks
 from .constants import MAX_OFFSET, host_constants
 from .dispatch import Dispatch, check_head_dim, check_head_dim_v, fa3_dispatch, should_pack_gqa
 from .masks import allowed, block_range, fa3_window, kernel_flags, masking_steps, normalize_window
@@ -263,7 +264,8 @@ def _softcap_on(softcap) -> float:
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
-            max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None) -> ForwardResult:
+            max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
+            executor=None, memory_budget=None) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
 
     With no tile arguments it runs what FA3 dispatches for the inputs
@@ -302,6 +304,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             False. A PackGQA tile holds the query heads of one kv head (rows
             ``position * g + head_in_group``); with causal or local masks and with splits this
             changes which K/V blocks (and split boundaries) a row's tile has, hence bits.
+        executor: None (serial), or a ``concurrent.futures.Executor`` (a
+            ``ProcessPoolExecutor``, ``dask.distributed.Client.get_executor()``): chunks of
+            CTAs run as its tasks (:mod:`simulator.flash.chunks`); the bits are the serial
+            run's. Not with ``trace``.
+        memory_budget: bytes of memory for the padded inputs, the outputs and the working
+            arrays (default ``chunks.DEFAULT_MEMORY_BUDGET``, 4 GiB): CTAs run in chunks that
+            fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk.
     Returns:
         :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim_v] in the input dtype
         (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
@@ -311,7 +320,14 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         a batch does not have, or that sees no key, holds O = 0 and LSE = -inf.
     Raises:
         ValueError: any invalid argument, naming it (see :func:`make_config`).
+        TypeError: ``executor`` without a ``submit`` method.
+        MemoryError: up front, with the estimate, when not even one CTA fits ``memory_budget``.
     """
+    executor = chunks.check_executor(executor)
+    budget = chunks.check_budget(memory_budget)
+    if executor is not None and trace is not None:
+        raise ValueError("trace: not recorded with an executor; trace a serial call "
+                         "(executor=None)")
     if trace is not None and pack_gqa is None and num_splits is None:
         pack_gqa = False  # traces are per head; unsplit, PackGQA leaves the bits unchanged
     cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
@@ -332,9 +348,30 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                    dtype=cfg.out_dtype if cfg.splits is None else np.float32)
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
     qp, kp, vp = _padded_inputs(cfg, q, k, v)
-    for (n_range, masked), ctas in _cta_groups(cfg).items():
-        _run_group(cfg, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record)
+    size = chunks.chunk_size(budget, chunks.fixed_bytes(qp, kp, vp, out, lse),
+                             chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v),
+                             "this forward")
+    parts = 1 if executor is None else chunks.workers(executor)
+    work = [(key, part) for key, ctas in _cta_groups(cfg).items()
+            for part in chunks.split(ctas, size, parts)]
+    if executor is None:
+        for (n_range, masked), part in work:
+            _run_group(cfg, n_range, masked, part, qp, kp, vp, out, lse, wanted, record)
+    else:
+        futures = [executor.submit(_chunk_task, cfg, n_range, masked, part, qp, kp, vp)
+                   for (n_range, masked), part in work]
+        for (_, part), future in zip(work, futures, strict=True):
+            result = future.result()
+            if result is not None:
+                rows, heads, _ = _tile_rows(cfg, part)
+                _store(cfg, part, rows, heads, *result, out, lse)
     return ForwardResult(out, lse, record)
+
+
+def _chunk_task(cfg: Config, n_range, masked, ctas, qp, kp, vp):
+    """One executor task: the CTAs ``ctas`` of a group, returning their O accumulator and
+    LSE rows (None when the range is empty) for the caller's :func:`_store`."""
+    return _run_group(cfg, n_range, masked, ctas, qp, kp, vp, None, None, None, None)
 
 
 def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
@@ -481,7 +518,10 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
                 row_max=soft.row_max)
     acc_o = rescale_o(acc_o, _row_values(final, view))
     tracer.frag("epilogue", None, acc_o=acc_o)
-    _store(cfg, ctas, rows, heads, acc_o, _row_values(soft.lse, view), out, lse)
+    lse_rows = _row_values(soft.lse, view)
+    if out is None:  # an executor task: the caller stores
+        return acc_o, lse_rows
+    _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse)
 
 
 def _cta_scales(cfg: Config, b, hkv):

@@ -1,0 +1,71 @@
+"""flash.forward in CTA chunks: a memory budget and an executor change no bit."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from simulator import flash
+from simulator.flash import chunks
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _inputs(dtype=BF16, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((2, 200, 4, 64)).astype(dtype)
+    k = rng.standard_normal((2, 260, 2, 64)).astype(dtype)
+    v = rng.standard_normal((2, 260, 2, 64)).astype(dtype)
+    return q, k, v
+
+
+def _same(a, b):
+    assert np.array_equal(a.out.view(np.uint8), b.out.view(np.uint8))
+    assert np.array_equal(a.lse.view(np.uint32), b.lse.view(np.uint32))
+
+
+@pytest.mark.parametrize("kwargs", [dict(causal=True), dict(window=(40, 7)), dict(num_splits=3),
+                                    dict(seqlens_k=np.array([260, 31], np.int32), softcap=5.0)])
+def test_small_memory_budget_runs_cta_by_cta_with_the_same_bits(kwargs):
+    q, k, v = _inputs()
+    serial = flash.forward(q, k, v, **kwargs)
+    per_cta = chunks.cta_bytes(128, 128, 64)
+    tight = flash.forward(q, k, v, memory_budget=10 << 20, **kwargs)  # a CTA or two per chunk
+    assert (10 << 20) < 4 * per_cta + (4 << 20)
+    _same(serial, tight)
+
+
+def test_thread_and_process_executors_give_the_serial_bits():
+    q, k, v = _inputs(seed=1)
+    serial = flash.forward(q, k, v, causal=True)
+    with ThreadPoolExecutor(2) as ex:
+        _same(serial, flash.forward(q, k, v, causal=True, executor=ex))
+    with ProcessPoolExecutor(2) as ex:
+        _same(serial, flash.forward(q, k, v, causal=True, executor=ex))
+
+
+def test_budget_too_small_is_refused_with_the_estimate():
+    q, k, v = _inputs()
+    with pytest.raises(MemoryError, match=r"memory_budget: .* needs about .* GiB .* budget of"):
+        flash.forward(q, k, v, memory_budget=1 << 20)
+
+
+def test_bad_executor_and_trace_with_executor_are_refused():
+    q, k, v = _inputs()
+    with pytest.raises(TypeError, match="executor"):
+        flash.forward(q, k, v, executor=object())
+    with ThreadPoolExecutor(1) as ex, pytest.raises(ValueError, match="trace"):
+        flash.forward(q, k, v, executor=ex, trace=[(0, 0, 0)])
+
+
+def test_dask_local_cluster_gives_the_serial_bits():
+    distributed = pytest.importorskip("dask.distributed", reason="optional: pip install -e '.[dask]'")
+    q, k, v = _inputs(seed=2)
+    serial = flash.forward(q, k, v)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        _same(serial, flash.forward(q, k, v, executor=client.get_executor()))
