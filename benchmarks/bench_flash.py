@@ -8,13 +8,17 @@ only the keys up to the block's last row (the emulator likewise skips K/V blocks
 removes). Where torch and triton are installed (``pip install -e '.[bench]'``), a
 FlashAttention-style Triton kernel run by the Triton interpreter (``TRITON_INTERPRET=1``, not
 bit-exact: float32 softmax with ``exp``) is timed on the same data as a second anchor.
-Target: at most 10x NumPy. Run: ``python benchmarks/bench_flash.py [--seqlen 1024] [--heads 4]``.
+With ``--processes N`` (default 2) the bf16 non-causal forward is also timed with
+``executor=ProcessPoolExecutor(N)`` (the pool started and warmed up first; its bits are checked
+equal to the serial run's). Target: at most 10x NumPy.
+Run: ``python benchmarks/bench_flash.py [--seqlen 1024] [--heads 4] [--processes 2]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from concurrent.futures import ProcessPoolExecutor
 
 import ml_dtypes
 import numpy as np
@@ -65,7 +69,28 @@ def _inputs(shape, dtype, seed=0):
     return tuple(rng.standard_normal(shape).astype(dtype) for _ in range(3))
 
 
-def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3, triton=True) -> list[dict]:
+_LIMITS = []
+
+
+def _limit_worker(threads: int) -> None:
+    """Worker initializer: the same BLAS thread count as the parent's side of the ratio."""
+    from threadpoolctl import threadpool_limits
+
+    _LIMITS.append(threadpool_limits(limits=threads))
+
+
+def _executor_row(q, k, v, t_np, processes: int, threads: int, repeats: int, label: str) -> dict:
+    serial = flash.forward(q, k, v)
+    with ProcessPoolExecutor(processes, initializer=_limit_worker, initargs=(threads,)) as ex:
+        par = flash.forward(q, k, v, executor=ex)  # also the warm-up: tables load in the workers
+        assert np.array_equal(par.out.view(np.uint16), serial.out.view(np.uint16)), "bits differ"
+        t = median_time(lambda: flash.forward(q, k, v, executor=ex), repeats)
+    return ratio_row("bench_flash.py", f"{label}, executor with {processes} processes vs NumPy "
+                     "float32 attention", t, t_np, "numpy float32 attention")
+
+
+def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3, triton=True,
+            processes=2) -> list[dict]:
     """Time every configuration; returns one row per ratio (see timing.ratio_row)."""
     shape = (1, seqlen, heads, head_dim)
     tri = triton_attention(threads) if triton else None
@@ -83,6 +108,8 @@ def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3, triton=Tru
                      f"{head_dim}")
             rows.append(ratio_row("bench_flash.py", label + " vs NumPy float32 attention", t_sim,
                                   t_np, "numpy float32 attention", f"<= {TARGET:g}x"))
+            if processes > 1 and name == "bf16" and not causal:
+                rows.append(_executor_row(q, k, v, t_np, processes, threads, repeats, label))
             if tri is not None and name == "bf16":
                 t_tri = median_time(lambda: tri(q32, k32, v32, causal), 1)  # noqa: B023
                 rows.append(ratio_row("bench_flash.py", label + ": Triton interpreter vs NumPy",
@@ -96,11 +123,12 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton interpreter anchor")
+    ap.add_argument("--processes", type=int, default=2, help="executor processes (0: skip)")
     add_common_args(ap)
     args = ap.parse_args()
     print(f"{machine()}; BLAS threads {args.threads} on both sides")
     rows = measure(args.seqlen, args.heads, args.head_dim, args.threads, args.repeats or 3,
-                   not args.no_triton)
+                   not args.no_triton, args.processes)
     with blas_threads(args.threads):
         print(f"BLAS: {blas_info()}")
     if not any("Triton" in r["measures"] for r in rows) and not args.no_triton:
