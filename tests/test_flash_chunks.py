@@ -61,6 +61,21 @@ def test_bad_executor_and_trace_with_executor_are_refused():
         flash.forward(q, k, v, executor=ex, trace=[(0, 0, 0)])
 
 
+def test_progress_counts_every_block_visit_and_changes_no_bit(capsys):
+    q, k, v = _inputs(seed=3)
+    serial = flash.forward(q, k, v, causal=True)
+    seen = []
+    _same(serial, flash.forward(q, k, v, causal=True, memory_budget=10 << 20,
+                                progress=lambda done, total: seen.append((done, total))))
+    done, total = zip(*seen, strict=True)
+    assert len(seen) > 1 and list(done) == sorted(done) and done[-1] == total[0] == total[-1]
+    with ThreadPoolExecutor(2) as ex:
+        _same(serial, flash.forward(q, k, v, causal=True, executor=ex, progress=True))
+    assert "flash.forward" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="progress"):
+        flash.forward(q, k, v, progress="yes")
+
+
 def test_dask_local_cluster_gives_the_serial_bits():
     distributed = pytest.importorskip("dask.distributed", reason="optional: pip install -e '.[dask]'")
     q, k, v = _inputs(seed=2)

@@ -86,3 +86,60 @@ def workers(executor) -> int:
     """The executor's worker count where it says (``_max_workers``), else 2."""
     n = getattr(executor, "_max_workers", None)
     return n if isinstance(n, int) and n > 0 else 2
+
+
+def check_progress(progress) -> None:
+    """Raises TypeError unless ``progress`` is None, a bool or a callable."""
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise TypeError(f"progress: expected None, a bool or a callable (done, total), got "
+                        f"{type(progress).__name__}")
+
+
+class Progress:
+    """Progress of a forward in K/V block visits (CTAs x blocks), with an ETA.
+
+    ``progress`` is None or False (silent), True (a tqdm bar on stderr where tqdm is installed,
+    ``pip install -e '.[progress]'``; else one line on stderr every few seconds), or a callable
+    ``progress(done, total)`` called after every chunk.
+    """
+
+    def __init__(self, progress, total: int, what: str = "flash.forward"):
+        import sys
+        import time
+
+        self._callback = progress if callable(progress) else None
+        self._bar = self._line = None
+        self.total, self.done, self.what = total, 0, what
+        self._clock, self._start = time.monotonic, time.monotonic()
+        self._last = self._start
+        if progress is True:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                self._line = sys.stderr
+            else:  # not on a terminal: a line every few seconds rather than a redrawn bar
+                tty = sys.stderr.isatty()
+                self._bar = tqdm(total=total, desc=what, unit="block", file=sys.stderr,
+                                 mininterval=0.5 if tty else 5.0, ascii=not tty)
+        else:
+            check_progress(progress)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self._callback is not None:
+            self._callback(self.done, self.total)
+        if self._bar is not None:
+            self._bar.update(n)
+        if self._line is not None:
+            now = self._clock()
+            if now - self._last >= 5.0 or self.done >= self.total:
+                self._last = now
+                rate = self.done / max(now - self._start, 1e-9)
+                left = (self.total - self.done) / rate if rate > 0 else float("inf")
+                print(f"{self.what}: {self.done:,}/{self.total:,} K/V block visits "
+                      f"({100 * self.done / max(1, self.total):.0f}%), about {left:.0f} s left",
+                      file=self._line, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

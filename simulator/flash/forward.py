@@ -9,6 +9,7 @@ threads or elements.
 
 from __future__ import annotations
 
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -265,7 +266,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
             max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
-            executor=None, memory_budget=None) -> ForwardResult:
+            executor=None, memory_budget=None, progress=None) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
 
     With no tile arguments it runs what FA3 dispatches for the inputs
@@ -311,6 +312,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         memory_budget: bytes of memory for the padded inputs, the outputs and the working
             arrays (default ``chunks.DEFAULT_MEMORY_BUDGET``, 4 GiB): CTAs run in chunks that
             fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk.
+        progress: None (silent), True (a bar with an ETA on stderr, tqdm where installed) or
+            a callable ``progress(done, total)`` in K/V block visits, after every chunk.
     Returns:
         :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim_v] in the input dtype
         (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
@@ -320,11 +323,12 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         a batch does not have, or that sees no key, holds O = 0 and LSE = -inf.
     Raises:
         ValueError: any invalid argument, naming it (see :func:`make_config`).
-        TypeError: ``executor`` without a ``submit`` method.
+        TypeError: ``executor`` without a ``submit`` method; ``progress`` of another type.
         MemoryError: up front, with the estimate, when not even one CTA fits ``memory_budget``.
     """
     executor = chunks.check_executor(executor)
     budget = chunks.check_budget(memory_budget)
+    chunks.check_progress(progress)
     if executor is not None and trace is not None:
         raise ValueError("trace: not recorded with an executor; trace a serial call "
                          "(executor=None)")
@@ -354,17 +358,26 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     parts = 1 if executor is None else chunks.workers(executor)
     work = [(key, part) for key, ctas in _cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
-    if executor is None:
-        for (n_range, masked), part in work:
-            _run_group(cfg, n_range, masked, part, qp, kp, vp, out, lse, wanted, record)
-    else:
-        futures = [executor.submit(_chunk_task, cfg, n_range, masked, part, qp, kp, vp)
-                   for (n_range, masked), part in work]
-        for (_, part), future in zip(work, futures, strict=True):
-            result = future.result()
-            if result is not None:
-                rows, heads, _ = _tile_rows(cfg, part)
-                _store(cfg, part, rows, heads, *result, out, lse)
+    visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
+    bar = chunks.Progress(progress, sum(visits))
+    try:
+        if executor is None:
+            for ((n_range, masked), part), n in zip(work, visits, strict=True):
+                _run_group(cfg, n_range, masked, part, qp, kp, vp, out, lse, wanted, record)
+                bar.update(n)
+        else:
+            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, qp, kp, vp): i
+                       for i, ((n_range, masked), part) in enumerate(work)}
+            for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
+                i = futures[future]
+                result = future.result()
+                if result is not None:
+                    part = work[i][1]
+                    rows, heads, _ = _tile_rows(cfg, part)
+                    _store(cfg, part, rows, heads, *result, out, lse)
+                bar.update(visits[i])
+    finally:
+        bar.close()
     return ForwardResult(out, lse, record)
 
 
