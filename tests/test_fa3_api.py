@@ -454,3 +454,61 @@ def test_api_trace_records_steps_without_changing_bits():
         fa3.flash_attn_func(q, k, v, num_splits=3, trace=[(0, 0, 0)])
     with pytest.raises(ValueError, match="trace: CTA"):
         fa3.flash_attn_func(q, k, v, trace=[(2, 0, 0)])
+
+
+def test_api_trace_ctas_are_checked_against_the_grid_of_their_sequence():
+    q = np.ones((8, 2, 64), BF16)
+    cu = np.array([0, 4, 8], np.int32)
+    empty = np.array([0, 8, 8], np.int32)
+    with pytest.raises(ValueError, match=r"trace: CTA \(1, 0, 1\) is outside the grid.*sequence 1 "
+                                         r"\(4 query rows, kBlockM \d+\) has m_blocks 0..0"):
+        fa3.flash_attn_varlen_func(q, q, q, cu, cu, 4, 4, trace=[(1, 0, 1)])
+    with pytest.raises(ValueError, match="sequence 1 .0 query rows.*has no m_block"):
+        fa3.flash_attn_varlen_func(q, q, q, empty, empty, 8, 8, trace=[(1, 0, 0)])
+    with pytest.raises(ValueError, match="heads 0..1"):
+        fa3.flash_attn_func(q[None], q[None], q[None], trace=[(0, -5, 0)])
+
+
+def test_api_causal_sets_the_right_window_to_zero_as_mha_fwd():
+    """hopper/flash_api.cpp: ``if (is_causal) { window_size_right = 0; }``."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 40, 1, 64)).astype(BF16)
+    a = fa3.flash_attn_func(q, q, q, causal=True, window_size=(8, 3))
+    b = fa3.flash_attn_func(q, q, q, window_size=(8, 0))
+    assert a.view(np.uint16).tobytes() == b.view(np.uint16).tobytes()
+
+
+def test_api_combine_out_dtype_names_and_torch_dtypes():
+    o = np.random.default_rng(0).standard_normal((2, 1, 3, 1, 8)).astype(np.float32)
+    lse = np.zeros((2, 1, 3, 1), np.float32)
+    ref = fa3.flash_attn_combine(o, lse, out_dtype=BF16)[0]
+    assert fa3.flash_attn_combine(o, lse, out_dtype="bfloat16")[0].view(np.uint16).tobytes() == \
+        ref.view(np.uint16).tobytes()
+    for bad in ("nonsense", 5, np.int32):
+        with pytest.raises(ValueError, match="out_dtype: expected None, float32, bfloat16 or float16"):
+            fa3.flash_attn_combine(o, lse, out_dtype=bad)
+
+
+def test_append_with_a_head_dim_pair_fa3_refuses_names_the_pair():
+    z = np.zeros
+    with pytest.raises(ValueError, match="only for Q/K head dim in"):
+        fa3.flash_attn_with_kvcache(z((1, 2, 2, 128), BF16), z((1, 16, 2, 128), BF16),
+                                    z((1, 16, 2, 64), BF16),
+                                    k=z((1, 1, 2, 128), BF16), v=z((1, 1, 2, 64), BF16),
+                                    cache_seqlens=np.array([3], np.int32))
+
+
+def test_torch_cache_views_are_appended_in_place_and_grad_tensors_accepted():
+    torch = pytest.importorskip("torch", reason="torch is optional; the NumPy path is tested above")
+    big_k = torch.zeros(2, 80, 1, 64, dtype=torch.bfloat16)
+    big_v = torch.zeros_like(big_k)
+    kc, vc = big_k[:, :64], big_v[:, :64]                     # views: stride(-1) == 1, as FA3 takes
+    kn = torch.randn(2, 3, 1, 64).to(torch.bfloat16)
+    fa3.flash_attn_with_kvcache(torch.randn(2, 3, 2, 64).to(torch.bfloat16), kc, vc, k=kn, v=kn.clone(),
+                                cache_seqlens=torch.tensor([5, 7], dtype=torch.int32))
+    assert bool((kc[0, 5:8] == kn[0]).all()) and bool((vc[1, 7:10] == kn[1]).all())
+    qg = torch.randn(1, 4, 2, 64).to(torch.bfloat16).requires_grad_(True)
+    fa3.flash_attn_func(qg, qg.detach(), qg.detach())
+    o = torch.zeros(2, 1, 3, 1, 8)
+    out, _ = fa3.flash_attn_combine(o, torch.zeros(2, 1, 3, 1), out_dtype=torch.bfloat16)
+    assert out.dtype == torch.bfloat16

@@ -59,13 +59,24 @@ def _from_torch(t, name: str) -> np.ndarray:
 
     if t.device.type != "cpu":
         raise ValueError(f"{name}: expected a CPU tensor, got one on {t.device}")
-    t = t.contiguous()
+    t = t.detach().contiguous()  # the forward has no autograd; FA3 takes such tensors too
     views = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
              torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn)}
     if t.dtype in views:
         raw, dt = views[t.dtype]
         return t.view(raw).numpy().view(dt)
     return t.numpy()
+
+
+def _write_back(orig, arr: np.ndarray) -> None:
+    """Copy ``arr``'s bits into the caller's torch tensor ``orig`` (a view or non-contiguous
+    tensor was copied by :func:`_from_torch`); nothing for NumPy arrays, written in place."""
+    if not type(orig).__module__.startswith("torch"):
+        return
+    import torch  # noqa: PLC0415
+
+    raw = np.ascontiguousarray(arr).view(np.int16 if arr.itemsize == 2 else np.uint8)
+    orig.view(torch.int16 if arr.itemsize == 2 else torch.uint8).copy_(torch.from_numpy(raw))
 
 
 def _to_torch(x: np.ndarray):
@@ -306,7 +317,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     b, sq, h, d = q.shape
     dv = v.shape[-1]
     check_head_dim_v(d, dv, fmt)
-    is_causal, is_local, _ = _kernel_flags(fmt, d, dv, causal, window_size, sq, k.shape[1], softcap)
+    is_causal, is_local, (tile_m, _) = _kernel_flags(fmt, d, dv, causal, window_size, sq,
+                                                     k.shape[1], softcap)
     static = 1 if splits_arg == 1 else _static_splits(
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=k.shape[2], seqlen_q=sq,
         seqlen_k=k.shape[1], head_dim=d, head_dim_v=dv, causal=is_causal,
@@ -316,7 +328,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     _check_pack_gqa(pack_gqa, static > 1, False, h, k.shape[2])
     kw = dict(softmax_scale=_check_scale(softmax_scale, d, softcap), causal=causal,
               window=tuple(window_size), softcap=softcap, **descales)
-    wanted = _trace_ctas(trace, b, static)
+    wanted = _trace_ctas(trace, static, h, [sq] * b, tile_m)
     record = None if wanted is None else Trace()
     if k.shape[1] == 0 and v.shape[:3] == k.shape[:3]:  # total_k == 0: O = 0, LSE = +inf
         flash.forward(q, k, v, **kw)  # validates every argument
@@ -421,7 +433,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         local=is_local, softcap=softcap > 0,
         varlen=True, num_sms=_need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
     _check_pack_gqa(pack_gqa, static > 1, True, h, hkv)
-    wanted = _trace_ctas(trace, batch, static)
+    wanted = _trace_ctas(trace, static, h, len_q, tile_m, "sequence")
     record = None if wanted is None else Trace()
     splits = dynamic_num_splits(len_q, len_k, kblock_m=tile_m, kblock_n=tile_n,
                                 heads=h, heads_kv=hkv, num_sms=sms,
@@ -448,9 +460,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                        return_attn_probs)
 
 
-def _trace_ctas(trace, batch: int, static_splits: int) -> list[tuple[int, int, int]] | None:
-    """``trace`` of the API functions: None, or (batch or sequence, head, m_block) tuples with
-    the first in 0..batch-1 (heads and m_blocks are checked by the forward)."""
+def _trace_ctas(trace, static_splits: int, heads: int, rows, kblock_m: int,
+                what: str = "batch") -> list[tuple[int, int, int]] | None:
+    """``trace`` of the API functions: None, or (``what``, head, m_block) tuples inside the
+    launch's grid: ``what`` in 0..len(rows)-1, head in 0..heads-1, m_block below
+    ceil(rows[b] / kblock_m) (``rows``: query rows per batch or sequence)."""
     if trace is None:
         return None
     if static_splits > 1:
@@ -458,11 +472,18 @@ def _trace_ctas(trace, batch: int, static_splits: int) -> list[tuple[int, int, i
     try:
         ctas = [tuple(c) for c in trace]
     except TypeError:
-        raise ValueError(f"trace: expected an iterable of (sequence, head, m_block), got {trace!r}") from None
+        raise ValueError(f"trace: expected an iterable of ({what}, head, m_block), got {trace!r}") from None
+    rows = [int(r) for r in rows]
     for c in ctas:
-        if len(c) != 3 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-                                  for x in c) or not 0 <= c[0] < batch:
-            raise ValueError(f"trace: CTA {c!r} is not (sequence 0..{batch - 1}, head, m_block)")
+        ok = len(c) == 3 and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                 for x in c)
+        if not ok or not 0 <= c[0] < len(rows):
+            raise ValueError(f"trace: CTA {c!r} is not ({what} 0..{len(rows) - 1}, head, m_block)")
+        m_blocks = -(-rows[c[0]] // kblock_m)
+        if not 0 <= c[1] < heads or not 0 <= c[2] < m_blocks:
+            raise ValueError(f"trace: CTA {c!r} is outside the grid: heads 0..{heads - 1}, and "
+                             f"{what} {c[0]} ({rows[c[0]]} query rows, kBlockM {kblock_m}) has "
+                             + (f"m_blocks 0..{m_blocks - 1}" if m_blocks else "no m_block"))
     return [tuple(int(x) for x in c) for c in ctas]
 
 
@@ -491,8 +512,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     Args:
         q: [batch, seqlen_q, heads, head_dim].
         k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim] and [..., head_dim_v];
-            updated in place when ``k`` / ``v`` are given (NumPy arrays only: torch tensors
-            are copied).
+            updated in place when ``k`` / ``v`` are given (NumPy arrays and CPU torch
+            tensors, views included).
         k, v: [batch, seqlen_new, heads_kv, head_dim] and [..., head_dim_v], or None:
             appended at ``cache_seqlens``.
         cache_seqlens: int or int32 [batch]: keys in the cache per batch (default: all).
@@ -565,6 +586,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             raise ValueError(f"k, v: expected [batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}] "
                              f"and [..., head_dim_v={dv}] in {q.dtype}, got {kn.shape} {kn.dtype} / "
                              f"{vn.shape} {vn.dtype}")
+        check_head_dim(d, _check_fmt(q))
+        check_head_dim_v(d, dv, _check_fmt(q))  # FA3's refusal of the pair comes first
         if dv < d:
             raise ValueError(f"v: appending new values with head_dim_v {dv} < head_dim {d} is not "
                              f"emulated: FA3's AppendKV writes {d} values per V row, past the row's "
@@ -602,12 +625,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         for bi in range(b):
             at = slice(int(seqlens[bi]), int(seqlens[bi]) + s_new)
             kc[rows[bi], at], vc[rows[bi], at] = kn[bi], vn[bi]
+        for orig, arr in ((k_cache, kc), (v_cache, vc)):
+            _write_back(orig, arr)
     # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
     splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
         np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
         heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
         seqlens_k_new=np.full(b, s_new))
-    wanted = _trace_ctas(trace, b, static)
+    wanted = _trace_ctas(trace, static, h, [sq] * b, tile_m)
     record = None if wanted is None else Trace()
     out = np.zeros((b, sq, h, dv), dtype=_out_dtype(q.dtype))
     # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
@@ -625,6 +650,26 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         out[bi], lse[bi] = o[0], l_[0]
     return _with_trace(_ret((out, lse) if return_softmax_lse else (out,), tq), record,
                        return_softmax_lse)
+
+
+def _combine_out_dtype(out_dtype) -> np.dtype:
+    """``out_dtype`` of :func:`flash_attn_combine`: None (float32), a NumPy dtype or a torch
+    dtype of float32, bfloat16 or float16 (mha_combine: "Output type must be FP32, FP16 or
+    BF16")."""
+    import ml_dtypes  # noqa: PLC0415
+
+    names = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+    if out_dtype is None:
+        return np.dtype(np.float32)
+    key = str(out_dtype).removeprefix("torch.")
+    try:
+        key = key if key in names else str(np.dtype(out_dtype))
+    except TypeError:
+        pass
+    if key not in names:
+        raise ValueError(f"out_dtype: expected None, float32, bfloat16 or float16 (a NumPy or torch "
+                         f"dtype), got {out_dtype!r}")
+    return np.dtype(names[key])
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
@@ -652,6 +697,6 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
         if not isinstance(x, np.ndarray) or x.dtype != np.float32:
             raise ValueError(f"{name}: FA3's combine takes float32 partials, got "
                              f"{getattr(x, 'dtype', type(x).__name__)}")
-    dt = np.dtype(np.float32) if out_dtype is None else np.dtype(out_dtype)
-    res = _combine.combine(op, lp, dt, head_dim_v=op.shape[-1], layout="combine")
+    res = _combine.combine(op, lp, _combine_out_dtype(out_dtype), head_dim_v=op.shape[-1],
+                           layout="combine")
     return _ret(res, t)

@@ -11,23 +11,24 @@ import numpy as np
 
 
 def normalize_window(causal: bool, window) -> tuple[int, int]:
-    """Validate ``window=(left, right)`` (-1 = unbounded) and fold ``causal`` into it.
+    """Validate ``window=(left, right)`` (-1 = unbounded) and fold ``causal`` into it: as
+    ``mha_fwd`` (hopper/flash_api.cpp: ``if (is_causal) { window_size_right = 0; }``), causal
+    sets the right window to 0 whatever was given.
 
     Raises:
-        ValueError: a window that is not two ints >= -1, or causal with a right window > 0.
+        ValueError: a window that is not two ints in -1 .. 2^31 - 1 (FA3 takes C++ ints).
     """
     try:
         ok = len(window) == 2 and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool)
                                       for w in window)
         left, right = (int(w) for w in window)
-        ok = ok and left >= -1 and right >= -1
+        ok = ok and -1 <= left < 2**31 and -1 <= right < 2**31
     except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:
-        raise ValueError(f"window: expected (left, right) ints >= -1 (-1 = unbounded), got {window!r}")
+        raise ValueError(f"window: expected (left, right) ints in -1 .. 2**31 - 1 (-1 = unbounded), "
+                         f"got {window!r}")
     if causal:
-        if right not in (-1, 0):
-            raise ValueError(f"window: causal=True fixes the right window at 0, got window={window!r}")
         right = 0
     return left, right
 
