@@ -327,6 +327,11 @@ def _load_bundle(arrays, path: Path, args, *, embedded: bool) -> Workload:
     if arrays["seqlens"].ndim != 1 or arrays["seqlens"].dtype.kind not in "iu":
         raise err(f"{path}: seqlens has shape {list(arrays['seqlens'].shape)}, expected [batch] "
                   f"integers; regenerate it with `{EXTRACT}`")
+    seq = arrays["seqlens"]
+    if seq.size and (seq.min() < 1 or seq.max() > arrays["q_bf16"].shape[2]):
+        raise err(f"{path}: seqlens {seq.tolist()} must be in 1..{arrays['q_bf16'].shape[2]} (every "
+                  f"sentence at least one token, at most the stored length); regenerate it with "
+                  f"`{EXTRACT}`")
     layer = int(arrays["default_layer"]) if args.layer is None else args.layer
     if layer not in layers:
         raise UsageError(f"--layer {layer}: {path.name} holds layers {layers}")
@@ -940,7 +945,7 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
             text += (f": but the emulator's LSE is not -inf on {bad_lse:,} and its O not zero on "
                      f"{bad_out:,} of them")
     if m["rows_with_keys_lse_neginf"]:
-        text += (f"; the emulator's LSE is -inf on {m['rows_with_keys_lse_neginf']:,} rows that "
+        text += (f"; the emulator's LSE is -inf on {_plural(m['rows_with_keys_lse_neginf'], 'row')} that "
                  f"see keys")
     lines.append(text)
     lines.append(f"nonfinite O: {m['out_nan']} NaN, {m['out_inf']} inf; LSE: {m['lse_nan']} NaN, "
@@ -1294,7 +1299,8 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
     q = work.q[batch].astype(np.float64)
     k = work.k[batch].astype(np.float64)[:, kvh]
     s = np.einsum("qhd,khd->hqk", q, k) * float(cfg.consts["softmax_scale"])
-    s *= (cfg.q_descale[batch].astype(np.float64) * cfg.k_descale[batch])[kvh][:, None, None]
+    bc = 0 if work.query_rows is not None else batch  # a varlen sequence's own config: batch 0
+    s *= (cfg.q_descale[bc].astype(np.float64) * cfg.k_descale[bc])[kvh][:, None, None]
     if cfg.softcap > 0:
         s = cfg.softcap * np.tanh(s / cfg.softcap)
     if work.query_rows is not None:  # a varlen sequence: its own rows and keys
@@ -1568,6 +1574,7 @@ def main(argv: list[str]) -> int:
           f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
           f"simulator.run.load_result")
     if plot_path is not None:
-        plot(plot_path, work, kwargs, cfg, out, ref_out, args.plot_batch)
+        plot(plot_path, work, kwargs, seq_cfgs[args.plot_batch] if seq_cfgs else cfg, out, ref_out,
+             args.plot_batch)
         print(f"wrote     {plot_path}")
     return status

@@ -575,3 +575,20 @@ def test_counts_of_one_are_singular(tmp_path, capsys):
     assert "trace of 1 CTA (7 events)" in text and "CTA(s)" not in text
     _, text = _main(capsys, "--input", _gqa_file(tmp_path), "--heads", "2", "--out", tmp_path / "o.npz")
     assert "(head 2 of 4)" in text and "2 CTAs, 1 K/V block visit, 2 forward calls" in text
+
+
+def test_plot_of_a_later_sentence(tmp_path):
+    """--plot-batch picks a sentence of the varlen batch (its own launch's descales and mask)."""
+    r = _run("--dtype", "e4m3", "--causal", "--heads", "0,1", "--out", str(tmp_path / "o.npz"),
+             "--plot", str(tmp_path / "p.png"), "--plot-batch", "1")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_extracted_file_with_an_empty_sentence_is_refused(tmp_path):
+    with np.load(run.EMBEDDED) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["seqlens"] = np.array([8, 0, 28, 18])
+    np.savez(tmp_path / "b.npz", **arrays)
+    r = _run("--input", str(tmp_path / "b.npz"), "--out", str(tmp_path / "o.npz"))
+    _one_line_exit_2(r, "seqlens [8, 0, 28, 18] must be in 1..147")
