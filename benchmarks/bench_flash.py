@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import ml_dtypes
 import numpy as np
-from timing import add_common_args, blas_info, blas_threads, emit, machine, median_time, ratio_row
+from timing import add_common_args, blas_info, blas_threads, emit, interleaved_medians, machine, ratio_row
 
 from simulator import flash
 
@@ -79,12 +79,15 @@ def _limit_worker(threads: int) -> None:
     _LIMITS.append(threadpool_limits(limits=threads))
 
 
-def _executor_row(q, k, v, t_np, processes: int, threads: int, repeats: int, label: str) -> dict:
+def _executor_row(q, k, v, processes: int, threads: int, repeats: int, label: str) -> dict:
     serial = flash.forward(q, k, v)
     with ProcessPoolExecutor(processes, initializer=_limit_worker, initargs=(threads,)) as ex:
         par = flash.forward(q, k, v, executor=ex)  # also the warm-up: tables load in the workers
         assert np.array_equal(par.out.view(np.uint16), serial.out.view(np.uint16)), "bits differ"
-        t = median_time(lambda: flash.forward(q, k, v, executor=ex), repeats)
+        q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+        t, t_np = interleaved_medians([lambda: flash.forward(q, k, v, executor=ex),
+                                       lambda: numpy_attention(q32, k32, v32, False)],
+                                      repeats, inner=[1, 5])
     return ratio_row("bench_flash.py", f"{label}, executor with {processes} processes vs NumPy "
                      "float32 attention", t, t_np, "numpy float32 attention")
 
@@ -102,16 +105,20 @@ def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3, triton=Tru
             q, k, v = _inputs(shape, dtype)
             # the anchor gets float32 copies made outside its timing: only attention is timed
             q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
-            t_np = median_time(lambda: numpy_attention(q32, k32, v32, causal), max(5, repeats))  # noqa: B023
-            t_sim = median_time(lambda: flash.forward(q, k, v, causal=causal), repeats)  # noqa: B023
+            # in turns, the anchor 5 times per turn (it is 50-100x faster)
+            t_sim, t_np = interleaved_medians(
+                [lambda: flash.forward(q, k, v, causal=causal),  # noqa: B023
+                 lambda: numpy_attention(q32, k32, v32, causal)], repeats, inner=[1, 5])  # noqa: B023
             label = (f"forward {name}{' causal' if causal else ''}, 1 x {seqlen} x {heads} heads x "
                      f"{head_dim}")
             rows.append(ratio_row("bench_flash.py", label + " vs NumPy float32 attention", t_sim,
                                   t_np, "numpy float32 attention", f"<= {TARGET:g}x"))
             if processes > 1 and name == "bf16" and not causal:
-                rows.append(_executor_row(q, k, v, t_np, processes, threads, repeats, label))
+                rows.append(_executor_row(q, k, v, processes, threads, repeats, label))
             if tri is not None and name == "bf16":
-                t_tri = median_time(lambda: tri(q32, k32, v32, causal), 1)  # noqa: B023
+                t_tri, t_np = interleaved_medians(
+                    [lambda: tri(q32, k32, v32, causal),  # noqa: B023
+                     lambda: numpy_attention(q32, k32, v32, causal)], 2, inner=[1, 5])  # noqa: B023
                 rows.append(ratio_row("bench_flash.py", label + ": Triton interpreter vs NumPy",
                                       t_tri, t_np, "numpy float32 attention"))
     return rows

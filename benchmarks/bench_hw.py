@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from timing import add_common_args, blas_threads, emit, median_time, ratio_row
+from timing import add_common_args, blas_threads, emit, interleaved_medians, median_time, ratio_row
 
 from simulator import hw
 
@@ -27,10 +27,10 @@ def measure(n=1 << 20, threads=1, repeats=7) -> tuple[list[dict], list[tuple[str
         return np.broadcast_to(s, (ctas, 32, 4, 2)).reshape(ctas, 128, 2)
 
     with blas_threads(threads):
+        t_sum, t_np = interleaved_medians([lambda: hw.quad_allreduce(x, "sum"), numpy_quads], repeats)
         times = [
-            ("numpy reshape(…, 32, 4, 2).sum", median_time(numpy_quads, repeats)),
-            ("hw.quad_allreduce(x, 'sum')  [2 x shfl.bfly + add.ftz]",
-             median_time(lambda: hw.quad_allreduce(x, "sum"), repeats)),
+            ("numpy reshape(…, 32, 4, 2).sum", t_np),
+            ("hw.quad_allreduce(x, 'sum')  [2 x shfl.bfly + add.ftz]", t_sum),
             ("hw.quad_allreduce(x, 'max')  [2 x shfl.bfly + max.ftz]",
              median_time(lambda: hw.quad_allreduce(x, "max"), repeats)),
         ]

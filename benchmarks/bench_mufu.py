@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from timing import add_common_args, blas_threads, emit, machine, median_time, ratio_row
+from timing import add_common_args, blas_threads, emit, interleaved_medians, machine, ratio_row
 
 from simulator.numerics import mufu
 
@@ -19,8 +19,7 @@ from simulator.numerics import mufu
 def measure(n=10_000_000, threads=1, repeats=9) -> list[dict]:
     x = np.random.default_rng(0).uniform(-30, 8, n).astype(np.float32)
     with blas_threads(threads):
-        t_emu = median_time(lambda: mufu.ex2(x), repeats)
-        t_np = median_time(lambda: np.exp2(x), repeats)
+        t_emu, t_np = interleaved_medians([lambda: mufu.ex2(x), lambda: np.exp2(x)], repeats)
     return [ratio_row("bench_mufu.py", f"ex2 vs np.exp2, {n / 1e6:g}M elements", t_emu, t_np,
                       "np.exp2", "<= 5x")]
 

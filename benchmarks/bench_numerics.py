@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from timing import add_common_args, blas_threads, emit, machine, median_time, ratio_row
+from timing import add_common_args, blas_threads, emit, interleaved_medians, machine, median_time, ratio_row
 
 from simulator import numerics as nm
 
@@ -22,9 +22,10 @@ def measure(n=10_000_000, threads=1, repeats=7) -> tuple[list[dict], list[tuple[
                for _ in range(3))
     relu = np.where(rng.random(n) < 0.5, np.float32(0), a).astype(np.float32)
     with blas_threads(threads):
+        t_ffma, t_np = interleaved_medians([lambda: nm.ffma(a, b, c), lambda: a * b + c], repeats)
         times = [
-            ("numpy a*b+c (float32)", median_time(lambda: a * b + c, repeats)),
-            ("simulator ffma", median_time(lambda: nm.ffma(a, b, c), repeats)),
+            ("numpy a*b+c (float32)", t_np),
+            ("simulator ffma", t_ffma),
             ("simulator ffma ftz", median_time(lambda: nm.ffma(a, b, c, ftz=True), repeats)),
             ("simulator ffma, half zeros", median_time(lambda: nm.ffma(relu, b, relu), repeats)),
             ("simulator fadd", median_time(lambda: nm.fadd(a, b), repeats)),

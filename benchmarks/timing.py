@@ -1,7 +1,8 @@
 """Shared helpers of the benchmark scripts (run them as ``python benchmarks/bench_*.py``).
 
 Every ratio a script prints is measured side by side in one process: both sides warmed up
-first (table loads, first touch of pages, BLAS buffers), both under the same BLAS thread
+first (table loads, first touch of pages, BLAS buffers), timed in turns (round by round, so a
+shared machine's load falls on both), both under the same BLAS thread
 count (threadpoolctl, ``--threads``, default 1: the 2-core development machine and CI runners
 differ in cores, and a 2-thread BLAS on 2 shared cores measured slower than 1 thread), and each
 figure the median of several timed runs.
@@ -33,6 +34,24 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def interleaved_medians(fns, rounds: int, inner=None, warmup: int = 1) -> list[float]:
+    """Median wall time in seconds of each of ``fns``, timed in turns: every round runs each
+    function once (``inner[i]`` times for function i, averaged), so that both sides of a ratio
+    see the same load on a shared machine. ``warmup`` untimed rounds first."""
+    inner = inner or [1] * len(fns)
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(max(1, rounds)):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            for _ in range(inner[i]):
+                fn()
+            times[i].append((time.perf_counter() - t0) / inner[i])
+    return [statistics.median(t) for t in times]
 
 
 @contextlib.contextmanager
