@@ -26,10 +26,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _ratio(r: dict) -> str:
     if r.get("ratio") is None:
         return f"{r['ours_s'] * 1e3:.2f} ms (no anchor installed)"
+    def unit(t):
+        return f"{t:.2f} s" if t >= 1 else f"{t * 1e3:.2f} ms" if t < 0.01 else f"{t * 1e3:.1f} ms"
+
     if r["faster"]:
-        return f"{r['ratio']:.1f}x faster ({r['ours_s'] * 1e3:.2f} ms vs {r['anchor_s'] * 1e3:.1f} ms)"
-    unit = (lambda t: f"{t:.2f} s") if r["ours_s"] >= 1 else (lambda t: f"{t * 1e3:.1f} ms")
-    return f"{r['ratio']:.1f}x ({unit(r['ours_s'])} vs {r['anchor_s'] * 1e3:.1f} ms)"
+        return f"{r['ratio']:.1f}x faster ({unit(r['ours_s'])} vs {unit(r['anchor_s'])})"
+    return f"{r['ratio']:.1f}x ({unit(r['ours_s'])} vs {unit(r['anchor_s'])})"
 
 
 def _met(r: dict) -> str:

@@ -57,12 +57,16 @@ def supports(p: FusedDotAdd) -> bool:
             and p.frac_bits - 2 * (p.operand_bits - 1) >= 0 and p.out_bits <= 24)
 
 
+#: False runs the per-term model everywhere (benchmarks/bench_flash.py compares the two)
+ENABLED = True
+
+
 def preferred(p: FusedDotAdd) -> bool:
-    """Whether fused_dot_add uses :func:`fused_step` for ``p``: when it applies and the clean
-    window ``L`` is at least 10 bits (bf16's 11). With f16's 5 and FP8's 7-9 most outputs of
-    FlashAttention's GEMMs are not clean and the per-term loop measured as fast or faster
-    (forward, 1 x 512 x 4 heads x 128, 2-core EPYC)."""
-    return supports(p) and p.frac_bits - 2 * (p.operand_bits - 1) >= 10
+    """Whether fused_dot_add uses :func:`fused_step` for ``p``: when :data:`ENABLED`, it applies
+    and the clean window ``L`` is at least 10 bits (bf16's 11). With f16's 5 and FP8's 7-9
+    most outputs of FlashAttention's GEMMs are not clean and the per-term loop measured as fast
+    or faster (forward, 1 x 512 x 4 heads x 128, 2-core EPYC)."""
+    return ENABLED and supports(p) and p.frac_bits - 2 * (p.operand_bits - 1) >= 10
 
 
 def weight_base(k: int) -> int:
@@ -102,9 +106,14 @@ def fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> n
     b0 = b3 if ops_fin else np.where(fin_b, b3, 0.0)
     ops = _Operands(a0, b0, p)
     total = np.empty((rows, m, n), dtype=np.float64)
-    step = max(1, _OUTPUTS_PER_TILE // (m * n))
-    for r0 in range(0, rows, step):  # cache-sized tiles of whole batch entries
-        sl = slice(r0, min(rows, r0 + step))
+    if m * n <= _OUTPUTS_PER_TILE:  # cache-sized tiles of whole batch entries
+        step = _OUTPUTS_PER_TILE // (m * n)
+        tiles = [(slice(r0, min(rows, r0 + step)), slice(None)) for r0 in range(0, rows, step)]
+    else:  # one entry is larger: tiles of rows of A
+        step = max(1, _OUTPUTS_PER_TILE // n)
+        tiles = [(slice(r, r + 1), slice(m0, min(m, m0 + step)))
+                 for r in range(rows) for m0 in range(0, m, step)]
+    for sl in tiles:
         _tile(ops, sl, c3[sl], p, total[sl])
     d = _rz(total, p.out_bits) if p.out_round == "rz" else _round_reference(total, p.out_round, p.out_bits)
     if ops_fin and np.isfinite(c3).all():
@@ -168,23 +177,24 @@ class _Operands:
         self.bt32 = self.bt.astype(np.float32) if narrow else None
 
 
-def _tile(ops: _Operands, sl: slice, c, p: FusedDotAdd, out: np.ndarray) -> None:
+def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None:
     """Exact fixed-point sums of the batch entries ``sl`` into ``out`` (float64 [R, M, N]);
     c float32 [R, M, N]."""
     s = ops.s
     big_l = p.frac_bits - 2 * (p.operand_bits - 1)
-    wp = np.matmul(ops.wa_p[sl], ops.wb_p[sl])
-    wq = np.matmul(ops.wa_q[sl], ops.wb_q[sl])
+    sb = sl[0]  # the batch entries (B-side arrays); sl also selects rows of A
+    wp = np.matmul(ops.wa_p[sl], ops.wb_p[sb])
+    wq = np.matmul(ops.wa_q[sl], ops.wb_q[sb])
     # Binary exponents, biased by 1023, from the weight sums' high 16-bit words (sums >= 0).
     # In int16 (every value below stays within +-12,000):
     #   hp = up + s (amax + bmax) >= 1023 + s maxE   (to within log2 K)
     #   hq = uq - s (amin + bmin) >= 1023 - s minE   (to within log2 K)
     hp = wp.view(np.int16)[..., 3::4] >> 4
     hp += ops.sa_max[sl]
-    hp += ops.sb_max[sl]
+    hp += ops.sb_max[sb]
     hq = wq.view(np.int16)[..., 3::4] >> 4
     hq -= ops.sa_min[sl]
-    hq -= ops.sb_min[sl]
+    hq -= ops.sb_min[sb]
     lim = s * big_l + s - 1  # s (maxE - minE) <= s L + s - 1 decides maxE - minE <= L exactly
     clean = (hp + hq) <= lim + 2 * 1023
     # a normal C of w significant bits is a multiple of 2^(ec - w + 1): inside the window when
@@ -207,19 +217,20 @@ def _tile(ops: _Operands, sl: slice, c, p: FusedDotAdd, out: np.ndarray) -> None
     if dirty.size > _DENSE_FRACTION * clean.size:
         # mostly dirty (FP8's narrow window): the per-term loop over the whole tile is cheaper
         # than gathering each output's terms
-        e16 = [np.maximum(e[sl], -16000).astype(np.int16) for e in (ops.ea, ops.eb)]
-        out[...] = _tile_sum(ops.a[sl], ops.b[sl], *e16, c.astype(np.float64), p.frac_bits)
+        e16 = [np.maximum(e, -16000).astype(np.int16) for e in (ops.ea[sl], ops.eb[sb])]
+        out[...] = _tile_sum(ops.a[sl], ops.b[sb], *e16, c.astype(np.float64), p.frac_bits)
         return
-    np.matmul(ops.a[sl], ops.b[sl], out=out)
+    np.matmul(ops.a[sl], ops.b[sb], out=out)
     out += c  # exact for clean outputs: every partial sum is a float64 value
     if dirty.size:
         out.reshape(-1)[dirty] = _dirty(ops, sl, c, dirty, wp, hp, p.frac_bits)
 
 
-def _dirty(ops: _Operands, sl: slice, c, f, wp, hp, frac_bits: int) -> np.ndarray:
+def _dirty(ops: _Operands, sl: tuple, c, f, wp, hp, frac_bits: int) -> np.ndarray:
     """Fixed-point sums of the outputs at flat indices ``f`` of the tile by the per-term model
     (the arithmetic of fused._tile_sum), each output's K operand pairs gathered into a row."""
-    a, bt, ea, eb, s = ops.a[sl], ops.bt[sl], ops.ea[sl], ops.eb[sl], ops.s
+    sb = sl[0]
+    a, bt, ea, eb, s = ops.a[sl], ops.bt[sb], ops.ea[sl], ops.eb[sb], ops.s
     rows, m, k = a.shape
     n = bt.shape[1]
     rm, j = np.divmod(f, n)                              # row of A (flat over R, M), column
@@ -250,7 +261,7 @@ def _dirty(ops: _Operands, sl: slice, c, f, wp, hp, frac_bits: int) -> np.ndarra
         # in float32 (half the bytes): the products of two operands of at most 12 bits, their
         # scaled values and truncations are exact there; only the sum needs float64
         t = np.take(ops.a32[sl].reshape(rows * m, k), rm, axis=0)             # [S, K]
-        t *= np.take(ops.bt32[sl].reshape(rows * n, k), rn, axis=0)
+        t *= np.take(ops.bt32[sb].reshape(rows * n, k), rn, axis=0)
         t *= ((sh + 127).astype(np.int32) << 23).view(np.float32)[:, None]
     else:
         t = np.take(a.reshape(rows * m, k), rm, axis=0)
