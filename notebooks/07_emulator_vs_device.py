@@ -61,13 +61,14 @@ import contextlib
 from pathlib import Path
 
 from simulator.device import forward as dev
-from simulator.device import forward_goldens as fg
 from simulator.device import forward_trace as ft
 from simulator.device import gpu_available, runtime
 from simulator.flash import softmax as emu_softmax
+from simulator.replay import forward_goldens as fg
+from simulator.replay import forward_traces as traces
 
 DATA = Path(ft.__file__).resolve().parents[1] / "data" / "device"
-meta, recorded = ft.load_traces(DATA / ft.TRACES_FILE)
+meta, recorded = traces.load_traces(DATA / traces.TRACES_FILE)
 prov = meta["provenance"]
 print(f"recorded on an {prov['gpu']} (compute capability {prov['compute_capability']}, "
       f"{prov['multiprocessors']} SMs), driver {prov['driver']}, CUDA runtime "
@@ -77,7 +78,7 @@ print(f"NVRTC options: {' '.join(prov['nvrtc_options'])}")
 # the recording belongs to the kernel source of this checkout, and was clean when recorded
 assert prov["kernel_sha256"] == runtime.source_sha256(dev.KERNEL)
 assert prov["gpu"].startswith("NVIDIA H") and meta["failures"] == 0
-assert [rec["index"] for rec, _ in recorded] == list(range(len(ft.CONFIGS)))
+assert [rec["index"] for rec, _ in recorded] == list(range(len(traces.CONFIGS)))
 
 print(f"\n{'configuration':33s} {'dtype':5s} {'schedule':16s} {'mask':6s} {'d':>3s} "
       f"{'M x N':>8s}  traced CTAs (b, h, m_block)      dump [T, slots, words]")
@@ -91,7 +92,7 @@ for rec, raw in recorded:
 # %% [markdown]
 # ## Replaying the emulator on the recorded CTAs
 #
-# The inputs are not stored: `ft.make_inputs(config)` regenerates them from the recorded seed
+# The inputs are not stored: `traces.make_inputs(config)` regenerates them from the recorded seed
 # (`simulator.flash.inputs.attention_inputs`, a frozen PCG64 recipe). For each configuration
 # we decode the dump, run `flash.forward` with the same arguments and `trace=` the same CTAs,
 # and require `first_divergence(...).found is False`: same events in the same order, same
@@ -131,11 +132,11 @@ runs = {}
 print(f"{'configuration':33s} events  registers compared  first_divergence   O of the traced "
       f"CTAs     LSE")
 for rec, raw in recorded:
-    inputs = ft.make_inputs(rec)
-    lcfg = ft.launch_config(rec, inputs)          # the validated configuration of the launch
+    inputs = traces.make_inputs(rec)
+    lcfg = traces.launch_config(rec, inputs)          # the validated configuration of the launch
     ctas = ft.trace_ctas([tuple(c) for c in rec["trace"]])
     device = ft.decode(raw, lcfg, ctas)
-    emu = flash.forward(inputs["q"], inputs["k"], inputs["v"], **ft.call_kwargs(rec, inputs))
+    emu = flash.forward(inputs["q"], inputs["k"], inputs["v"], **traces.call_kwargs(rec, inputs))
     div = compare.first_divergence(emu.trace, device)
     assert div.found is False, str(div)
     assert len(device) == len(emu.trace) == rec["events"] > 0
@@ -263,7 +264,7 @@ def replay(name, **change):
     """The emulator on a recorded configuration, with some arguments changed."""
     r = runs[name]
     inp = r["inputs"]
-    kw = {**ft.call_kwargs(r["rec"], inp), **change}
+    kw = {**traces.call_kwargs(r["rec"], inp), **change}
     return flash.forward(inp["q"], inp["k"], inp["v"], **kw)
 
 

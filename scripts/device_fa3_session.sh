@@ -30,15 +30,15 @@ res=$(mktemp -d)
   nproc
   case "$stage" in
     record)
-      python3 -m simulator.device.fa3_library_record --out "$res/library" --twin
-      python3 -m simulator.device.forward_goldens --out "$res/goldens"
-      python3 -m simulator.device.forward_trace --out "$res/traces"
-      python3 -m simulator.device.regressions --out "$res/regressions"
+      python3 -m simulator measure fa3_library_record --out "$res/library" --twin
+      python3 -m simulator measure forward_goldens --out "$res/goldens"
+      python3 -m simulator measure forward_trace --out "$res/traces"
+      python3 -m simulator measure regressions --out "$res/regressions"
       cp -r .fa3/seed_db "$res/db"
-      python3 -m simulator.device.hypothesis_replay --out "$res/database" --database "$res/db" --cases 300
+      python3 -m simulator measure hypothesis_replay --out "$res/database" --database "$res/db" --cases 300
       ;;
     library|twin)
-      python3 -m simulator.device.hypothesis_replay --out "$res/deep_$stage" --cases "$cases" \
+      python3 -m simulator measure hypothesis_replay --out "$res/deep_$stage" --cases "$cases" \
           --workers $(( $(nproc) - 1 )) --seed "$seed" --time-limit "$limit" --target "$stage"
       echo "replay exit code $?"
       ;;

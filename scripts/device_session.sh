@@ -16,9 +16,9 @@ res=$(mktemp -d)
   python3 -c "import cupy, hypothesis, numpy, ml_dtypes; print('cupy', cupy.__version__, 'hypothesis', hypothesis.__version__, 'numpy', numpy.__version__, 'ml_dtypes', ml_dtypes.__version__)"
   nproc
   if [ -n "$sweep" ]; then
-    for fmt in e4m3 e5m2; do python3 -m simulator.device.mma_fp8_sweep --out "$res/sweep" --fmt $fmt; done
+    for fmt in e4m3 e5m2; do python3 -m simulator measure mma_fp8_sweep --out "$res/sweep" --fmt $fmt; done
   fi
-  python3 -m simulator.device.hypothesis_replay --out "$res/deep_$seed" --cases "$cases" \
+  python3 -m simulator measure hypothesis_replay --out "$res/deep_$seed" --cases "$cases" \
       --workers $(( $(nproc) - 1 )) --seed "$seed" --time-limit "$limit"
   echo "replay exit code $?"
 } 2>&1 | tee "$OUT/session.log"

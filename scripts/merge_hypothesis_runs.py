@@ -1,4 +1,4 @@
-"""Merge deep-run folders of ``python -m simulator.device.hypothesis_replay`` into the recorded
+"""Merge deep-run folders of ``python -m simulator measure hypothesis_replay`` into the recorded
 files under ``simulator/data/device/``: one report listing every run with their totals, and one
 sample of agreeing cases (every ``--keep-every``-th sampled case of each run, to keep the
 repository small; the bits are copied unchanged). Runs against the twin kernel (``--target
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.device import replay_record as hr
-from simulator.device.numerics_evidence import DATA_DIR
 from simulator.io import save_npz_atomic, write_json_atomic
+from simulator.replay import hypothesis as hr
+from simulator.replay.common import DATA_DIR
 
 
 def main() -> None:

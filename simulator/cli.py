@@ -58,8 +58,8 @@ class UsageError(Exception):
 
 
 def _cmd_sweep(args) -> int:
-    from .device import numerics_sweep
     from .device.runtime import require_gpu
+    from .measure import numerics_sweep
 
     if args.blocks < 1:
         raise UsageError(f"--blocks: expected an integer >= 1, got {args.blocks}")
@@ -72,9 +72,15 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from .device import mufu_calibrate
+    from .measure import mufu_calibrate
 
     return mufu_calibrate.main(args.rest)
+
+
+def _cmd_measure(args) -> int:
+    from .measure import main
+
+    return main(args.rest)
 
 
 def _cmd_run(args) -> int:
@@ -158,8 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="on a GPU: measure the MUFU models (ex2, rcp, lg2, tanh) "
                        "over all 2^32 inputs and write tables + provenance", add_help=False)
     c.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="options of simulator.device.mufu_calibrate (see calibrate --help)")
+                   help="options of simulator.measure.mufu_calibrate (see calibrate --help)")
     c.set_defaults(func=_cmd_calibrate)
+
+    m = sub.add_parser("measure", help="on a GPU: one measurement run (numerics_sweep, hw_probe, "
+                       "mma_probe, forward_goldens, ...; measure --help lists them)", add_help=False)
+    m.add_argument("rest", nargs=argparse.REMAINDER, help="NAME and its options (see measure --help)")
+    m.set_defaults(func=_cmd_measure)
     return p
 
 
@@ -193,6 +204,8 @@ def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
             return EXIT_USAGE
     if argv[:1] == ["run"]:  # its own options, --help and one-line errors live in simulator.run
         args = argparse.Namespace(func=_cmd_run, rest=argv[1:])
+    elif argv[:1] == ["measure"]:  # each run parses its own options (and --help)
+        args = argparse.Namespace(func=_cmd_measure, rest=argv[1:])
     else:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Regression cases from public reports of attention numerics, with what the hardware does.
 
 Each case builds its inputs deterministically and names the forward keyword arguments; the
-H200's bits for every case are recorded by ``python -m simulator.device.regressions --out DIR``
+H200's bits for every case are recorded by ``python -m simulator measure regressions --out DIR``
 (``simulator/data/device/regressions.npz``) and ``tests/test_regressions.py`` checks the
 emulator against them and asserts each case's explanation.
 """

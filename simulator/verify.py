@@ -10,24 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .device import (
-    forward_goldens,
-    hw_evidence,
-    mma_evidence,
-    mufu_evidence,
-    numerics_evidence,
-    replay_record,
-)
 from .errors import RecordedDataError
-from .replay import fa3_api, fa3_library
+from .replay import fa3_api, fa3_library, forward_goldens, hw, hypothesis, mma, mufu, numerics
 
 #: topic name -> function(quick: bool) -> list of result rows
 TOPICS: dict[str, Callable[[bool], list[dict]]] = {
-    "numerics": lambda quick: numerics_evidence.check_all(quick=quick),
-    "mufu": lambda quick: mufu_evidence.check_all(quick=quick),
-    "hw": lambda quick: hw_evidence.check_all(quick=quick),
-    "mma": lambda quick: mma_evidence.check_all(quick=quick),
-    "forward": lambda quick: forward_goldens.check_all(quick=quick) + replay_record.check_sample(quick),
+    "numerics": lambda quick: numerics.check_all(quick=quick),
+    "mufu": lambda quick: mufu.check_all(quick=quick),
+    "hw": lambda quick: hw.check_all(quick=quick),
+    "mma": lambda quick: mma.check_all(quick=quick),
+    "forward": lambda quick: forward_goldens.check_all(quick=quick) + hypothesis.check_sample(quick),
     "fa3": lambda quick: fa3_library.check_all(quick=quick) + fa3_api.check_all(quick=quick),
 }
 

@@ -38,7 +38,7 @@ def test_usage_errors_exit_2_without_traceback():
 
 def test_corrupt_recorded_data_is_an_input_error(tmp_path, monkeypatch, capsys):
     from simulator import cli
-    from simulator.device import numerics_evidence as ev
+    from simulator.replay import numerics as ev
 
     bad = tmp_path / "numerics_digests.npz"
     bad.write_bytes(ev.DIGESTS.read_bytes()[:1000])
@@ -117,3 +117,21 @@ def test_ctrl_c_swallowed_by_an_import_is_exit_130(monkeypatch, capsys):
     monkeypatch.setattr(verify, "run_checks", import_error)
     assert cli.main(["verify", "--quick"]) == 3
     assert "ImportError: no module named x" in capsys.readouterr().err
+
+
+def test_measure_lists_its_runs_and_refuses_an_unknown_one(capsys):
+    """``python -m simulator measure``: every run is a module with ``main``; a wrong name is one
+    line and exit 2."""
+    import importlib
+
+    from simulator import cli, measure
+
+    assert cli.main(["measure", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in measure.RUNS)
+    for name in measure.RUNS:
+        assert callable(importlib.import_module(f"simulator.measure.{name}").main), name
+    assert cli.main(["measure", "no_such_run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown run 'no_such_run'" in err, err
+    assert cli.main(["measure"]) == 2

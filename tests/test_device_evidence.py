@@ -11,10 +11,10 @@ import dataclasses
 
 import pytest
 
-from simulator.device import numerics_evidence as ev
 from simulator.device.runtime import source_sha256
 from simulator.numerics import cvt as convert_mod
 from simulator.numerics import float32 as f32_mod
+from simulator.replay import numerics as ev
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 
 from simulator.device import forward as dev
-from simulator.device import forward_goldens as fg
 from simulator.device import runtime
 from simulator.flash.inputs import attention_inputs
+from simulator.flash.reference import reference as flash_reference
+from simulator.measure import forward_goldens as measure_goldens
+from simulator.replay import forward_goldens as fg
 
 GOLDENS = Path(__file__).resolve().parents[1] / "simulator" / "data" / "device" / fg.GOLDENS_FILE
 BF16 = ml_dtypes.bfloat16
@@ -124,7 +126,7 @@ def test_goldens_provenance(goldens):
     meta, rows = goldens
     prov = meta["provenance"]
     assert prov["kernel_sha256"] == runtime.source_sha256(dev.KERNEL), \
-        "simulator/kernels/fa3_forward.cu changed: re-run python -m simulator.device.forward_goldens"
+        "simulator/kernels/fa3_forward.cu changed: re-run python -m simulator measure forward_goldens"
     assert prov["gpu"].startswith("NVIDIA H")
     assert meta["failures"] == 0 and len(rows) == len(fg.CONFIGS)
     assert GOLDENS.stat().st_size < fg.MAX_FILE_BYTES
@@ -218,10 +220,10 @@ def test_live_forward_against_reference():
     inputs = attention_inputs(7, batch=1, seqlen_q=100, seqlen_k=150, heads=2, heads_kv=1,
                               head_dim=64, dtype="bf16")
     o, lse = dev.forward(inputs["q"], inputs["k"], inputs["v"], causal=True, kblock_n=64)
-    o_ref, lse_ref = dev.reference(inputs["q"], inputs["k"], inputs["v"], causal=True)
+    o_ref, lse_ref = flash_reference(inputs["q"], inputs["k"], inputs["v"], causal=True)
     rel = np.linalg.norm(o.astype(np.float64) - o_ref) / np.linalg.norm(o_ref)
-    assert rel < fg.REL_TOL["bf16"]
-    assert np.max(np.abs(lse - lse_ref)) < fg.LSE_TOL
+    assert rel < measure_goldens.REL_TOL["bf16"]
+    assert np.max(np.abs(lse - lse_ref)) < measure_goldens.LSE_TOL
 
 
 def test_resource_report_belongs_to_the_current_kernel():

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.device
 
 
 def test_live_numerics_sweep_small(tmp_path):
-    from simulator.device import numerics_sweep
+    from simulator.measure import numerics_sweep
 
     rc = numerics_sweep.main(["--out", str(tmp_path), "--blocks", "1", "--skip-conversions"])
     report = json.loads((tmp_path / "numerics_report.json").read_text())
@@ -20,11 +20,11 @@ def test_live_numerics_sweep_small(tmp_path):
 
 def test_live_emulator_matches_device_on_drawn_cases():
     """hypothesis drives the device check itself, with the project's example database: inputs
-    that disagreed before (stored under the key of simulator.device.hypothesis_replay's device check,
-    shared with ``python -m simulator.device.hypothesis_replay --database``) replay first."""
+    that disagreed before (stored under the key of simulator.measure.hypothesis_replay's device check,
+    shared with ``python -m simulator measure hypothesis_replay --database``) replay first."""
     from hypothesis import settings
 
-    from simulator.device import hypothesis_replay as hr
+    from simulator.measure import hypothesis_replay as hr
 
     hr.device_property(settings.default.database, max(10, settings.default.max_examples // 4))()
 

@@ -25,24 +25,25 @@ from simulator.device import runtime
 from simulator.flash import forward as emu_forward
 from simulator.flash import softmax as emu_softmax
 from simulator.numerics import fadd, fmul
+from simulator.replay import forward_traces as traces
 from simulator.trace import STEPS
 
-TRACES = Path(__file__).resolve().parents[1] / "simulator" / "data" / "device" / ft.TRACES_FILE
+TRACES = Path(__file__).resolve().parents[1] / "simulator" / "data" / "device" / traces.TRACES_FILE
 
 
 @pytest.fixture(scope="module")
 def recorded():
-    return ft.load_traces(TRACES)
+    return traces.load_traces(TRACES)
 
 
 def _emulate(cfg, inputs, **change):
     return emu_forward(inputs["q"], inputs["k"], inputs["v"],
-                       **{**ft.call_kwargs(cfg, inputs), **change})
+                       **{**traces.call_kwargs(cfg, inputs), **change})
 
 
 def _device_trace(rec, raw):
-    inputs = ft.make_inputs(rec)
-    lcfg = ft.launch_config(rec, inputs)
+    inputs = traces.make_inputs(rec)
+    lcfg = traces.launch_config(rec, inputs)
     ctas = ft.trace_ctas([tuple(c) for c in rec["trace"]])
     return inputs, ft.decode(raw, lcfg, ctas)
 
@@ -70,12 +71,12 @@ def _encode(trace, lcfg, ctas) -> np.ndarray:
 def test_traces_provenance(recorded):
     meta, rows = recorded
     assert meta["provenance"]["kernel_sha256"] == runtime.source_sha256(dev.KERNEL), \
-        "simulator/kernels/fa3_forward.cu changed: re-run python -m simulator.device.forward_trace"
+        "simulator/kernels/fa3_forward.cu changed: re-run python -m simulator measure forward_trace"
     assert meta["provenance"]["gpu"].startswith("NVIDIA H")
-    assert meta["failures"] == 0 and len(rows) == len(ft.CONFIGS)
-    assert TRACES.stat().st_size <= ft.MAX_FILE_BYTES
+    assert meta["failures"] == 0 and len(rows) == len(traces.CONFIGS)
+    assert TRACES.stat().st_size <= traces.MAX_FILE_BYTES
     for rec, raw in rows:
-        want = ft.CONFIGS[rec["index"]]
+        want = traces.CONFIGS[rec["index"]]
         assert {k: rec[k] for k in want} == want
         assert rec["ok"] and rec["trace_build_same_output"] and rec["emulator_same_output"]
         assert raw.dtype == np.uint32 and raw.shape[0] == len(rec["trace"])
@@ -89,7 +90,7 @@ def test_recorded_configs_cover_the_schedules(recorded):
     assert any(r["softcap"] > 0 for r, _ in rows) and any(r["descales"] for r, _ in rows)
 
 
-@pytest.mark.parametrize("index", range(len(ft.CONFIGS)), ids=[c["name"] for c in ft.CONFIGS])
+@pytest.mark.parametrize("index", range(len(traces.CONFIGS)), ids=[c["name"] for c in traces.CONFIGS])
 def test_emulator_reproduces_recorded_trace(recorded, index):
     _, rows = recorded
     rec, raw = rows[index]
@@ -169,9 +170,9 @@ def test_decode_roundtrip(case):
 
 
 def test_decode_reports_missing_records():
-    rec = ft.CONFIGS[0]
-    inputs = ft.make_inputs(rec)
-    lcfg = ft.launch_config(rec, inputs)
+    rec = traces.CONFIGS[0]
+    inputs = traces.make_inputs(rec)
+    lcfg = traces.launch_config(rec, inputs)
     ctas = ft.trace_ctas([tuple(c) for c in rec["trace"]])
     raw = _encode(_emulate(rec, inputs).trace, lcfg, ctas)
     raw[0, 3, :4] = 0xFFFFFFFF
@@ -203,8 +204,8 @@ def test_trace_build_compiles_with_nvcc(tmp_path):
 def test_live_trace_matches_recording_and_emulator(recorded, index):
     _, rows = recorded
     rec, raw = rows[index]
-    inputs = ft.make_inputs(rec)
-    res = dev.forward(inputs["q"], inputs["k"], inputs["v"], **ft.call_kwargs(rec, inputs))
+    inputs = traces.make_inputs(rec)
+    res = dev.forward(inputs["q"], inputs["k"], inputs["v"], **traces.call_kwargs(rec, inputs))
     _, device = _device_trace(rec, raw)
     assert first_divergence(device, res.trace).found is False
     emulated = _emulate(rec, inputs)

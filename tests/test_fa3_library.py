@@ -1,7 +1,7 @@
 """The emulator against the real FlashAttention-3 library's bits recorded on the H200.
 
-Recorded by ``python -m simulator.device.fa3_library_record --twin`` (the fa3-fwd 0.0.3 wheel,
-Dao-AILab's hopper/ forward) and ``python -m simulator.device.hypothesis_replay --target
+Recorded by ``python -m simulator measure fa3_library_record --twin`` (the fa3-fwd 0.0.3 wheel,
+Dao-AILab's hopper/ forward) and ``python -m simulator measure hypothesis_replay --target
 library``; replayed here without a GPU through ``simulator.flash.forward`` with FA3's default
 dispatch (no tile arguments).
 """
@@ -13,12 +13,12 @@ import pytest
 
 from simulator import flash
 from simulator.device import fa3_library
-from simulator.device import replay_record as rr
-from simulator.device.numerics_evidence import DATA_DIR, digest
 from simulator.device.runtime import source_sha256
 from simulator.io import read_json, read_npz
 from simulator.replay import fa3_cases
 from simulator.replay import fa3_library as replay
+from simulator.replay import hypothesis as rr
+from simulator.replay.common import DATA_DIR, digest
 
 REPORT, SAMPLE = replay.load()
 HYP = read_json(DATA_DIR / "fa3_library_hypothesis_report.json", replay.REGENERATE)

@@ -499,7 +499,7 @@ def _flip_one_value(path):
 
 
 def test_altered_recording_is_corrupt_data_not_a_mismatch(tmp_path, monkeypatch, capsys):
-    from simulator.device import hw_evidence
+    from simulator.replay import hw as hw_evidence
 
     folder = _data_copy(tmp_path, ["hw_layouts.npz", "hw_shuffle.npz"])
     _flip_one_value(folder / "hw_shuffle.npz")
@@ -509,24 +509,23 @@ def test_altered_recording_is_corrupt_data_not_a_mismatch(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith(f"error: recording corrupt: {folder / 'hw_shuffle.npz'} sha256 differs from "
-                          "MANIFEST.json; regenerate with `python -m simulator.device.hw_probe"), err
+                          "MANIFEST.json; regenerate with `python -m simulator measure hw_probe"), err
     assert "python scripts/make_manifest.py" in err
 
 
 def test_altered_goldens_are_corrupt_data_not_a_mismatch(tmp_path, monkeypatch, capsys):
     """The twin's recorded goldens go through the manifest check too: one flipped bit of O is a
     corrupt recording (exit 2), not an emulator that disagrees with the device (exit 1)."""
-    from simulator.device import forward_goldens as fg
-    from simulator.device import numerics_evidence
+    from simulator.replay import forward_goldens as fg
 
     folder = _data_copy(tmp_path, [fg.GOLDENS_FILE])
     assert fg.load_goldens(folder / fg.GOLDENS_FILE)[1]  # the intact copy reads
     _flip_one_value(folder / fg.GOLDENS_FILE)
     with pytest.raises(RecordedDataError, match=r"^recording corrupt: .*forward_goldens\.npz sha256 "
                        r"differs from MANIFEST\.json; regenerate with `python -m "
-                       r"simulator\.device\.forward_goldens --out DIR` on a GPU"):
+                       r"simulator measure forward_goldens --out DIR` on a GPU"):
         fg.load_goldens(folder / fg.GOLDENS_FILE)
-    monkeypatch.setattr(numerics_evidence, "DATA_DIR", folder)
+    monkeypatch.setattr(fg, "DATA_DIR", folder)
     capsys.readouterr()
     assert cli.main(["verify", "--topic", "forward", "--quick"]) == 2
     err = capsys.readouterr().err
@@ -534,14 +533,14 @@ def test_altered_goldens_are_corrupt_data_not_a_mismatch(tmp_path, monkeypatch, 
 
 
 def test_altered_traces_are_corrupt_data(tmp_path):
-    from simulator.device import forward_trace as ft
+    from simulator.replay import forward_traces as ft
 
     folder = _data_copy(tmp_path, [ft.TRACES_FILE])
     assert ft.load_traces(folder / ft.TRACES_FILE)[1]
     _flip_one_value(folder / ft.TRACES_FILE)
     with pytest.raises(RecordedDataError, match=r"^recording corrupt: .*forward_traces\.npz sha256 "
                        r"differs from MANIFEST\.json; regenerate with `python -m "
-                       r"simulator\.device\.forward_trace --out DIR` on a GPU"):
+                       r"simulator measure forward_trace --out DIR` on a GPU"):
         ft.load_traces(folder / ft.TRACES_FILE)
     with pytest.raises(RecordedDataError, match=r"forward_traces\.npz is missing"):
         ft.load_traces(tmp_path / "nowhere" / ft.TRACES_FILE)

@@ -62,7 +62,7 @@ def test_plot_ownership():
 
 @pytest.mark.device
 def test_live_hw_probe(tmp_path):
-    from simulator.device import hw_probe
+    from simulator.measure import hw_probe
 
     rc = hw_probe.main(["--out", str(tmp_path)])
     report = json.loads((tmp_path / "hw_report.json").read_text())

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from simulator import hw
-from simulator.device import hw_probe, runtime
-from simulator.device.hw_evidence import REGEN
+from simulator.device import runtime
 from simulator.io import read_json, read_npz
+from simulator.measure import hw_probe
+from simulator.replay.hw import REGEN
 
 DATA = Path(hw.__file__).resolve().parents[1] / "data" / "device"
 REPO = Path(hw.__file__).resolve().parents[2]

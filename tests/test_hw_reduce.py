@@ -9,38 +9,38 @@ import numpy as np
 import pytest
 
 from simulator import hw
-from simulator.device import hw_probe
-from simulator.device.hw_evidence import REGEN
 from simulator.io import read_json, read_npz
 from simulator.numerics import fadd
+from simulator.replay import hw as hw_replay
+from simulator.replay.hw import REGEN
 
 DATA = Path(hw.__file__).resolve().parents[1] / "data" / "device"
 REC = read_npz(DATA / "hw_reduce.npz", REGEN)  # checked against MANIFEST.json
 REPORT = read_json(DATA / "hw_report.json", REGEN)["reduce"]
 
 
-@pytest.fixture(scope="module", params=sorted(hw_probe.REDUCE_SHAPES))
+@pytest.fixture(scope="module", params=sorted(hw_replay.REDUCE_SHAPES))
 def inputs(request):
     sname = request.param
-    frag, init = hw_probe.reduce_inputs(hw_probe.REDUCE_SHAPES[sname])
+    frag, init = hw_replay.reduce_inputs(hw_replay.REDUCE_SHAPES[sname])
     digest = hashlib.sha256(frag.tobytes() + init.tobytes()).digest()
     assert digest == REC[f"{sname}_input_sha256"].tobytes(), \
         "regenerated probe inputs differ from the recorded ones (NumPy random stream changed?)"
     return sname, frag, init
 
 
-@pytest.mark.parametrize("build", sorted(hw_probe.REDUCE_BUILDS))
+@pytest.mark.parametrize("build", sorted(hw_replay.REDUCE_BUILDS))
 @pytest.mark.parametrize("op", ["sum", "max"])
 @pytest.mark.parametrize("zi", [True, False])
 def test_recorded_reductions_bit_exact(inputs, build, op, zi):
     sname, frag, init = inputs
-    ftz = hw_probe.REDUCE_BUILDS[build]
+    ftz = hw_replay.REDUCE_BUILDS[build]
     key = f"reduce_{op}_{sname}_{'zi' if zi else 'acc'}_{build}"
-    thread, quad = hw_probe.emulate_reduce(op, zi, frag, init, ftz)
+    thread, quad = hw_replay.emulate_reduce(op, zi, frag, init, ftz)
     for stage, got in (("thread", thread), ("quad", quad)):
         head = REC[f"{key}_{stage}_head"]
         np.testing.assert_array_equal(got.view(np.uint32)[:len(head)], head)
-        np.testing.assert_array_equal(hw_probe.block_digests(got), REC[f"{key}_{stage}_digest"])
+        np.testing.assert_array_equal(hw_replay.block_digests(got), REC[f"{key}_{stage}_digest"])
     other = REPORT[key][f"emulator_ftz={not ftz}"]  # the ftz flag is visible in the data
     assert other["thread_mismatches"] > 0
 
@@ -48,7 +48,7 @@ def test_recorded_reductions_bit_exact(inputs, build, op, zi):
 def test_fast_math_build_is_ftz():
     """FA3's build (--use_fast_math) and CuPy's default both flush; -ftz=false does not."""
     for key, entry in REPORT.items():
-        ftz = hw_probe.REDUCE_BUILDS[key.rsplit("_", 1)[1]]
+        ftz = hw_replay.REDUCE_BUILDS[key.rsplit("_", 1)[1]]
         assert entry[f"emulator_ftz={ftz}"] == {"thread_mismatches": 0, "quad_mismatches": 0}
         if "_sum_" in key:
             assert entry["emulator_reversed_column_order_thread_mismatches"] > 0

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from simulator import hw
-from simulator.device import hw_probe
-from simulator.device.hw_evidence import REGEN
 from simulator.io import read_json, read_npz
+from simulator.replay import hw as hw_replay
+from simulator.replay.hw import REGEN
 
 DATA = Path(hw.__file__).resolve().parents[1] / "data" / "device"
 REC = read_npz(DATA / "hw_shuffle.npz", REGEN)  # checked against MANIFEST.json
@@ -22,7 +22,7 @@ REPORT = read_json(DATA / "hw_report.json", REGEN)["shuffle"]
 def test_recorded_shuffles_bit_exact(mode, variant):
     b, c, m = REC[f"{mode}_b"], REC[f"{mode}_c"], REC[f"{mode}_mask"]
     d, p = REC[f"{mode}{variant}_d"], REC[f"{mode}{variant}_p"]
-    de, pe, defined = hw_probe.emulate_shuffles(mode, b, c, m)
+    de, pe, defined = hw_replay.emulate_shuffles(mode, b, c, m)
     active = ((m[:, None].astype(np.int64) >> np.arange(32)) & 1).astype(bool)
     # every lane that executed: defined lanes exactly, undefined lanes under the "zero" policy
     np.testing.assert_array_equal(d[active], de[active])

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from simulator import flash
-from simulator.device import hypothesis_replay as hr
-from simulator.device import replay_record as rr
 from simulator.device.forward import make_launch_config
+from simulator.measure import hypothesis_replay as hr
+from simulator.replay import hypothesis as rr
 
 
 @pytest.fixture()
@@ -176,8 +176,10 @@ def test_repeated_inputs_are_counted_apart(tmp_path, stand_in_device):
     assert len({s["input_digest"] for s in sample}) == len(sample)  # no repeat sampled twice
 
 
+@pytest.mark.parametrize("via", ["module", "command"])
 @pytest.mark.parametrize("module", ["hypothesis_replay", "mma_fp8_sweep", "numerics_sweep", "regressions"])
-def test_device_scripts_without_a_gpu_say_so_in_one_line(module, tmp_path):
+def test_device_scripts_without_a_gpu_say_so_in_one_line(module, via, tmp_path):
+    """``python -m simulator.measure.NAME`` and ``python -m simulator measure NAME`` alike."""
     import subprocess
     import sys
 
@@ -185,7 +187,8 @@ def test_device_scripts_without_a_gpu_say_so_in_one_line(module, tmp_path):
 
     if gpu_available()[0]:
         pytest.skip("a GPU is present: the script would run for real")
-    proc = subprocess.run([sys.executable, "-m", f"simulator.device.{module}", "--out", str(tmp_path / "o")],
+    launcher = [f"simulator.measure.{module}"] if via == "module" else ["simulator", "measure", module]
+    proc = subprocess.run([sys.executable, "-m", *launcher, "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and ("CuPy" in proc.stderr or "GPU" in proc.stderr), proc.stderr

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from simulator import mma
-from simulator.device import mma_evidence as ev
 from simulator.device.runtime import source_sha256
 from simulator.mma import fused
-from simulator.mma.probes import PROBES, emulate_probe
+from simulator.replay import mma as ev
+from simulator.replay.mma_probes import PROBES, emulate_probe
 
 BF16 = ml_dtypes.bfloat16
 
@@ -41,7 +41,7 @@ def test_exact_families_replay_device_bits(recorded, name):
 def fp8_probe():
     from simulator.io import read_npz
 
-    return read_npz(ev.DATA_DIR / "mma_fp8_probe.npz", "python -m simulator.device.mma_fp8_probe --out DIR")
+    return read_npz(ev.DATA_DIR / "mma_fp8_probe.npz", "python -m simulator measure mma_fp8_probe --out DIR")
 
 
 def test_fp8_mma_sync_targeted_probe_replays_device_bits(fp8_probe):
@@ -173,8 +173,8 @@ def test_fragment_entry_points_match_matrix_calls():
 
 
 def test_fast_path_equals_reference_path():
-    from simulator.mma.cases import mma_block
-    from simulator.mma.probes import decode
+    from simulator.replay.mma_cases import mma_block
+    from simulator.replay.mma_probes import decode
 
     for fmt, k in (("bf16", 16), ("e4m3", 32)):
         p = mma.PARAMS[("wgmma", fmt)]
@@ -188,8 +188,8 @@ def test_fast_path_equals_reference_path():
 def test_agrees_with_mmasim_where_installed():
     torch = pytest.importorskip("torch", reason="mmasim needs torch; optional cross-check")
     sim = pytest.importorskip("mmasim.nv_ptx.sim", reason="optional: pip install mmasim")
-    from simulator.mma.cases import mma_block
-    from simulator.mma.probes import decode
+    from simulator.replay.mma_cases import mma_block
+    from simulator.replay.mma_probes import decode
 
     A, B, C = mma_block("bf16", 64, 8, 16, 3, 10)
     op = sim.WGMMA("Hopper", "m64n8k16.f32.bf16.bf16")
@@ -251,10 +251,10 @@ def test_fp8_mma_sync_sweep_replays_device_bits(fmt):
     replaced does not."""
     from dataclasses import replace
 
-    from simulator.device import mma_fp8_sweep as sweep
     from simulator.io import read_json, read_npz
+    from simulator.replay import mma_fp8 as sweep
 
-    regen = f"python -m simulator.device.mma_fp8_sweep --out DIR --fmt {fmt}"
+    regen = f"python -m simulator measure mma_fp8_sweep --out DIR --fmt {fmt}"
     rec = read_npz(ev.DATA_DIR / f"mma_fp8_sweep_{fmt}.npz", regen)
     meta = read_json(ev.DATA_DIR / f"mma_fp8_sweep_{fmt}.json", regen)
     assert meta["device"]["gpu"] == "NVIDIA H200" and meta["outputs"] == 1_280_000

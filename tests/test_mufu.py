@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.device import mufu_evidence as ev
 from simulator.io import read_json, read_npz
 from simulator.numerics import mufu, mufu_data
+from simulator.replay import mufu as ev
 
 sys.path.insert(0, str(Path(__file__).parent))
 from exact_reference import decode, round_f32  # noqa: E402

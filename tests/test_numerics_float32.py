@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator import numerics as nm
-from simulator.numerics.cases import SPECIALS, arith_block
+from simulator.replay.numerics_cases import SPECIALS, arith_block
 
 OPS = ["fadd", "fsub", "fmul", "ffma"]
 u32 = st.integers(min_value=0, max_value=0xFFFFFFFF)

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from simulator import flash
-from simulator.device import replay_record as rr
-from simulator.device.numerics_evidence import DATA_DIR
 from simulator.device.runtime import source_sha256
 from simulator.io import read_json, read_npz
 from simulator.regressions import CASES
+from simulator.replay import hypothesis as rr
+from simulator.replay.common import DATA_DIR
 
-REGEN = "python -m simulator.device.regressions --out DIR` on a GPU; copy DIR's files"
+REGEN = "python -m simulator measure regressions --out DIR` on a GPU; copy DIR's files"
 RECORDED = read_npz(DATA_DIR / "regressions.npz", REGEN)
 META = read_json(DATA_DIR / "regressions.json", REGEN)
 
@@ -76,7 +76,7 @@ def test_meta_is_json_serialisable():
 
 
 def test_hypothesis_replay_on_the_device_found_no_disagreement():
-    """The deep run of `python -m simulator.device.hypothesis_replay` on the H200 (15
+    """The deep run of `python -m simulator measure hypothesis_replay` on the H200 (15
     hypothesis-seeded shards, docs/properties.md): every drawn case gave the same O and LSE
     bits on device and emulator, for the kernel source in the repository."""
     rep = read_json(DATA_DIR / "hypothesis_replay_report.json", rr.REGENERATE)

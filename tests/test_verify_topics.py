@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simulator import verify
-from simulator.device import hw_evidence, hw_probe
+from simulator.replay import hw as hw_evidence
 
 
 def test_every_topic_is_registered():
@@ -13,8 +13,8 @@ def test_every_topic_is_registered():
 def test_hw_topic_replays_and_catches_a_wrong_ftz(monkeypatch):
     rows = verify.run_checks(["hw"])
     assert all(r["mismatches"] == 0 for r in rows) and sum(r["cases"] for r in rows) > 1_000_000
-    flipped = {build: not ftz for build, ftz in hw_probe.REDUCE_BUILDS.items()}
-    monkeypatch.setattr(hw_probe, "REDUCE_BUILDS", flipped)
+    flipped = {build: not ftz for build, ftz in hw_evidence.REDUCE_BUILDS.items()}
+    monkeypatch.setattr(hw_evidence, "REDUCE_BUILDS", flipped)
     bad = hw_evidence.check_reductions(hw_evidence.read_npz(hw_evidence.DATA_DIR / "hw_reduce.npz",
                                                             hw_evidence.REGEN))
     assert bad[0]["mismatches"] > 0

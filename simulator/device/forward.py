@@ -20,8 +20,7 @@ import numpy as np
 
 from ..flash.constants import MAX_OFFSET
 from ..flash.forward import SCHEDULES, Config, ForwardResult, make_config, validate_trace
-from ..flash.reference import reference  # noqa: F401  (the goldens script's sanity check)
-from . import runtime
+from . import forward_trace, runtime
 
 KERNEL = "fa3_forward.cu"
 KERNEL_NAME = "fa3_forward"
@@ -152,8 +151,6 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                              k_descale=k_descale, v_descale=v_descale, arch=arch)
     if trace is None:
         return ForwardResult(*launch(cfg, q, k, v), None)
-    from . import forward_trace  # noqa: PLC0415 - it imports this module
-
     validate_trace(trace, cfg)  # the emulator's rules: 3-int CTAs inside the grid
     ctas = forward_trace.trace_ctas(trace)
     out, lse, raw = launch(cfg, q, k, v, trace_ctas=ctas)
@@ -194,8 +191,6 @@ def launch(cfg: LaunchConfig, q, k, v, trace_ctas=None):
             np.int32(cfg.heads_kv), np.int32(cfg.window[0]), np.int32(cfg.window[1]),
             _f32_bits(cfg.consts["scale_log2"]), _f32_bits(cfg.consts["softcap_val"]))
     if traced:
-        from . import forward_trace  # noqa: PLC0415 - it imports this module
-
         ctas = np.asarray(trace_ctas, dtype=np.int32).reshape(-1, 3)
         slots = forward_trace.slots_per_cta(cfg, ctas)
         shape = (len(ctas), slots, forward_trace.record_words(cfg))

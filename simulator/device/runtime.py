@@ -55,21 +55,6 @@ def require_gpu():
     return _import_cupy()
 
 
-def run_script(main, argv=None) -> int:
-    """Run a device script's ``main(argv)``; without a usable GPU print one line (what is
-    missing and how to install it) and return 2, the project's exit code for an input or
-    environment error, instead of a traceback (1 means: emulator and device disagree)."""
-    import sys
-
-    try:
-        return main(argv)
-    except DeviceUnavailable as exc:
-        # under ``python -m`` the module is __main__; its spec still has the dotted name
-        prog = getattr(main.__globals__.get("__spec__"), "name", main.__module__)
-        print(f"python -m {prog}: {exc}", file=sys.stderr)
-        return 2
-
-
 def kernel_source(relpath: str) -> str:
     """Text of a kernel source under ``simulator/kernels/`` (e.g. ``"probes/numerics.cu"``)."""
     path = KERNELS_DIR / relpath

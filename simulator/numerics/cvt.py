@@ -14,7 +14,7 @@ PTX ISA section "cvt" defines the instructions modelled here:
 Rounding of numbers is delegated to ml_dtypes, whose casts from float32 are single
 round-to-nearest-even roundings; what the hardware adds on top (clamping, NaN bit patterns) is
 written here and measured over all 2^32 float32 inputs on the H200 by
-``python -m simulator.device.numerics_sweep`` (report: ``simulator/data/device/numerics_report.json``).
+``python -m simulator measure numerics_sweep`` (report: ``simulator/data/device/numerics_report.json``).
 """
 
 from __future__ import annotations

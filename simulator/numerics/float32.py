@@ -11,7 +11,7 @@ array. The rules, by PTX ISA section "Floating Point Instructions":
 * ``max.f32`` / ``min.f32``: a NaN operand loses to a number; both NaN gives NaN; +0 > -0.
 * Every NaN result is the canonical 0x7fffffff.
 
-All of it is checked against the H200 by ``python -m simulator.device.numerics_sweep`` (report in
+All of it is checked against the H200 by ``python -m simulator measure numerics_sweep`` (report in
 ``simulator/data/device/numerics_report.json``, CI sample in ``simulator/data/device/``).
 
 How the exact results are obtained without a float64 double-rounding error:

@@ -18,11 +18,12 @@ from .. import fa3, flash
 from ..errors import RecordedDataError
 from ..io import DEVICE_DATA_DIR as DATA
 from ..io import read_json, read_npz
+from .common import digest, row
 from .fa3_api_cases import args_digest, call_args, canonical_partials, result_bits
 
 REPORT = DATA / "fa3_api_report.json"
 SAMPLE = DATA / "fa3_api_sample.npz"
-REGENERATE = "python3 -m simulator.device.fa3_library_record --api --out DIR (H200, fa3-fwd 0.0.3)"
+REGENERATE = "python3 -m simulator measure fa3_library_record --api --out DIR (H200, fa3-fwd 0.0.3)"
 
 
 @dataclass
@@ -83,7 +84,6 @@ def check_case(index: int, record: dict, sample: dict, digest) -> CallResult:
 
 def check_all(quick: bool = False) -> list[dict]:
     """``verify`` rows: every recorded API call (every 8th when ``quick``)."""
-    from ..device.numerics_evidence import digest, row  # noqa: PLC0415
 
     report, sample = load()
     records = report["cases"]
@@ -100,10 +100,8 @@ DRAWN_REPORTS = ("fa3_api_replay_report.json", "fa3_api_replay_dv_report.json")
 
 def check_drawn(quick: bool = False) -> list[dict]:
     """``verify`` row: the sampled hypothesis-drawn calls of the device replays
-    (``python -m simulator.device.fa3_api_replay``), emulated again and compared with the
+    (``python -m simulator measure fa3_api_replay``), emulated again and compared with the
     library's recorded digests (every 4th when ``quick``)."""
-    from ..device.fa3_api_replay import emulate  # noqa: PLC0415
-    from ..device.numerics_evidence import row  # noqa: PLC0415
 
     sample = [rec for name in DRAWN_REPORTS for rec in read_json(DATA / name, REGENERATE)["sample"]]
     picked = sample[::4] if quick else sample
@@ -111,3 +109,18 @@ def check_drawn(quick: bool = False) -> list[dict]:
            if emulate(rec["case"]) != {k: v for k, v in rec.items() if k != "case"}]
     return [row(f"FA3 API hypothesis-drawn calls (sampled) vs the real library, {len(picked)} calls",
                 len(picked), len(bad), "; ".join(label(r["case"]) for r in bad[:3]))]
+
+
+def digests(name: str, args: dict, out, lse, caches: dict | None = None) -> dict:
+    """Digests of the bits a call is compared on (:func:`simulator.replay.fa3_api_cases.result_bits`)."""
+    return {k: digest(v).hex() for k, v in result_bits(name, args, out, lse, caches).items()}
+
+
+def emulate(case: dict) -> dict:
+    """The emulator's digests for one case (runs in a worker), or its error."""
+    name, args = call_args(case)
+    try:
+        out, lse = getattr(fa3, name)(**args)
+    except (ValueError, TypeError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return digests(name, args, out, lse)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -127,3 +128,28 @@ def input_digest(kwargs: dict) -> str:
             h.update(np.ascontiguousarray(arr).view(np.uint8).tobytes())
     h.update(json.dumps([kwargs["causal"], kwargs["softcap"], kwargs["softmax_scale"]]).encode())
     return h.hexdigest()
+
+
+EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "inputs" / "minilm.npz"
+
+
+def embedded_cases() -> list[dict]:
+    """The main job's input (default layer) as library cases: bf16 / e4m3 x causal or not."""
+    return [{"embedded": "minilm", "dtype": fmt, "causal": causal}
+            for fmt in ("bf16", "e4m3") for causal in (False, True)]
+
+
+def embedded_inputs(case: dict) -> dict:
+    """Keyword arguments for an :func:`embedded_cases` entry (from ``minilm.npz``)."""
+    import ml_dtypes  # noqa: PLC0415
+
+    with np.load(EMBEDDED, allow_pickle=False) as z:
+        li = [int(x) for x in np.ravel(z["layers"])].index(int(z["default_layer"]))
+        fmt = case["dtype"]
+        dt = ml_dtypes.bfloat16 if fmt == "bf16" else ml_dtypes.float8_e4m3fn
+        q, k, v = (np.ascontiguousarray(z[f"{t}_{fmt}"][li]).view(dt) for t in "qkv")
+        desc = ({f"{t}_descale": np.ascontiguousarray(z[f"{t}_descale"][li], np.float32) for t in "qkv"}
+                if fmt == "e4m3" else {f"{t}_descale": None for t in "qkv"})
+        seqlens = z["seqlens"].astype(np.int32)
+    return {"q": q, "k": k, "v": v, "causal": case["causal"], "softcap": 0.0, "softmax_scale": None,
+            "seqlens_k": seqlens, **desc}

@@ -19,11 +19,13 @@ from ..errors import RecordedDataError
 from ..flash.forward import forward
 from ..io import DEVICE_DATA_DIR as DATA
 from ..io import read_json, read_npz
-from .fa3_cases import case_inputs, input_digest
+from . import hypothesis as rr
+from .common import digest, row
+from .fa3_cases import case_inputs, embedded_inputs, input_digest
 
 REPORT = DATA / "fa3_library_report.json"
 SAMPLE = DATA / "fa3_library_sample.npz"
-REGENERATE = "python3 -m simulator.device.fa3_library_record --out DIR (on an H200 with fa3-fwd 0.0.3)"
+REGENERATE = "python3 -m simulator measure fa3_library_record --out DIR (on an H200 with fa3-fwd 0.0.3)"
 
 
 @dataclass
@@ -46,8 +48,6 @@ def load() -> tuple[dict, dict]:
 def inputs_for(case: dict) -> dict:
     """The forward keyword arguments of a recorded case (matrix or embedded)."""
     if "embedded" in case:
-        from ..device.fa3_library_record import embedded_inputs  # noqa: PLC0415 - CPU-only helper
-
         return embedded_inputs(case)
     return case_inputs(case)
 
@@ -88,8 +88,6 @@ def check_case(index: int, record: dict, sample: dict, digest) -> CaseResult:
 def check_all(quick: bool = False) -> list[dict]:
     """``verify`` rows: the emulator on every recorded library case (every 8th when ``quick``)
     and on the sampled hypothesis-drawn library calls (the first 10 when ``quick``)."""
-    from ..device import replay_record as rr  # noqa: PLC0415 - CPU-only helpers
-    from ..device.numerics_evidence import digest, row  # noqa: PLC0415
 
     report, sample = load()
     records = report["cases"]

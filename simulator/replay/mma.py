@@ -1,0 +1,92 @@
+"""Replay of the recorded H200 tensor-core outputs (``simulator/data/device/mma_*``).
+
+``mma_report.json`` holds provenance and the mismatch counts of the last validation
+(``python -m simulator measure mma_probe validate``: 40 blocks x 262,144 outputs per probed
+instruction); ``mma_digests.npz`` holds, per instruction, the BLAKE2b-128 digest of the
+device's output bits of each block and the raw bits of the first 8,192 outputs of block 0.
+FP8 mma.sync also has two targeted recordings: ``mma_fp8_probe.npz`` (384,000 outputs with 2-3
+products each, raw bits) and ``mma_fp8_sweep_<fmt>.npz`` (1,280,000 outputs per format: every
+ordered K pair, triples, signed zeros; digests and raw parts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..mma.instructions import EXACT, params_for
+from . import mma_fp8
+from .common import DATA_DIR, digest, row
+from .mma_cases import mma_block
+from .mma_probes import PROBES, emulate_probe
+
+REPORT = DATA_DIR / "mma_report.json"
+DIGESTS = DATA_DIR / "mma_digests.npz"
+KERNEL = "probes/mma.cu"
+REGENERATE = ("python -m simulator measure mma_probe validate --out DIR` on a GPU, then copy "
+              "DIR/mma_digests.npz and DIR/mma_validate_report.json (as mma_report.json)")
+
+
+def load_recorded() -> tuple[dict, dict]:
+    """Return ``(report, digests)``.
+
+    Raises:
+        RecordedDataError: a recorded file is missing or unreadable, naming the command that
+            regenerates it.
+    """
+    from ..io import read_json, read_npz
+
+    return read_json(REPORT, REGENERATE), read_npz(DIGESTS, REGENERATE)
+
+
+def tiles_per_block(name: str, report: dict) -> int:
+    return int(report[name]["tiles_per_block"])
+
+
+def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dict]:
+    """Digest rows for ``blocks`` blocks and the raw head of block 0 of one instruction."""
+    kind, m, n, k, fmt = PROBES[name]
+    tiles = tiles_per_block(name, report)
+    params = params_for(kind, fmt)
+    rows, bad_blocks = [], []
+    head_bad = 0
+    for blk in range(blocks):
+        emu = emulate_probe(name, *mma_block(fmt, m, n, k, blk, tiles), params)
+        if blk == 0:
+            head = digests[f"{name}_head"]
+            head_bad = int(np.count_nonzero(emu.reshape(-1)[: head.size] != head))
+        if digest(emu) != digests[name][blk].tobytes():
+            bad_blocks.append(blk)
+    note = "" if (kind, fmt) in EXACT else " [model known inexact]"
+    rows.append(row(f"{name} raw head{note}", digests[f"{name}_head"].size, head_bad))
+    rows.append(row(f"{name} digests of {blocks} blocks{note}", blocks * tiles * m * n,
+                    len(bad_blocks) * tiles * m * n,
+                    f"blocks with differing digest: {bad_blocks}" if bad_blocks else ""))
+    return rows
+
+
+def check_fp8_mma_sync(quick: bool = False) -> list[dict]:
+    """Rows for the targeted FP8 mma.sync recordings (the probe, and the sweep per format)."""
+    from ..io import read_json, read_npz
+
+    probe = read_npz(DATA_DIR / "mma_fp8_probe.npz", "python -m simulator measure mma_fp8_probe --out DIR")
+    emu = emulate_probe(FP8_PROBE, probe["A"], probe["B"], probe["C"], params_for("mma_sync", "e4m3"))
+    rows = [row(f"{FP8_PROBE} targeted probe (2-3 products)", emu.size,
+                np.count_nonzero(emu != probe["D"]))]
+    for fmt in ("e4m3",) if quick else ("e4m3", "e5m2"):
+        regen = f"python -m simulator measure mma_fp8_sweep --out DIR --fmt {fmt}"
+        rows += mma_fp8.check(fmt, read_npz(DATA_DIR / f"mma_fp8_sweep_{fmt}.npz", regen),
+                                    read_json(DATA_DIR / f"mma_fp8_sweep_{fmt}.json", regen))
+    return rows
+
+
+FP8_PROBE = "mma_sync_m16n8k32_e4m3"
+
+
+def check_all(quick: bool = False) -> list[dict]:
+    """Rows for every probed instruction (1 block each when ``quick``, else 3) and the
+    targeted FP8 mma.sync recordings."""
+    report, digests = load_recorded()
+    rows = []
+    for name in PROBES:
+        rows += check_probe(name, report, digests, blocks=1 if quick else 3)
+    return rows + check_fp8_mma_sync(quick)
