@@ -15,9 +15,15 @@ import sys
 import traceback
 
 from . import __version__
-
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130  # run: Ctrl-C (128 + SIGINT, as shells report it)
+from .errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_USAGE,
+    RecordedDataError,
+    UsageError,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,10 +57,6 @@ def _writable_dir(path: str) -> None:
         os.remove(probe)
     except OSError as exc:
         raise UsageError(f"--out: cannot write to {path!r} ({exc.strerror or exc})") from None
-
-
-class UsageError(Exception):
-    """A user mistake found by the command line itself."""
 
 
 def _cmd_sweep(args) -> int:
@@ -214,7 +216,6 @@ def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
             print("error: a command is required", file=sys.stderr)
             return EXIT_USAGE
     from .device.runtime import DeviceUnavailable
-    from .errors import RecordedDataError
 
     try:
         return args.func(args)

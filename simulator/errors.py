@@ -1,6 +1,19 @@
-"""Exceptions that name what the user can fix."""
+"""Exceptions that name what the user can fix, and the command line's exit codes.
+
+Exit codes of ``python -m simulator`` (and of each measurement run): 0 success; 1 the emulator
+disagrees with recorded or live device bits; 2 usage or input error, including missing or
+unreadable recorded data and a missing GPU; 3 internal error (a bug); 130 interrupted.
+"""
 
 from __future__ import annotations
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+
+
+class UsageError(Exception):
+    """A user mistake found by the command line itself (a bad option, path or input file); the
+    message is one line, printed as ``error: ...`` with exit code 2."""
 
 
 class RecordedDataError(RuntimeError):

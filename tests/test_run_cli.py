@@ -233,7 +233,7 @@ def test_device_comparison_with_a_stand_in_device(tmp_path, monkeypatch, capsys,
             out.view(np.uint16)[0, 3, 0, 7] ^= 1
         return out, lse
 
-    monkeypatch.setattr(run, "check_device", lambda: None)
+    monkeypatch.setattr(run.command, "check_device", lambda: None)
     monkeypatch.setattr(device_forward, "forward", fake)
     rc = cli.main(["run", "--no-progress", "--heads", "2", "--device", "--out",
                    str(tmp_path / "d.npz")])
@@ -354,7 +354,7 @@ def test_measure_counts_only_finite_pairs():
     nan = np.full_like(ref, np.nan)
     m = run.measure(out, lse, nan, np.full_like(ref_lse, np.nan), "bf16")
     assert m["out_pairs"] == 0 and m["out_max_ulp"] is None and m["rows_no_key"] == 0
-    assert "n/a (no finite pairs)" in "\n".join(run._error_lines(m, "bf16", [0]))
+    assert "n/a (no finite pairs)" in "\n".join(run.report._error_lines(m, "bf16", [0]))
 
 
 @pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, 0)), (False, (3, 1)),
@@ -430,7 +430,7 @@ def test_interrupt_in_process(tmp_path, monkeypatch, capsys):
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(run, "emulate", interrupted)
+    monkeypatch.setattr(run.command, "emulate", interrupted)
     try:
         rc = cli.main(["run", "--no-progress", "--out", str(tmp_path / "o.npz")])
     except KeyboardInterrupt:
@@ -470,7 +470,7 @@ def _embedded_copy(tmp_path, monkeypatch, alter=True, provenance=None):
         np.savez_compressed(path, **z)
     else:
         path.write_bytes(run.EMBEDDED.read_bytes())
-    monkeypatch.setattr(run, "EMBEDDED", path)
+    monkeypatch.setattr(run.workload, "EMBEDDED", path)
     return path
 
 

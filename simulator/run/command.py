@@ -1,0 +1,266 @@
+"""The command ``python -m simulator run``: its options, the checks made before any work, and
+the job itself (load, emulate, measure, print, compare with the device, save, plot)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import EXIT_MISMATCH, EXIT_OK, UsageError
+from .device import check_device, run_device, run_device_varlen
+from .emulation import _Progress, _units, emulate, forward_kwargs, reference_result, sequence_configs
+from .metrics import measure, measure_varlen, no_key_rows, no_key_rows_varlen
+from .plotting import PLOT_FORMATS, check_plot_path, plot
+from .report import (
+    _launch_of,
+    _plural,
+    _ranges,
+    default_trace_cta,
+    idle_cta_note,
+    step_choice,
+    step_table,
+    summary,
+)
+from .results import check_output_path, save_result
+from .workload import FORMATS, is_varlen, load_workload, select_heads, varlen_lengths
+
+DEFAULT_OUT = "out/run.npz"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"run: {message} (see `python -m simulator run --help`)")
+
+
+def _cta(text: str) -> tuple[int, int, int]:
+    try:
+        parts = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0:
+        raise argparse.ArgumentTypeError(f"expected B,H,M (three integers >= 0, e.g. 0,1,0), "
+                                         f"got {text!r}")
+    return parts
+
+
+def _check_trace_cta_args(argv: list[str]) -> None:
+    """``--trace-cta`` values, checked before argparse: a value that starts with '-' (such as
+    ``-1,0,0``) would otherwise read as an unknown option. Raises UsageError (one line)."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return
+        name, eq, value = arg.partition("=")
+        if not (name.startswith("--tr") and "--trace-cta".startswith(name)):
+            continue
+        if not eq:
+            if i + 1 >= len(argv):
+                continue  # argparse: "expected one argument"
+            value = argv[i + 1]
+            if value.startswith("--"):
+                continue
+        try:
+            _cta(value)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--trace-cta: {exc}") from None
+
+
+_WINDOW_MAX = 2**31 - 1
+
+
+def _window_side(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not -1 <= value <= _WINDOW_MAX:
+        raise argparse.ArgumentTypeError(f"expected an integer in -1..{_WINDOW_MAX} (-1 = "
+                                         f"unbounded), got {text!r}")
+    return value
+
+
+def _heads(text: str) -> list[int]:
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a list like 0,3,5-7, got {text!r}") from None
+    if not out or min(out) < 0 or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"expected distinct heads >= 0 like 0,3,5-7, got {text!r}")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m simulator run",
+        usage="python -m simulator run [options]",
+        description="Emulate the FlashAttention-3 forward (H200, bit for bit) on real attention "
+        "inputs, measure it against the float64 reference and save O, LSE and the trace. "
+        "Default: the embedded all-MiniLM-L6-v2 input (4 sentences), every head of one layer, bf16.",
+        epilog="Exit codes: 0 ok; 1 the emulator and the device differ (--device); 2 usage or "
+        "input error (a one-line message); 3 internal error; 130 interrupted (Ctrl-C). "
+        "Output: docs/run.md.",
+    )
+    g = p.add_argument_group("input")
+    g.add_argument("--input", metavar="FILE.npz",
+                   help="q, k, v arrays [batch, seqlen, heads, head_dim] (float16/32/64, or bf16 "
+                   "as saved from ml_dtypes), optional seqlens_k [batch] and e4m3 descales; or a "
+                   "file written by scripts/extract_minilm.py (default: the embedded input)")
+    g.add_argument("--layer", type=int, metavar="N", help="layer of an extracted input (default: its default "
+                   "layer; the embedded input has 0, 2 and 5, default 2)")
+    g.add_argument("--dtype", choices=FORMATS, help="input format (default: bf16, or the file's "
+                   "float16)")
+    g.add_argument("--heads", type=_heads, metavar="LIST",
+                   help="only these query heads, e.g. 0,3,5-7 (default: all). With grouped KV "
+                   "heads (GQA / MQA) the KV heads of their groups are kept (the summary names "
+                   "them); when the chosen heads do not take the same number from each group, "
+                   "every chosen head gets its own copy of its group's KV head. The bits are "
+                   "those of the full run: CTAs are independent")
+    g = p.add_argument_group("forward parameters (as simulator.flash.forward)")
+    g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
+    g.add_argument("--window", type=_window_side, nargs=2, metavar=("L", "R"), default=(-1, -1),
+                   help=f"local window, keys left and right of the diagonal, each -1..{_WINDOW_MAX} "
+                   "(-1 = unbounded; default: -1 -1)")
+    g.add_argument("--softcap", type=float, default=0.0, metavar="X", help="softcap (default: 0 = off)")
+    g.add_argument("--softmax-scale", type=float, metavar="X", help="default 1/sqrt(head_dim)")
+    g.add_argument("--kblock-m", type=int, choices=(64, 128, 192),
+                   help="rows per CTA (default: FA3's choice for the input, printed as 'dispatch')")
+    g.add_argument("--kblock-n", type=int, metavar="N",
+                   help="keys per K/V block (default: FA3's choice)")
+    g.add_argument("--schedule", choices=("intra_wg_overlap", "plain"),
+                   help="mainloop (default: FA3's choice)")
+    g = p.add_argument_group("what to show and write")
+    g.add_argument("--trace-cta", type=_cta, action="append", metavar="B,H,M",
+                   help="record the trace of this CTA (batch, head, m_block); repeatable "
+                   "(default: the first CTA that visits a K/V block)")
+    g.add_argument("--step", action="store_true",
+                   help="print each step's state for one quad of the first traced CTA that "
+                   "visits a K/V block (a fully masked CTA has no step; the output says which "
+                   "CTA is shown)")
+    g.add_argument("--quad", type=int, default=0, metavar="Q",
+                   help="which quad for --step: 0..31 in warpgroup 0, 32..63 in warpgroup 1, ... "
+                   "(default: 0, threads 0-3)")
+    g.add_argument("--device", action="store_true",
+                   help="also run the real FA3 library (when torch and fa3-fwd are installed) and "
+                   "the twin kernel (CuPy) on the GPU and print the bit diffs and first divergence")
+    g.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
+                   help="result .npz, written atomically (default: %(default)s)")
+    g.add_argument("--plot", metavar="PATH.png",
+                   help="per-head error heat map beside the attention pattern (needs matplotlib; "
+                   f"the extension picks the format: {', '.join(PLOT_FORMATS)})")
+    g.add_argument("--plot-batch", type=int, default=0, metavar="B",
+                   help="batch element to plot (default: 0)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    _check_trace_cta_args(argv)
+    args = build_parser().parse_args(argv)
+    from ..flash import make_config
+
+    # the outputs first: a bad path fails here, before any work
+    out_path = Path(args.out)
+    check_output_path(out_path, "--out")
+    plot_path = Path(args.plot) if args.plot else None
+    if plot_path is not None:
+        check_plot_path(plot_path)
+        if os.path.realpath(plot_path) == os.path.realpath(out_path):
+            raise UsageError(f"--plot {plot_path}: the same file as --out")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install matplotlib (or the project's "
+                             "'notebooks' extra: pip install -e '.[notebooks]')") from None
+
+    work = load_workload(args)
+    select_heads(work, args.heads)
+    kwargs = forward_kwargs(args, work)
+    try:
+        seq_cfgs = sequence_configs(work, kwargs) if is_varlen(work) else None
+        cfg = seq_cfgs[0] if seq_cfgs else make_config(work.q, work.k, work.v, **kwargs)
+    except ValueError as exc:
+        raise UsageError(f"{work.label}: {exc}") from None
+    batch = work.q.shape[0]
+    trace_ctas = args.trace_cta or [default_trace_cta(cfg, work.heads[0], seq_cfgs)]
+    for c in trace_ctas:
+        m_blocks = -(-(seq_cfgs[c[0]] if seq_cfgs and c[0] < batch else cfg).seqlen_q // cfg.kblock_m)
+        if c[0] >= batch or c[1] not in work.heads or c[2] >= m_blocks:
+            raise UsageError(f"--trace-cta {','.join(map(str, c))}: out of range; batch 0..{batch - 1}"
+                             f", heads {_ranges(work.heads)}, m_block 0..{m_blocks - 1}"
+                             + (f" (sequence {c[0]})" if seq_cfgs and c[0] < batch else ""))
+    if not 0 <= args.plot_batch < batch:
+        raise UsageError(f"--plot-batch: expected 0..{batch - 1}, got {args.plot_batch}")
+    if args.step and not 0 <= args.quad < 32 * (cfg.kblock_m // 64):
+        raise UsageError(f"--quad: expected 0..{32 * (cfg.kblock_m // 64) - 1} for kBlockM = "
+                         f"{cfg.kblock_m}, got {args.quad}")
+    if args.device:
+        check_device()
+
+    t0 = time.perf_counter()
+    from ..numerics.mufu import ex2
+
+    ex2(np.zeros(1, np.float32))  # load the H200 MUFU tables (a few seconds, once per process)
+    t1 = time.perf_counter()
+    units = len(_units(batch, cfg.heads, cfg.heads_kv))
+    bar = _Progress(units, not args.no_progress)
+    try:
+        out, lse, trace = emulate(work, kwargs, trace_ctas, bar)
+    finally:
+        bar.close()
+    t2 = time.perf_counter()
+    ref_out, ref_lse = reference_result(work, kwargs, args.causal)
+    t3 = time.perf_counter()
+    out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
+    if seq_cfgs:
+        m = measure_varlen(out, lse, ref_out, ref_lse, out_fmt, varlen_lengths(work)[0],
+                           no_key=no_key_rows_varlen(seq_cfgs, work.q.shape[1]))
+    else:
+        m = measure(out, lse, ref_out, ref_lse, out_fmt, no_key=no_key_rows(cfg))
+    times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
+    print(summary(work, cfg, m, times, units, seq_cfgs))
+    idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c), name=c) for c in trace_ctas
+            if not trace.for_cta(c)}
+    for note in idle.values():
+        if note:
+            print(f"trace     {note}")
+    if args.step:
+        print()
+        print(step_choice(trace_ctas, [c for c in trace_ctas if trace.for_cta(c)],
+                          default=not args.trace_cta))
+        shown = next((c for c in trace_ctas if trace.for_cta(c)), None)
+        if shown is not None:
+            print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads))
+        print()
+    status = EXIT_OK
+    if args.device:
+        same, text = (run_device_varlen(work, kwargs, out, lse) if seq_cfgs else
+                      run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m))
+        print(text)
+        status = EXIT_OK if same else EXIT_MISMATCH
+    params = {"source": work.source, "dtype": work.fmt, "notes": work.notes,
+              "heads": work.heads, "seqlens_k": None if work.seqlens_k is None else
+              work.seqlens_k.tolist(), "softmax_scale": float(cfg.consts["softmax_scale"]),
+              "varlen": None if not seq_cfgs else {
+                  "cu_seqlens": np.concatenate([[0], np.cumsum(varlen_lengths(work)[0])]).tolist(),
+                  "note": "out/lse are padded to [batch, seqlen]: rows past a sequence hold 0 / -inf"},
+              "causal": bool(args.causal), "window": list(cfg.window), "softcap": cfg.softcap,
+              "kblock_m": cfg.kblock_m, "kblock_n": cfg.kblock_n, "schedule": cfg.schedule,
+              "arch": cfg.arch, "trace_ctas": [list(c) for c in trace_ctas],
+              "descales": {k: v.tolist() for k, v in work.descales.items()},
+              "metrics": {k: v for k, v in m.items()}, "times_s": times,
+              "provenance": work.provenance}
+    save_result(out_path, out, lse, ref_out, ref_lse, trace, params)
+    print(f"wrote     {out_path}: out, lse, ref_out, ref_lse, params, trace of "
+          f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
+          f"simulator.run.load_result")
+    if plot_path is not None:
+        plot(plot_path, work, kwargs, seq_cfgs[args.plot_batch] if seq_cfgs else cfg, out, ref_out,
+             args.plot_batch)
+        print(f"wrote     {plot_path}")
+    return status

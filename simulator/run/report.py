@@ -1,0 +1,276 @@
+"""The text ``python -m simulator run`` prints: the summary, the error lines per head, the
+per-step table of one quad and which CTA the trace shows (and why another is idle)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import UsageError
+from .workload import Workload, varlen_lengths
+
+
+def _f(x) -> str:
+    return str(np.float32(x))
+
+
+def _shape(x) -> str:
+    return "[" + ", ".join(str(s) for s in x.shape) + "]"
+
+
+def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int, seq_cfgs=None) -> str:
+    """The printed summary; ``seq_cfgs``: each sequence's config of a varlen workload."""
+    out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
+    B, S, H, d = work.q.shape
+    heads = work.heads
+    lines = [f"input     {work.source}"]
+    lines += [f"          {n}" for n in work.notes]
+    if len(heads) == work.heads_total:
+        head_text = f"all {H} heads" if H > 1 else "1 head"
+    else:
+        head_text = f"head{'s' if len(heads) > 1 else ''} {_ranges(heads)} of {work.heads_total}"
+    if seq_cfgs is not None:
+        rows, keys = varlen_lengths(work)
+        cu = np.concatenate([[0], np.cumsum(rows)]).tolist()
+        T, Tk, hkv = int(rows.sum()), int(keys.sum()), work.k.shape[2]
+        lines.append(f"shapes    varlen: {len(rows)} sequences, cu_seqlens {cu}, max_seqlen "
+                     f"{int(rows.max())}; q [{T}, {H}, {d}], k/v [{Tk}, {hkv}, {d}] {work.fmt} "
+                     f"({head_text}) -> O {out_fmt} [{T}, {H}, {work.v.shape[-1]}], LSE float32 "
+                     f"[{H}, {T}] (no padding rows)")
+    else:
+        lines.append(f"shapes    q {_shape(work.q)}, k/v {_shape(work.k)} {work.fmt} ({head_text}) -> "
+                     f"O {out_fmt} {_shape(work.q)}, LSE float32 [{B}, {H}, {S}]")
+    if work.seqlens_k is not None and seq_cfgs is None:
+        lines.append(f"          seqlens_k {work.seqlens_k.tolist()} (later keys are absent)")
+    scale = float(cfg.consts["softmax_scale"])
+    default = math.isclose(scale, 1 / math.sqrt(d), rel_tol=1e-6)
+    win = cfg.window
+    mask = ("causal" if win == (-1, 0) else "no mask" if win == (-1, -1)
+            else f"window ({win[0]}, {win[1]})")
+    lines.append(f"params    softmax_scale {_f(scale)}{f' (1/sqrt({d}))' if default else ''}, "
+                 f"{mask}, softcap {cfg.softcap:g}, kBlockM x kBlockN {cfg.kblock_m} x {cfg.kblock_n}, "
+                 f"{cfg.schedule}")
+    disp = cfg.dispatch
+    own = (cfg.kblock_m, cfg.kblock_n, cfg.schedule) == (disp.kblock_m, disp.kblock_n, disp.schedule)
+    lines.append(f"dispatch  {'FA3' if own else 'overridden; FA3 would run'}: {disp.describe()}")
+    if work.descales:
+        dq = work.descales["q_descale"]
+        lines.append(f"          descales q [{_f(dq.min())} .. {_f(dq.max())}], k "
+                     f"[{_f(work.descales['k_descale'].min())} .. "
+                     f"{_f(work.descales['k_descale'].max())}], v [{_f(work.descales['v_descale'].min())}"
+                     f" .. {_f(work.descales['v_descale'].max())}]")
+    ctas, visits = _work_counts(cfg if seq_cfgs is None else seq_cfgs)
+    lines.append(f"work      {_plural(ctas, 'CTA')}, {_plural(visits, 'K/V block visit')}, "
+                 f"{_plural(n_calls, 'forward call')}")
+    lines += _error_lines(m, out_fmt, heads)
+    lines.append(f"time      emulation {times['emulate']:.1f} s (+ {times['setup']:.1f} s loading the "
+                 f"MUFU tables), reference {times['reference']:.2f} s")
+    return "\n".join(lines)
+
+
+def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
+    """The error, masked and nonfinite lines of the summary (statistics over finite pairs)."""
+    lines = [f"error     O vs float64 reference, in {out_fmt} ulps at the reference value:"]
+    if m["out_excluded"]:
+        lines.append(f"            over the {m['out_pairs']:,} of {m['out_elements']:,} elements "
+                     f"finite on both sides; excluded {m['out_excluded']:,}: emulator "
+                     f"{m['out_nan']:,} NaN, {m['out_inf']:,} inf; reference {m['ref_out_nan']:,} "
+                     f"NaN, {m['ref_out_inf']:,} inf")
+    if m["out_pairs"]:
+        wb, wr, wh, wc = m["out_worst"]
+        got, want = m["out_worst_values"]
+        lines.append(f"            mean {m['out_mean_ulp']:.3g} ulp, 99th percentile "
+                     f"{m['out_p99_ulp']:.3g} ulp, {100 * m['out_within_half_ulp']:.1f}% within "
+                     f"0.5 ulp (correctly rounded)")
+        # an ulp at a reference value near zero is tiny: say so next to the max it explains
+        rms = m.get("out_ref_rms") or 0.0
+        small = abs(want) < 0.01 * rms
+        where = (f"batch {wb}, row {wr}, head {heads[wh]}, dim {wc}: {got:.6g} for {want:.6g}, "
+                 f"absolute error {abs(got - want):.2g}")
+        lines.append(f"            max {m['out_max_ulp']:.3g} ulp"
+                     + (f" at a near-zero output (|ref| under 1% of its rms {rms:.2g}; {where})"
+                        if small else f" ({where})"))
+        lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
+    else:
+        lines.append("            n/a (no finite pairs)")
+    if m["lse_pairs"]:
+        lb, lh, lr = m["lse_worst"]
+        text = (f"          LSE: max |error| {m['lse_max_abs']:.3g} (batch {lb}, head {heads[lh]}, "
+                f"row {lr}), mean {m['lse_mean_abs']:.3g}")
+    else:
+        text = "          LSE: n/a (no finite pairs)"
+    lines.append(text)
+    if m["lse_pairs"] < m["lse_rows"]:
+        lines.append(f"            over the {m['lse_pairs']:,} of {m['lse_rows']:,} rows finite on "
+                     f"both sides; non-finite: {m['lse_nonfinite_emu_only']:,} rows in the "
+                     f"emulator only, {m['lse_nonfinite_ref_only']:,} in the reference only, "
+                     f"{m['lse_nonfinite_both']:,} in both")
+    per = m["per_head_max_ulp"]
+    lines.append("          max ulp per head: " + " ".join(
+        f"{heads[i]}:{'n/a' if x is None else format(x, '.2g')}" for i, x in enumerate(per)))
+    n = m["rows_no_key"]
+    text = (f"masked    {n:,} of {_plural(m['rows'], 'row')} {'sees' if n == 1 else 'see'} no "
+            f"key")
+    if n:
+        bad_lse = n - m["rows_no_key_lse_neginf"]
+        bad_out = n - m["rows_no_key_out_zero"]
+        if not bad_lse and not bad_out:
+            text += ": O = 0 and LSE = -inf on " + ("all of them" if n > 1 else "it")
+        else:
+            text += (f": but the emulator's LSE is not -inf on {bad_lse:,} and its O not zero on "
+                     f"{bad_out:,} of them")
+    if m["rows_with_keys_lse_neginf"]:
+        text += (f"; the emulator's LSE is -inf on {_plural(m['rows_with_keys_lse_neginf'], 'row')} that "
+                 f"see keys")
+    lines.append(text)
+    lines.append(f"nonfinite O: {m['out_nan']} NaN, {m['out_inf']} inf; LSE: {m['lse_nan']} NaN, "
+                 f"{m['lse_posinf']} +inf, {m['lse_neginf']} -inf")
+    ref_bad = m["ref_out_nan"] + m["ref_out_inf"] + m["ref_lse_nan"] + m["ref_lse_posinf"]
+    if ref_bad:
+        lines.append(f"          reference O: {m['ref_out_nan']} NaN, {m['ref_out_inf']} inf; LSE: "
+                     f"{m['ref_lse_nan']} NaN, {m['ref_lse_posinf']} +inf, "
+                     f"{m['ref_lse_neginf']} -inf")
+    return lines
+
+
+def _plural(n: int, word: str) -> str:
+    """``1 CTA``, ``2 CTAs``, ``1,024 events``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _ranges(xs: list[int]) -> str:
+    parts, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _work_counts(cfg) -> tuple[int, int]:
+    """(CTAs, K/V block visits) of a launch (a list: the sequences of a varlen launch)."""
+    from ..flash.masks import block_range
+
+    if isinstance(cfg, list):
+        counts = [_work_counts(c) for c in cfg]
+        return sum(c for c, _ in counts), sum(v for _, v in counts)
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    visits = 0
+    for b in range(cfg.batch):
+        for mb in range(m_blocks):
+            lo, hi = block_range(mb, cfg.seqlen_q, int(cfg.seqlens_k[b]), cfg.kblock_m,
+                                 cfg.kblock_n, cfg.window)
+            visits += max(0, hi - lo)
+    return cfg.batch * cfg.heads * m_blocks, visits * cfg.heads
+
+
+def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int]) -> str:
+    """Each step's state for one quad of one CTA (four threads, their two rows)."""
+    from ..hw import rowcol_view
+
+    events = trace.for_cta(cta)
+    W = kblock_m // 64
+    if not 0 <= quad < 32 * W:
+        raise UsageError(f"--quad: expected 0..{32 * W - 1} for kBlockM = {kblock_m}, got {quad}")
+    w, ql = divmod(quad, 32)
+    threads = 4 * ql + np.arange(4)
+    view = rowcol_view("m64n32k16")  # the thread -> row map is the same for every N
+    rows = view.row[threads[0]].astype(int)
+    g0 = cta[2] * kblock_m + 64 * w
+    head = f"CTA (batch {cta[0]}, head {cta[1]}, m_block {cta[2]}), warpgroup {w}, quad {ql}: " \
+           f"threads {w * 128 + threads[0]}-{w * 128 + threads[-1]} hold rows {g0 + rows[0]} " \
+           f"and {g0 + rows[1]}\n(row values as [row {g0 + rows[0]}, row {g0 + rows[1]}]; " \
+           "row_sum is thread-local until finalize; frag = the thread's first two elements of " \
+           f"row {g0 + rows[0]}: columns 2t, 2t+1 of the tile)"
+    table = [("step", "n", "thread", "row_max", "row_sum", "scores_scale", "lse", "frag")]
+    for e in events:
+        for i, t in enumerate(threads):
+            def pair(name, e=e, t=t):
+                if name not in e.data:
+                    return "."
+                return ", ".join(_f(v) for v in np.ravel(e.data[name][w, t])[:2])
+            frag = "."
+            for name in ("acc_s", "acc_o"):
+                if name in e.data:
+                    f = e.data[name][w, t]
+                    vr = rowcol_view(f"m64n{f.shape[-1] * 2}k16")
+                    frag = f"{name} " + ", ".join(_f(f[r]) for r in vr.reg[0, :2])
+            table.append((e.step if i == 0 else "", "" if e.n_block is None or i else
+                          str(e.n_block), str(int(w * 128 + t)), pair("row_max"), pair("row_sum"),
+                          pair("scores_scale"), pair("lse"), frag))
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+    lines = [head] + ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=True)).rstrip()
+                      for row in table]
+    return "\n".join(lines)
+
+
+def step_choice(traced, busy, default: bool = False) -> str:
+    """The line before the ``--step`` table: which traced CTA it shows, and why. ``busy``: the
+    traced CTAs that visit a K/V block (in ``traced`` order); ``default``: ``traced`` is
+    ``--trace-cta``'s default."""
+    def name(c):
+        return f"CTA ({c[0]}, {c[1]}, {c[2]})"
+
+    if not busy:
+        which = ("the traced CTA visits no" if len(traced) == 1 else
+                 "none of the traced CTAs visits a")
+        return (f"step      nothing to show: {which} K/V block (it has no step); trace another "
+                f"with --trace-cta B,H,M")
+    traced = [tuple(c) for c in traced]
+    shown = tuple(busy[0])
+    if default:
+        return f"step      {name(shown)}, the first CTA that visits a K/V block (the default trace)"
+    if shown == traced[0]:
+        return f"step      {name(shown)}" + (", the first traced CTA" if len(traced) > 1 else "")
+    skipped = traced[: traced.index(shown)]
+    return (f"step      {name(shown)}, the first traced CTA that visits a K/V block "
+            f"({', '.join(map(name, skipped))} visit{'s' if len(skipped) == 1 else ''} none)")
+
+
+def idle_cta_note(cfg, cta, name=None) -> str | None:
+    """One line for a traced CTA that visits no K/V block (its trace is empty), else None.
+    ``cta`` indexes ``cfg``'s launch; ``name``: the CTA as the user numbered it (default cta)."""
+    from ..flash.masks import block_range
+
+    lo, hi = block_range(cta[2], cfg.seqlen_q, int(cfg.seqlens_k[cta[0]]), cfg.kblock_m,
+                         cfg.kblock_n, cfg.window)
+    if hi > lo:
+        return None
+    b, h, m = name or cta
+    return f"CTA ({b}, {h}, {m}) visits no K/V block: it writes O = 0 and LSE = -inf without any step"
+
+
+def first_busy_cta(cfg, ctas) -> tuple[int, int, int] | None:
+    """The first of ``ctas`` that visits a K/V block (its trace has steps), or None."""
+    from ..flash.masks import block_range
+
+    for c in ctas:
+        lo, hi = block_range(c[2], cfg.seqlen_q, int(cfg.seqlens_k[c[0]]), cfg.kblock_m,
+                             cfg.kblock_n, cfg.window)
+        if hi > lo:
+            return tuple(c)
+    return None
+
+
+def _launch_of(cfg, seq_cfgs, cta):
+    """(config, CTA) of the launch a CTA belongs to: a varlen sequence's own (batch index 0)."""
+    if not seq_cfgs:
+        return cfg, cta
+    return seq_cfgs[cta[0]], (0, cta[1], cta[2])
+
+
+def default_trace_cta(cfg, head: int, seq_cfgs=None) -> tuple[int, int, int]:
+    """``--trace-cta``'s default: the first CTA of ``head`` (batch, then m_block order) that
+    visits a K/V block; ``(0, head, 0)`` when none does."""
+    if seq_cfgs:
+        for b, c in enumerate(seq_cfgs):
+            for m in range(-(-c.seqlen_q // c.kblock_m)):
+                if first_busy_cta(c, [(0, head, m)]):
+                    return (b, head, m)
+        return (0, head, 0)
+    m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
+    order = ((b, head, m) for b in range(cfg.batch) for m in range(m_blocks))
+    return first_busy_cta(cfg, order) or (0, head, 0)

@@ -1,0 +1,108 @@
+"""The result file of ``python -m simulator run`` (O, LSE, the reference, the trace and the
+parameters in one ``.npz``, written atomically) and the checks of an output path."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+from .workload import DTYPES
+
+
+def _kind(st: os.stat_result) -> str:
+    mode = st.st_mode
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_output_path(path: Path, what: str) -> None:
+    """Fail before any work if ``path`` cannot receive the result (UsageError, one line).
+
+    An existing path that is not a regular file (a folder, /dev/null, a FIFO; links are
+    followed, as the atomic write does) is refused. The folder's writability is tested by
+    creating and removing a temporary file there (``os.access`` says yes to root even on
+    /proc); missing folders are created for the test and removed again.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot examine it ({exc.strerror or exc})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = _kind(st)
+        desc = f"it is {kind}" if target == Path(os.path.abspath(path)) else \
+            f"it links to {target}, {kind}"
+        raise UsageError(f"{what}: refusing to replace {path}: not a regular file ({desc})")
+    folder = target.parent
+    created: list[Path] = []
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        created.append(probe)
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{what} {path}: cannot write into {folder} ({probe} is not a folder)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot write into {folder} "
+                         f"({exc.strerror or exc})") from None
+    finally:
+        for p in created:  # deepest first; the final write creates them again
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+
+
+def save_result(path: Path, out, lse, ref_out, ref_lse, trace, params: dict) -> None:
+    """O (float32 values and raw bits), LSE, the reference, the trace (keys ``trace__*``) and the
+    parameters (``params``, JSON) in one compressed ``.npz``, written atomically."""
+    from ..io import write_bytes_atomic
+
+    bits = out.view(np.uint16)
+    arrays = {"out": out.astype(np.float32), "out_bits": bits, "out_dtype": np.array(str(out.dtype)),
+              "lse": lse, "ref_out": ref_out, "ref_lse": ref_lse,
+              "params": np.array(json.dumps(params))}
+    if trace is not None and len(trace):
+        with np.load(io.BytesIO(trace.to_npz_bytes())) as t:
+            arrays.update({f"trace__{k}": t[k] for k in t.files})
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def load_result(path) -> dict:
+    """Read a file written by ``run``: arrays, ``params`` (dict) and ``trace`` (a Trace)."""
+    from ..trace import Trace
+
+    with np.load(path, allow_pickle=False) as z:
+        data = {k: z[k] for k in z.files}
+
+    class _View(dict):
+        @property
+        def files(self):
+            return list(self)
+
+    tr = _View({k[len("trace__"):]: v for k, v in data.items() if k.startswith("trace__")})
+    res = {k: v for k, v in data.items() if not k.startswith("trace__")}
+    res["params"] = json.loads(str(res["params"]))
+    res["out"] = res["out"].astype(DTYPES["bf16"] if str(res["out_dtype"]) == "bfloat16"
+                                   else np.dtype(str(res["out_dtype"])))
+    res["trace"] = Trace.from_npz(tr) if tr else Trace()
+    return res
