@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
-DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "e4m3": ml_dtypes.float8_e4m3fn}
+from .numerics.cvt import FORMATS
+
+DTYPES = {name: FORMATS[name].dtype for name in ("bf16", "f16", "e4m3")}
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 
 _SPECIAL_F32 = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38,

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import ml_dtypes
 import numpy as np
 
 from ..flash.dispatch import round_up_headdim, round_up_headdimv, should_pack_gqa, tile_size_fwd_sm90
 from ..hw import allreduce
 from ..numerics import fadd, ffma, fmax, fmul, fsub
 from ..numerics.bits import flush_subnormal, is_int
-from ..numerics.cvt import convert
+from ..numerics.cvt import FORMATS, convert
 from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2, rcp
 
 __all__ = [
@@ -76,14 +75,11 @@ _NEG_INF = np.float32(-np.inf)
 _ZERO = np.float32(0.0)
 _INT32 = 1 << 32
 
-_OUT_FORMATS = {
-    np.dtype(ml_dtypes.bfloat16): "bf16",
-    np.dtype(np.float16): "f16",
-    np.dtype(np.float32): "f32",
-}
-_OUT_NAMES = {"bf16": np.dtype(ml_dtypes.bfloat16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-              "f16": np.dtype(np.float16), "float16": np.dtype(np.float16), "fp16": np.dtype(np.float16),
-              "f32": np.dtype(np.float32), "float32": np.dtype(np.float32), "fp32": np.dtype(np.float32)}
+_OUT_FORMATS = {FORMATS["bf16"].dtype: "bf16", FORMATS["f16"].dtype: "f16", np.dtype(np.float32): "f32"}
+#: the names an ``out_dtype`` may be given by (FA3's and NumPy's spellings of each)
+_OUT_NAMES = {alias: dtype for dtype, name in _OUT_FORMATS.items()
+              for alias in {"bf16": ("bf16", "bfloat16"), "f16": ("f16", "float16", "fp16"),
+                            "f32": ("f32", "float32", "fp32")}[name]}
 _ELEMENT_SIZE = {"bf16": 2, "f16": 2, "e4m3": 1}
 
 
@@ -112,8 +108,7 @@ def _fmt(dtype) -> str:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    names = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16",
-             np.dtype(ml_dtypes.float8_e4m3fn): "e4m3"}
+    names = {FORMATS[name].dtype: name for name in _ELEMENT_SIZE}
     if dt is None or dt not in names:
         raise ValueError(f"dtype: expected 'bf16', 'f16' or 'e4m3' (or the matching NumPy / ml_dtypes "
                          f"dtype), got {dtype!r}")

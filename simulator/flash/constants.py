@@ -10,8 +10,10 @@ import math
 
 import numpy as np
 
-#: float32 nearest ln 2 (0x3f317218): the multiplier of ``__logf`` under --use_fast_math
-LN2_F32 = np.array(0x3F317218, dtype=np.uint32).view(np.float32)[()]
+# float32 nearest ln 2 (0x3f317218), the multiplier of ``__logf`` under --use_fast_math: one
+# definition, beside the MUFU forms that use it
+from ..numerics.mufu import LN2_F32  # noqa: F401
+
 #: Max_offset of softmax.h: 8 for FP8 P (range of e4m3 used up to 2^8), else 0
 MAX_OFFSET = {"bf16": 0, "f16": 0, "e4m3": 8}
 

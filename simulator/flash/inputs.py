@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
-DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16),
-          "e4m3": np.dtype(ml_dtypes.float8_e4m3fn)}
+from ..numerics.cvt import FORMATS
+
+DTYPES = {name: FORMATS[name].dtype for name in ("bf16", "f16", "e4m3")}
 
 
 class InputStream:

@@ -13,10 +13,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from ..errors import RecordedDataError, UsageError
+from ..numerics.cvt import FORMATS as FORMATS_BY_NAME
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "inputs" / "minilm.npz"
 
@@ -30,8 +30,7 @@ EXTRACT = "python scripts/extract_minilm.py (see its docstring)"
 FORMATS = ("bf16", "f16", "e4m3")
 
 
-DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16),
-          "e4m3": np.dtype(ml_dtypes.float8_e4m3fn)}
+DTYPES = {name: FORMATS_BY_NAME[name].dtype for name in FORMATS}
 
 
 @dataclass
