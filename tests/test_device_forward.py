@@ -47,7 +47,7 @@ def _qkv(dtype=BF16, b=1, sq=8, sk=8, h=2, hkv=1, d=64):
     ({"kblock_n": 16.0}, ValueError, "kblock_n"),
     ({"schedule": "pingpong"}, ValueError, "schedule"),
     ({"window": (3,)}, ValueError, "window"),
-    ({"causal": True, "window": (-1, 4)}, ValueError, "window"),
+    ({"causal": True, "window": (-2, 4)}, ValueError, "window"),
     ({"seqlens_k": [9]}, ValueError, "seqlens_k"),
     ({"seqlens_k": [1, 2]}, ValueError, "seqlens_k"),
     ({"softcap": -1.0}, ValueError, "softcap"),

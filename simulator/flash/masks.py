@@ -16,17 +16,18 @@ def normalize_window(causal: bool, window) -> tuple[int, int]:
     sets the right window to 0 whatever was given.
 
     Raises:
-        ValueError: a window that is not two ints in -1 .. 2^31 - 1 (FA3 takes C++ ints).
+        ValueError: a window that is not two ints in -1 .. 2^63 - 1 (mha_fwd's int64_t; sides
+            wider than the sequence become -1 before they reach the kernel's ints).
     """
     try:
         ok = len(window) == 2 and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool)
                                       for w in window)
         left, right = (int(w) for w in window)
-        ok = ok and -1 <= left < 2**31 and -1 <= right < 2**31
+        ok = ok and -1 <= left < 2**63 and -1 <= right < 2**63
     except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:
-        raise ValueError(f"window: expected (left, right) ints in -1 .. 2**31 - 1 (-1 = unbounded), "
+        raise ValueError(f"window: expected (left, right) ints in -1 .. 2**63 - 1 (-1 = unbounded), "
                          f"got {window!r}")
     if causal:
         right = 0
