@@ -31,7 +31,7 @@ the quad, PTX ``threadID_in_group``; ``w`` the warp in the warpgroup):
   For wgmma with A in registers (m64nNk16 / m64nNk32, any N) w is the warp; for mma.sync w = 0.
 * ``b_operand_layout("m16n8k16" | "m16n8k32")``: mma.sync B operand (K x 8), used by the probes.
 
-Every formula is checked against the H200 by ``python -m simulator.device.hw_probe`` (recorded in
+Every formula is checked against the H200 by ``python -m simulator measure hw_probe`` (recorded in
 ``simulator/data/device/hw_layouts.npz`` and ``hw_report.json``; tests in
 ``tests/test_hw_layouts.py``).
 

@@ -24,7 +24,7 @@ Arithmetic comes from :mod:`simulator.numerics`: sum -> :func:`~simulator.numeri
 max -> :func:`~simulator.numerics.fmax`. FA3 is compiled with ``--use_fast_math``, which makes
 every float32 add ``add.ftz.f32`` and fmaxf ``max.ftz.f32``; hence ``ftz=True`` by default.
 ``ftz=False`` gives what the same source does without fast-math. Both were measured on the H200
-by ``python -m simulator.device.hw_probe`` (the ``reduce`` section of ``hw_report.json``,
+by ``python -m simulator measure hw_probe`` (the ``reduce`` section of ``hw_report.json``,
 outputs in ``simulator/data/device/hw_reduce.npz``; tests in ``tests/test_hw_reduce.py``).
 """
 

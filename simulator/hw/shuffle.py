@@ -25,7 +25,7 @@ every such read we probed (lanes that had exited, and lanes branched around the 
 ``hw_report.json``, section ``shuffle``), with ``p`` still true. Do not rely on it: PTX does not.
 
 All of it is checked against the H200 lane by lane, including partial masks, widths, odd clamp
-values and out-of-range ``b``: ``python -m simulator.device.hw_probe`` (recorded in
+values and out-of-range ``b``: ``python -m simulator measure hw_probe`` (recorded in
 ``simulator/data/device/hw_shuffle.npz``; tests in ``tests/test_hw_shuffle.py``).
 
 Arrays: the thread axis (``axis``, default -2 as in ``[..., thread, register]``) is 32 long (a

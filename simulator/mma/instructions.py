@@ -1,7 +1,7 @@
 """Tensor-core instruction families of sm_90 and the fused dot-add parameters each one uses.
 
 The parameters were fitted to, and then validated against, H200 outputs recorded by
-``python -m simulator.device.mma_probe`` (``simulator/data/device/mma_report.json``):
+``python -m simulator measure mma_probe`` (``simulator/data/device/mma_report.json``):
 
 * f16 / bf16 inputs, f32 accumulate (mma.sync m16n8k16 and wgmma m64nNk16 alike): one fused
   step over K = 16 plus C; terms aligned to E = max(ea + eb, ec) (exponents of the operands,
