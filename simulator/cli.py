@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(no GPU needed)")
     v.add_argument("--topic", action="append",
                    help="only this topic (repeatable): numerics, mufu, hw, mma, forward, fa3")
-    v.add_argument("--quick", action="store_true", help="fewer cases (about a minute on 2 cores)")
+    v.add_argument("--quick", action="store_true", help="fewer cases (1.5-6 minutes on 2 cores)")
     v.add_argument("--json", action="store_true", help="print rows as JSON")
     v.set_defaults(func=_cmd_verify)
 
