@@ -58,7 +58,8 @@ def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dic
             bad_blocks.append(blk)
     note = "" if (kind, fmt) in EXACT else " [model known inexact]"
     rows.append(row(f"{name} raw head{note}", digests[f"{name}_head"].size, head_bad))
-    rows.append(row(f"{name} digests of {blocks} blocks{note}", blocks * tiles * m * n,
+    rows.append(row(f"{name} digests of {blocks} block{'s' if blocks != 1 else ''}{note}",
+                    blocks * tiles * m * n,
                     len(bad_blocks) * tiles * m * n,
                     f"blocks with differing digest: {bad_blocks}" if bad_blocks else ""))
     return rows

@@ -137,7 +137,7 @@ def check_arithmetic(digests: dict, samples: dict, blocks: int = 4) -> list[dict
         detail = (f"blocks with differing digest: {bad_blocks} (if simulator/replay/numerics_cases.py "
                   "changed, the recorded blocks no longer match it)") if bad_blocks else ""
         rows.append(row(f"{variant} raw head of block 0", len(head), raw_bad))
-        rows.append(row(f"{variant} digests of {n} blocks x 2^20", n * BLOCK_SIZE,
+        rows.append(row(f"{variant} digests of {n} block{'s' if n != 1 else ''} x 2^20", n * BLOCK_SIZE,
                          len(bad_blocks) * BLOCK_SIZE, detail))
     return rows
 
