@@ -308,12 +308,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     _check_4d(q, k, v)
     fmt = _check_fmt(q)
     check_head_dim(q.shape[-1], fmt)
-    softcap = _check_softcap(softcap)
-    _check_bool("causal", causal)
-    return_attn_probs = _check_bool("return_attn_probs", return_attn_probs)
-    _check_bool("deterministic", deterministic)
-    sms = _check_sms(num_sms, sm_margin)
-    splits_arg = _check_splits(num_splits)
+    softcap, return_attn_probs, sms, splits_arg = _check_options(
+        softcap, causal, return_attn_probs, deterministic, num_sms, sm_margin, num_splits)
     b, sq, h, d = q.shape
     dv = v.shape[-1]
     check_head_dim_v(d, dv, fmt)
@@ -342,6 +338,17 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         out, lse = _forward(q, k, v, kw, static if static > 1 else None)
     return _with_trace(_ret((out, lse) if return_attn_probs else (out,), tq), record,
                        return_attn_probs)
+
+
+def _check_options(softcap, causal, return_attn_probs, deterministic, num_sms, sm_margin,
+                   num_splits):
+    """The scalar options flash_attn_func and flash_attn_varlen_func share, checked in one
+    order: (softcap as a float, return_attn_probs as a bool, usable SMs, num_splits)."""
+    softcap = _check_softcap(softcap)
+    _check_bool("causal", causal)
+    return_attn_probs = _check_bool("return_attn_probs", return_attn_probs)
+    _check_bool("deterministic", deterministic)
+    return softcap, return_attn_probs, _check_sms(num_sms, sm_margin), _check_splits(num_splits)
 
 
 def _check_4d(q, k, v) -> None:
@@ -419,12 +426,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     check_head_dim_v(d, dv, fmt)
     if hkv < 1 or h % hkv:
         raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
-    softcap = _check_softcap(softcap)
-    _check_bool("causal", causal)
-    return_attn_probs = _check_bool("return_attn_probs", return_attn_probs)
-    _check_bool("deterministic", deterministic)
-    sms = _check_sms(num_sms, sm_margin)
-    splits_arg = _check_splits(num_splits)
+    softcap, return_attn_probs, sms, splits_arg = _check_options(
+        softcap, causal, return_attn_probs, deterministic, num_sms, sm_margin, num_splits)
     is_causal, is_local, (tile_m, tile_n) = _kernel_flags(fmt, d, dv, causal, window_size,
                                                           max_seqlen_q, max_seqlen_k, softcap)
     static = 1 if splits_arg == 1 else _static_splits(
