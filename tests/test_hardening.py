@@ -204,8 +204,8 @@ def test_subclasses_are_refused_by_mma(call, name):
 
 
 @pytest.mark.parametrize("instruction", [None, 3, b"wgmma.m64n64k16.f32.bf16.bf16"])
-def test_gemm_instruction_must_be_a_string(instruction):
-    with pytest.raises(ValueError, match="instruction: expected a string"):
+def test_gemm_instruction_must_be_an_instruction_or_a_string(instruction):
+    with pytest.raises(ValueError, match="instruction: expected an Instruction or a string"):
         mma.gemm(A, B, instruction=instruction)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from simulator import mma
 from simulator.device.runtime import source_sha256
-from simulator.mma import fused
+from simulator.mma import fused, spec, termloop
 from simulator.replay import mma as ev
 from simulator.replay.mma_probes import PROBES, emulate_probe
 
@@ -180,8 +180,8 @@ def test_fast_path_equals_reference_path():
         p = mma.PARAMS[("wgmma", fmt)]
         A, B, C = mma_block(fmt, 64, 8, k, 5, 40)
         a, b, c = decode(A, fmt), decode(B, fmt), C.view(np.float32)
-        fast = fused._fused_step_fast(a, b, c, p)
-        ref = fused._fused_step(a, b, c, p)
+        fast = termloop.term_loop_step(a, b, c, p)
+        ref = spec.spec_step(a, b, c, p)
         assert np.array_equal(fast.view(np.uint32), ref.view(np.uint32))
 
 
@@ -267,3 +267,16 @@ def test_fp8_mma_sync_sweep_replays_device_bits(fmt):
     pairs = part == sweep.PARTS.index("pairs")
     assert np.count_nonzero(single[pairs] != emulate_probe(name, A[pairs], B[pairs], C[pairs],
                                                            mma.PARAMS[("mma_sync", fmt)])) > 5000
+
+
+def test_gemm_takes_a_parsed_instruction_with_the_bits_of_its_string():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((2, 64, 32)).astype(BF16)
+    b = rng.standard_normal((32, 24)).astype(BF16)
+    ins = mma.parse("wgmma", "m64n24k16.f32.bf16.bf16")
+    assert mma.instruction_for(ins) is ins
+    assert mma.instruction_for("wgmma.m64n24k16.f32.bf16.bf16") == ins
+    got = mma.gemm(a, b, instruction=ins)
+    want = mma.gemm(a, b, instruction="wgmma.m64n24k16.f32.bf16.bf16")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.count_nonzero(got) > 0

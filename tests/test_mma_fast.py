@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from simulator import flash, mma
-from simulator.mma import fast, fused
+from simulator.mma import fast, fused, spec, termloop
 from simulator.replay import mma as ev
 from simulator.replay.common import digest
 from simulator.replay.mma_cases import mma_block
@@ -53,10 +53,10 @@ def _steps(p, a, b, c):
     """(a, b, c) of every fused step of fused_dot_add, c of each step from the reference."""
     if not p.c_in_sum:
         c = np.zeros_like(c)
-    for idx in fused._k_steps(p, a.shape[-1]):
+    for idx in spec.k_step_positions(p, a.shape[-1]):
         aa, bb = a[..., idx], b[..., idx, :]
         yield aa, bb, c
-        c = fused._fused_step_fast(aa, bb, c, p)
+        c = termloop.term_loop_step(aa, bb, c, p)
 
 
 @pytest.mark.parametrize("name", list(PROBES))
@@ -67,7 +67,7 @@ def test_fast_step_equals_per_term_model(name):
         A, B, C = mma_block(fmt, m, n, k, blk, 256)
         for a, b, c in _steps(p, decode(A, fmt), decode(B, fmt), C.view(np.float32)):
             got = fast.fused_step(a, b, c, p)
-            want = fused._fused_step_fast(a, b, c, p)
+            want = termloop.term_loop_step(a, b, c, p)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -130,5 +130,7 @@ def test_wrong_clean_test_is_caught(recorded, monkeypatch):
     monkeypatch.setattr(fast, "_DENSE_FRACTION", 1.0)  # the probe tiles are mostly not clean
     monkeypatch.setattr(fast, "_dirty", lambda ops, sl, c, f, *rest: (
         np.matmul(ops.a[sl], ops.b[sl]).reshape(-1)[f] + c.reshape(-1)[f]))
-    rows = ev.check_probe("wgmma_m64n8k16_bf16", *recorded, blocks=1)
-    assert rows[1]["mismatches"] > 0
+    rows = {r["check"]: r for r in ev.check_probe("wgmma_m64n8k16_bf16", *recorded, blocks=1)}
+    assert rows["wgmma_m64n8k16_bf16 digests of 1 block"]["mismatches"] > 0
+    # the readable spec does not use the fast path: its row stays clean
+    assert rows["wgmma_m64n8k16_bf16 readable spec (simulator/mma/spec.py), 1 block"]["mismatches"] == 0

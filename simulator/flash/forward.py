@@ -476,9 +476,9 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
     tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
-    qk = f"wgmma.m64n{N}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}"
+    qk = mma.parse("wgmma", f"m64n{N}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}")
     # a V head dim over 256 runs as m64n256 instructions side by side (columns are independent)
-    pv = f"wgmma.m64n{min(dv, 256)}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}"
+    pv = mma.parse("wgmma", f"m64n{min(dv, 256)}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}")
     grow = rows.reshape(len(ctas), W, 64)                                          # global rows
     acc_o = np.zeros((len(ctas), W, 64, dv), dtype=np.float32)
     pending = None  # (P, V, scores_scale) of the previous block, for the overlapped schedule

@@ -15,6 +15,7 @@ parameters of :mod:`simulator.mma.instructions`, measured on the H200
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -25,8 +26,8 @@ from ..numerics.bits import reject_subclass
 from .fused import FusedDotAdd, fused_dot_add
 from .instructions import EXACT, PARAMS, params_for
 
-__all__ = ["EXACT", "PARAMS", "Instruction", "gemm", "mma_sync", "mma_sync_fragments", "parse",
-           "wgmma", "wgmma_fragments"]
+__all__ = ["EXACT", "PARAMS", "Instruction", "gemm", "instruction_for", "mma_sync",
+           "mma_sync_fragments", "parse", "wgmma", "wgmma_fragments"]
 
 _WGMMA_RE = re.compile(r"m64n([1-9]\d*)k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)")
 _MMA_RE = re.compile(r"m16n8k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)\.f32")
@@ -179,7 +180,31 @@ def mma_sync(shape: str, A, B, C=None) -> np.ndarray:
     return _one("mma_sync", shape, A, B, C)
 
 
-def gemm(A, B, C=None, *, instruction: str = "wgmma.m64n64k16.f32.bf16.bf16") -> np.ndarray:
+def instruction_for(instruction) -> Instruction:
+    """``instruction`` as an :class:`Instruction`: one already parsed passes through, a string
+    ``"wgmma.<shape>"`` / ``"mma_sync.<shape>"`` is parsed (once per distinct string).
+
+    Raises:
+        ValueError: anything else, or an unsupported string, naming the argument.
+    """
+    if isinstance(instruction, Instruction):
+        return instruction
+    if not isinstance(instruction, str):
+        raise ValueError(f"instruction: expected an Instruction or a string 'wgmma.<shape>' or "
+                         f"'mma_sync.<shape>' (e.g. 'wgmma.m64n64k16.f32.bf16.bf16'), got "
+                         f"{type(instruction).__name__}")
+    return _parse_named(instruction)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_named(instruction: str) -> Instruction:
+    kind, _, shape = instruction.partition(".")
+    if kind not in ("wgmma", "mma_sync"):
+        raise ValueError(f"instruction: expected 'wgmma.<shape>' or 'mma_sync.<shape>', got {instruction!r}")
+    return parse(kind, shape)
+
+
+def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.bf16.bf16") -> np.ndarray:
     """A GEMM on tensor cores: K split into the instruction's k-steps, issued in ascending k.
 
     The result of each k-step is the C of the next (the accumulator stays in registers, as in
@@ -188,20 +213,16 @@ def gemm(A, B, C=None, *, instruction: str = "wgmma.m64n64k16.f32.bf16.bf16") ->
 
     Args:
         A: [..., M, K]; B: [..., K, N] (same format); C: [..., M, N] float32 or None.
-        instruction: ``"wgmma.<shape>"`` or ``"mma_sync.<shape>"``; only k and the format matter.
+        instruction: an :class:`Instruction` (from :func:`parse`, resolved once by callers that
+            issue many GEMMs, as ``flash.forward``) or its string ``"wgmma.<shape>"`` /
+            ``"mma_sync.<shape>"``; only k and the format matter.
     Returns:
         float32 [..., M, N].
     Raises:
         ValueError: K not a multiple of the instruction's k, bad instruction, shape mismatch.
         TypeError: operand dtypes.
     """
-    if not isinstance(instruction, str):
-        raise ValueError(f"instruction: expected a string 'wgmma.<shape>' or 'mma_sync.<shape>' "
-                         f"(e.g. 'wgmma.m64n64k16.f32.bf16.bf16'), got {instruction!r}")
-    kind, _, shape = instruction.partition(".")
-    if kind not in ("wgmma", "mma_sync"):
-        raise ValueError(f"instruction: expected 'wgmma.<shape>' or 'mma_sync.<shape>', got {instruction!r}")
-    ins = parse(kind, shape)
+    ins = instruction_for(instruction)
     a64 = _operand("A", A, ins.fmt)
     b64 = _operand("B", B, ins.fmt)
     m, k = a64.shape[-2:]

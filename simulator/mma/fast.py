@@ -1,6 +1,6 @@
-"""The fused dot-add of :mod:`simulator.mma.fused`, computed with BLAS where that is exact.
+"""The fused dot-add of :mod:`simulator.mma.spec`, computed with BLAS where that is exact.
 
-The model (``fused.py``) aligns every term of an output (the K products and C) to the output's
+The model (``spec.py``) aligns every term of an output (the K products and C) to the output's
 largest exponent ``E`` and truncates it to a multiple of ``q = 2^(E - F)`` (``F`` =
 ``frac_bits``). A product of two ``p``-bit operands is a multiple of ``2^(ea + eb - 2(p - 1))``,
 so it loses no bit to that truncation when ``ea + eb >= E - L`` with ``L = F - 2(p - 1)`` (bf16:
@@ -19,9 +19,9 @@ weights ``2^(S e)`` (``S = 2 ceil(log2 K) + 1``), ``sum_k 2^(S ea_k) 2^(S eb_k)`
 to per-row offsets and clipped into float64's normal range, which can only raise the sums: a
 clipped output at worst counts as not clean. Every other output (about 20% of QK^T and 35% of PV
 outputs per k-step in the bf16 forward of ``benchmarks/bench_flash.py``) goes through the
-per-term arithmetic of ``fused._tile_sum`` on its own, its K operand pairs gathered into a
+per-term arithmetic of ``termloop.tile_sum`` on its own, its K operand pairs gathered into a
 contiguous row, with ``E`` taken from the same weight sum (exact when it was not clipped). The
-result equals ``fused._fused_step_fast`` bit for bit (``tests/test_mma_fast.py`` checks it on
+result equals ``termloop.term_loop_step`` bit for bit (``tests/test_mma_fast.py`` checks it on
 every recorded probe tile and on forward GEMMs).
 """
 
@@ -29,15 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fused import (
-    FusedDotAdd,
-    _all_products_neg_zero,
-    _canonical_nan,
-    _fix_special,
-    _rz_to_float32,
-    _tile_sum,
-)
-from .fused import round_to_float32 as _round_reference
+from .spec import FusedDotAdd, canonical_nan, round_to_float32, rz_to_float32
+from .termloop import all_products_neg_zero, fix_special, tile_sum
 
 _CLIP = 500                  # |binary exponent| of one weight at most: products stay normal
 _EXACT_MAX = -480            # a weight sum at least 2^this has its largest term unclipped
@@ -45,16 +38,14 @@ _NO_EXP = -(1 << 20)         # exponent of a zero or non-finite operand (two sti
 _BIG = 1 << 24
 _OUTPUTS_PER_TILE = 1 << 16
 # above this fraction of outputs not clean, a tile runs the per-term loop on all its outputs
-# (gathering costs about 1.5-2x a dense output of fused._tile_sum per gathered output)
+# (gathering costs about 1.5-2x a dense output of termloop.tile_sum per gathered output)
 _DENSE_FRACTION = 0.5  # the tile's float64 working arrays stay in the L2 cache
 
 
 def supports(p: FusedDotAdd) -> bool:
-    """Whether :func:`fused_step` applies to ``p``: the ``"sum"`` exponent rule with subnormal
-    operands kept, and the operands' significand width known (``p.operand_bits``) and narrow
-    enough that a clean product fits the window."""
-    return (p.product_exponent == "sum" and p.subnormal_inputs == "keep" and p.operand_bits > 0
-            and p.frac_bits - 2 * (p.operand_bits - 1) >= 0 and p.out_bits <= 24)
+    """Whether :func:`fused_step` applies to ``p``: the operands' significand width known
+    (``p.operand_bits``) and narrow enough that a clean product fits the window."""
+    return (p.operand_bits > 0 and p.frac_bits - 2 * (p.operand_bits - 1) >= 0 and p.out_bits <= 24)
 
 
 #: False runs the per-term model everywhere (benchmarks/bench_flash.py compares the two)
@@ -87,7 +78,7 @@ def fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> n
     Returns:
         float32 [..., M, N]; NaN results canonical (0x7fffffff).
     Source:
-        the arithmetic of :func:`simulator.mma.fused.fused_dot_add` (H200 probes,
+        the arithmetic of :func:`simulator.mma.spec.spec_step` (H200 probes,
         ``simulator/data/device/mma_*``); only the evaluation order differs.
     """
     lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], np.shape(c)[:-2])
@@ -115,14 +106,14 @@ def fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> n
                  for r in range(rows) for m0 in range(0, m, step)]
     for sl in tiles:
         _tile(ops, sl, c3[sl], p, total[sl])
-    d = _rz(total, p.out_bits) if p.out_round == "rz" else _round_reference(total, p.out_round, p.out_bits)
+    d = _rz(total, p.out_bits) if p.out_round == "rz" else round_to_float32(total, p.out_round, p.out_bits)
     if ops_fin and np.isfinite(c3).all():
         d = _signed_zeros(d, total, a0, b0, c3)
     else:
         zero = total == 0
         d[zero] = 0.0  # the fixed-point sum's zero is +0; _fix_special applies the IEEE rules
-        d = _fix_special(d, np.where(zero, 0.0, total), a3, b3, c3, fin_a, fin_b)
-    return _canonical_nan(d).reshape(lead + (m, n))
+        d = fix_special(d, np.where(zero, 0.0, total), a3, b3, c3, fin_a, fin_b)
+    return canonical_nan(d).reshape(lead + (m, n))
 
 
 def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
@@ -218,7 +209,7 @@ def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None
         # mostly dirty (FP8's narrow window): the per-term loop over the whole tile is cheaper
         # than gathering each output's terms
         e16 = [np.maximum(e, -16000).astype(np.int16) for e in (ops.ea[sl], ops.eb[sb])]
-        out[...] = _tile_sum(ops.a[sl], ops.b[sb], *e16, c.astype(np.float64), p.frac_bits)
+        out[...] = tile_sum(ops.a[sl], ops.b[sb], *e16, c.astype(np.float64), p.frac_bits)
         return
     np.matmul(ops.a[sl], ops.b[sb], out=out)
     out += c  # exact for clean outputs: every partial sum is a float64 value
@@ -228,7 +219,7 @@ def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None
 
 def _dirty(ops: _Operands, sl: tuple, c, f, wp, hp, frac_bits: int) -> np.ndarray:
     """Fixed-point sums of the outputs at flat indices ``f`` of the tile by the per-term model
-    (the arithmetic of fused._tile_sum), each output's K operand pairs gathered into a row."""
+    (the arithmetic of termloop.tile_sum), each output's K operand pairs gathered into a row."""
     sb = sl[0]
     a, bt, ea, eb, s = ops.a[sl], ops.bt[sb], ops.ea[sl], ops.eb[sb], ops.s
     rows, m, k = a.shape
@@ -287,13 +278,13 @@ def _rz(x: np.ndarray, bits: int) -> np.ndarray:
         r = x.astype(np.float32)
     small = np.flatnonzero((r.view(np.int32) & 0x7FFFFFFF) <= 0x00800000)
     if small.size:
-        r.reshape(-1)[small] = _rz_to_float32(x.reshape(-1)[small], bits)
+        r.reshape(-1)[small] = rz_to_float32(x.reshape(-1)[small], bits)
     return r
 
 
 def _signed_zeros(d, total, a, b, c):
     """An exact zero sum is +0, or -0 when C is -0 and every product is -0 (IEEE sums of
-    signed zeros, as fused._fix_special); a BLAS sum of zeros may carry either sign."""
+    signed zeros, as termloop.fix_special); a BLAS sum of zeros may carry either sign."""
     zero = np.flatnonzero(total == 0)
     if not zero.size:
         return d
@@ -301,6 +292,6 @@ def _signed_zeros(d, total, a, b, c):
     flat[zero] = 0.0
     cand = zero[c.reshape(-1)[zero].view(np.uint32) == 0x80000000]
     if cand.size:
-        neg = _all_products_neg_zero(a, b).reshape(-1)[cand]
+        neg = all_products_neg_zero(a, b).reshape(-1)[cand]
         flat[cand[neg]] = -0.0
     return d

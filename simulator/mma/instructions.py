@@ -18,15 +18,15 @@ The parameters were fitted to, and then validated against, H200 outputs recorded
 
 from __future__ import annotations
 
-from .fused import FusedDotAdd
+from .spec import FusedDotAdd
 
 EMIN = {"bf16": -126, "f16": -14, "e4m3": -6, "e5m2": -14}
 
-_HALF = dict(frac_bits=25, out_bits=24, out_round="rz", product_exponent="sum")
-_FP8_WGMMA = dict(frac_bits=13, out_bits=14, out_round="rz", product_exponent="sum")
+_HALF = dict(frac_bits=25, out_bits=24, out_round="rz")
+_FP8_WGMMA = dict(frac_bits=13, out_bits=14, out_round="rz")
 # K positions of the two steps: bytes 0-1 then bytes 2-3 of every 4-byte fp8x4 register
 FP8_MMA_SYNC_STEPS = (tuple(k for k in range(32) if k % 4 < 2), tuple(k for k in range(32) if k % 4 >= 2))
-_FP8_MMA_SYNC = dict(frac_bits=25, out_bits=24, out_round="rz", product_exponent="sum",
+_FP8_MMA_SYNC = dict(frac_bits=25, out_bits=24, out_round="rz",
                      c_in_sum=False, c_round="rn", k_steps=FP8_MMA_SYNC_STEPS)
 # the FP8 mma.sync steps behave as f16 ones: operand exponents floored at f16's emin
 _EMIN_MMA_SYNC_FP8 = -14

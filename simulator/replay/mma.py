@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..mma.instructions import EXACT, params_for
+from ..mma.spec import spec_dot_add
 from . import mma_fp8
 from .common import DATA_DIR, digest, row
 from .mma_cases import mma_block
-from .mma_probes import PROBES, emulate_probe
+from .mma_probes import PROBES, decode, emulate_probe
 
 REPORT = DATA_DIR / "mma_report.json"
 DIGESTS = DATA_DIR / "mma_digests.npz"
@@ -58,11 +59,33 @@ def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dic
             bad_blocks.append(blk)
     note = "" if (kind, fmt) in EXACT else " [model known inexact]"
     rows.append(row(f"{name} raw head{note}", digests[f"{name}_head"].size, head_bad))
+    spec_bad = [blk for blk in range(blocks)
+                if digest(spec_probe(name, *mma_block(fmt, m, n, k, blk, tiles), params))
+                != digests[name][blk].tobytes()]
+    rows.append(row(f"{name} readable spec (simulator/mma/spec.py), {blocks} "
+                    f"block{'s' if blocks != 1 else ''}{note}", blocks * tiles * m * n,
+                    len(spec_bad) * tiles * m * n,
+                    f"blocks with differing digest: {spec_bad}" if spec_bad else ""))
     rows.append(row(f"{name} digests of {blocks} block{'s' if blocks != 1 else ''}{note}",
                     blocks * tiles * m * n,
                     len(bad_blocks) * tiles * m * n,
                     f"blocks with differing digest: {bad_blocks}" if bad_blocks else ""))
     return rows
+
+
+_SPEC_TERMS = 1 << 22  # terms per chunk of the specification's [T, M, N, K + 1] tensor
+
+
+def spec_probe(name: str, a_bits, b_bits, c_bits, params) -> np.ndarray:
+    """D bits (uint32 [T, M, N]) of probe ``name`` by :func:`simulator.mma.spec.spec_dot_add`
+    (the readable model, not the path the emulator runs), in chunks of tiles."""
+    fmt = PROBES[name][4]
+    a, b = decode(a_bits, fmt), decode(b_bits, fmt)
+    c = np.asarray(c_bits, dtype=np.uint32).view(np.float32)
+    t, m, k = a.shape
+    step = max(1, _SPEC_TERMS // (m * b.shape[-1] * (k + 1)))
+    return np.concatenate([spec_dot_add(a[i:i + step], b[i:i + step], c[i:i + step], params)
+                           for i in range(0, t, step)]).view(np.uint32)
 
 
 def check_fp8_mma_sync(quick: bool = False) -> list[dict]:
