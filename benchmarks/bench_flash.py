@@ -25,6 +25,7 @@ import numpy as np
 from timing import add_common_args, blas_info, blas_threads, emit, interleaved_medians, machine, ratio_row
 
 from simulator import flash
+from simulator.flash.dispatch import fa3_dispatch
 
 TARGET = 10.0
 _ROW_BLOCK = 128
@@ -89,6 +90,38 @@ def _fast_path_row(q, k, v, causal: bool, repeats: int, label: str) -> dict:
                      "(same bits)", t_fast, t_ref, "per-term model", faster=True)
 
 
+def blas_floor(seqlen: int, heads: int, head_dim: int, rng=None):
+    """A callable doing only the float64 BLAS products that the exact tensor-core path
+    (simulator/mma/fast.py) needs for a non-causal bf16 forward of this shape: per k16 step of
+    QK^T and of P V, on every CTA and K/V block, three products of K = 16 (the clean test's two
+    exponent-weight sums and the value product), on random data of the same shapes. No
+    exponent work, no rounding, no softmax: a lower bound on the path's time."""
+    rng = rng or np.random.default_rng(0)
+    d = fa3_dispatch("bf16", head_dim, seqlen, causal=False)
+    m, n = d.kblock_m, d.kblock_n
+    ctas = heads * -(-seqlen // m)
+    blocks = -(-seqlen // n)
+    qk = [rng.standard_normal((ctas, m, 16)), rng.standard_normal((1, 16, n))]
+    pv = [rng.standard_normal((ctas, m, 16)), rng.standard_normal((1, 16, d.kernel_head_dim_v))]
+
+    def run():
+        for _ in range(blocks):
+            for a, b, steps in ((*qk, d.kernel_head_dim // 16), (*pv, n // 16)):
+                for _ in range(3 * steps):
+                    np.matmul(a, b)
+    return run
+
+
+def _floor_row(seqlen, heads, head_dim, repeats, label) -> dict:
+    q, k, v = (x.astype(np.float32) for x in _inputs((1, seqlen, heads, head_dim), ml_dtypes.bfloat16))
+    t_floor, t_np = interleaved_medians([blas_floor(seqlen, heads, head_dim),
+                                         lambda: numpy_attention(q, k, v, False)], repeats,
+                                        inner=[1, 5])
+    return ratio_row("bench_flash.py", f"{label}: the exact path's float64 BLAS products alone "
+                     "(its floor) vs NumPy float32 attention", t_floor, t_np,
+                     "numpy float32 attention")
+
+
 _LIMITS = []
 
 
@@ -135,6 +168,8 @@ def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3, triton=Tru
                                   t_np, "numpy float32 attention", f"<= {TARGET:g}x"))
             if name == "bf16":
                 rows.append(_fast_path_row(q, k, v, causal, repeats, label))
+            if name == "bf16" and not causal:
+                rows.append(_floor_row(seqlen, heads, head_dim, repeats, label))
             if processes > 1 and name == "bf16" and not causal:
                 rows.append(_executor_row(q, k, v, processes, threads, repeats, label))
             if tri is not None and name == "bf16":
