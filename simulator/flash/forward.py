@@ -254,8 +254,8 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
         keys = n * N + np.arange(N)
         kt = kp[b[:, None], keys[None, :], hkv[:, None]]                            # [G, N, d]
         vt = vp[b[:, None], keys[None, :], hkv[:, None]]
-        s = mma.gemm(qt, np.swapaxes(kt, -1, -2)[:, None], np.full((len(ctas), W, 64, N), -0.0,
-                     dtype=np.float32), instruction=qk)
+        s = _gemm_wg(qt, np.swapaxes(kt, -1, -2), np.full((len(ctas), W, 64, N), -0.0,
+                     dtype=np.float32), qk)
         tracer.frag("qk_gemm", n, acc_s=s)
         if cfg.softcap > 0:
             s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch)
@@ -331,14 +331,22 @@ def _rescale(tracer, n, acc_o, scale_rows):
     return acc_o
 
 
+def _gemm_wg(a, b, c, instruction):
+    """Every warpgroup's GEMM of a CTA: a [G, W, 64, K] (each warpgroup's rows), b [G, K, N]
+    (shared by the CTA's warpgroups), c [G, W, 64, N]. The W warpgroups are stacked along M
+    (rows of different warpgroups never meet in a GEMM), so B is not repeated per warpgroup."""
+    g, w, m, _ = a.shape
+    d = mma.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1), instruction=instruction)
+    return d.reshape(c.shape)
+
+
 def _pv(tracer, n, acc_o, p_cvt, vt, instruction):
     width = acc_o.shape[-1]
     if width <= 256:
-        acc_o = mma.gemm(p_cvt, vt[:, None], acc_o, instruction=instruction)
+        acc_o = _gemm_wg(p_cvt, vt, acc_o, instruction)
     else:
-        acc_o = np.concatenate([mma.gemm(p_cvt, vt[:, None, :, c: c + 256], acc_o[..., c: c + 256],
-                                         instruction=instruction) for c in range(0, width, 256)],
-                               axis=-1)
+        acc_o = np.concatenate([_gemm_wg(p_cvt, vt[..., c: c + 256], acc_o[..., c: c + 256],
+                                         instruction) for c in range(0, width, 256)], axis=-1)
     tracer.frag("pv_gemm", n, acc_o=acc_o)
     return acc_o
 
