@@ -134,4 +134,5 @@ def test_measure_lists_its_runs_and_refuses_an_unknown_one(capsys):
     assert cli.main(["measure", "no_such_run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown run 'no_such_run'" in err, err
+    assert err.startswith("error: ") and "measure --help" in err, err
     assert cli.main(["measure"]) == 2

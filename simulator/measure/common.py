@@ -9,6 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 from ..device import forward as dev
 from ..device import runtime
 from ..device.runtime import DeviceUnavailable
+from ..errors import EXIT_USAGE
 
 
 def warm_compile(options: tuple[str, ...]) -> tuple[tuple[str, ...], float, str]:
@@ -38,15 +39,16 @@ def precompile_options(opts: list[tuple[str, ...]], workers: int, progress) -> N
 
 
 def run_script(main, argv=None) -> int:
-    """Run a device script's ``main(argv)``; without a usable GPU print one line (what is
-    missing and how to install it) and return 2, the project's exit code for an input or
-    environment error, instead of a traceback (1 means: emulator and device disagree)."""
+    """Run a measurement run's ``main(argv)``; returns its exit code.
+
+    Without a usable GPU it prints one line, ``error: <what is missing and how to install it>``,
+    as every command of ``python -m simulator`` does, and returns 2
+    (:data:`simulator.errors.EXIT_USAGE`, an input or environment error) instead of a traceback
+    (1 would mean: emulator and device disagree)."""
     import sys  # noqa: PLC0415
 
     try:
         return main(argv)
-    except DeviceUnavailable as exc:
-        # under ``python -m`` the module is __main__; its spec still has the dotted name
-        prog = getattr(main.__globals__.get("__spec__"), "name", main.__module__)
-        print(f"python -m {prog}: {exc}", file=sys.stderr)
-        return 2
+    except DeviceUnavailable as exc:  # the message names what is missing and how to install it
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
