@@ -20,6 +20,19 @@ def test_help_lists_commands():
     assert "verify" in r.stdout and "Exit codes" in r.stdout
 
 
+def test_verify_help_has_a_description_and_the_exit_codes(capsys):
+    from simulator import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["verify", "--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Replay the H200 outputs recorded in simulator/data/device/" in text
+    for code in ("0 every check matches", "1 the emulator and a recording differ",
+                 "2 usage error", "3 internal error", "130 interrupted"):
+        assert code in text, code
+
+
 def test_verify_quick_replays_device_bits():
     r = _run("verify", "--quick", "--json")
     assert r.returncode == 0, r.stderr
