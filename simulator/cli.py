@@ -25,7 +25,6 @@ from .errors import (
     UsageError,
 )
 
-
 VERIFY_DESCRIPTION = (
     "Replay the H200 outputs recorded in simulator/data/device/ (each file checked against its "
     "SHA-256 in MANIFEST.json) through the emulator and print one row per check: the device "
