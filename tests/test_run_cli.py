@@ -650,3 +650,21 @@ def test_extracted_file_missing_arrays_lists_them_plainly(tmp_path):
     with pytest.raises(run.UsageError, match=r"m\.npz: missing arrays k_e4m3, v_descale \(an "
                        r"extracted input holds format, layers, default_layer, seqlens, q_bf16"):
         run.load_workload(args)
+
+
+def test_causal_says_it_sets_the_right_window_to_0(tmp_path, capsys):
+    """``--causal --window -1 4`` runs as ``--window -1 0`` (FA3's mha_fwd): one line on stderr."""
+    from simulator import cli
+    from simulator.run.command import causal_window_note
+
+    capsys.readouterr()
+    assert cli.main(["run", "--no-progress", "--causal", "--window", "-1", "4", "--heads", "0",
+                     "--out", str(tmp_path / "o.npz")]) == 0
+    out, err = capsys.readouterr()
+    assert err == ("note: --causal sets the right window to 0, as FA3's mha_fwd does: "
+                   "--window -1 4 runs as --window -1 0\n"), err
+    assert "params    softmax_scale 0.17677669 (1/sqrt(32)), causal," in out
+    assert run.load_result(tmp_path / "o.npz")["params"]["window"] == [-1, 0]
+    for causal, window in ((True, (-1, -1)), (True, (5, 0)), (False, (-1, 4))):
+        assert causal_window_note(causal, window) == "", (causal, window)
+    assert causal_window_note(True, (3, -1)).endswith("--window 3 -1 runs as --window 3 0")
