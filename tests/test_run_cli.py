@@ -668,3 +668,15 @@ def test_causal_says_it_sets_the_right_window_to_0(tmp_path, capsys):
     for causal, window in ((True, (-1, -1)), (True, (5, 0)), (False, (-1, 4))):
         assert causal_window_note(causal, window) == "", (causal, window)
     assert causal_window_note(True, (3, -1)).endswith("--window 3 -1 runs as --window 3 0")
+
+
+def test_step_marks_the_padding_rows_of_a_short_sentence(tmp_path, capsys):
+    """Sentence 1 has 8 rows: quad 1 holds rows 1 and 9, and row 9 is padding, not a real row."""
+    _, text = _main(capsys, "--heads", "0", "--trace-cta", "1,0,0", "--step", "--quad", "1",
+                    "--out", tmp_path / "o.npz")
+    assert "threads 4-7 hold rows 1 and 9 (padding)\n" in text
+    assert "(pad) marks a padding row: past the sequence's 8 query rows, not a row of the input" in text
+    rows = [line for line in text.splitlines() if line.startswith("max_get_scale")]
+    assert rows and all(line.count("(pad)") == 3 for line in rows), rows  # row_max, row_sum, scale
+    _, text = _main(capsys, "--heads", "0", "--step", "--out", tmp_path / "o.npz")
+    assert "hold rows 0 and 8\n" in text and "(pad" not in text  # sentence 0: 147 real rows

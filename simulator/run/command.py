@@ -251,7 +251,8 @@ def main(argv: list[str]) -> int:
                           default=not args.trace_cta))
         shown = next((c for c in trace_ctas if trace.for_cta(c)), None)
         if shown is not None:
-            print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads))
+            rows = (seq_cfgs[shown[0]] if seq_cfgs else cfg).seqlen_q
+            print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads, rows=rows))
         print()
     status = EXIT_OK
     if args.device:
