@@ -680,3 +680,14 @@ def test_step_marks_the_padding_rows_of_a_short_sentence(tmp_path, capsys):
     assert rows and all(line.count("(pad)") == 3 for line in rows), rows  # row_max, row_sum, scale
     _, text = _main(capsys, "--heads", "0", "--step", "--out", tmp_path / "o.npz")
     assert "hold rows 0 and 8\n" in text and "(pad" not in text  # sentence 0: 147 real rows
+
+
+def test_readme_lists_every_option_of_run():
+    """The README's options list for ``run`` names every option of ``run --help``."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    options = text[text.index("- Options: `--input"):]
+    options = options[: options.index("All of it: [`docs/run.md`]")]
+    flags = {o for a in run.build_parser()._actions for o in a.option_strings
+             if o.startswith("--") and o != "--help"}
+    missing = sorted(f for f in flags if f"`{f}" not in options)
+    assert not missing, f"README.md's options for run omit {missing}"
