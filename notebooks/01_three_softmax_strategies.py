@@ -31,17 +31,14 @@
 
 # %%
 # %matplotlib inline
-import time
-
 import matplotlib.pyplot as plt
-import ml_dtypes
 import numpy as np
 
-from simulator import flash
+from simulator import flash, notebook
 from simulator.compare import bits
 
-T0 = time.perf_counter()
-BF16 = ml_dtypes.bfloat16
+NB = notebook.setup()  # the clock, bf16, static mode under CI
+BF16 = NB.bf16
 
 
 # %% [markdown]
@@ -249,4 +246,4 @@ axes[1].set_title("|O - O_ref| over all elements")
 fig.tight_layout()
 
 # %%
-print(f"notebook ran in {time.perf_counter() - T0:.1f} s; every assertion above holds")
+print(NB.finish())

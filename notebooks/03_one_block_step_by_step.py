@@ -27,21 +27,15 @@
 
 # %%
 # %matplotlib inline
-import os
-import time
-
 import matplotlib.pyplot as plt
-import ml_dtypes
 import numpy as np
 
-from simulator import flash, hw, mma
+from simulator import flash, hw, mma, notebook
 from simulator import numerics as nm
 from simulator.compare import bits
 
-T0 = time.perf_counter()
-BF16 = ml_dtypes.bfloat16
-# CI (tests/test_notebooks.py) sets this: no widgets, static figures only
-STATIC = bool(os.environ.get("SIMULATOR_NOTEBOOK_STATIC"))
+NB = notebook.setup()  # the clock, bf16, static mode under CI (no widgets), ipywidgets
+BF16 = NB.bf16
 
 
 # %%
@@ -239,13 +233,9 @@ def draw_event(i, ax=None):
     ax.set_title(f"event {i}: {e.step}, n_block={e.n_block}", fontsize=9)
     return ax
 
-try:
-    import ipywidgets
-except ImportError:
-    ipywidgets = None
-if ipywidgets is not None and not STATIC:
-    ipywidgets.interact(lambda i: (draw_event(i), plt.show()),
-                        i=ipywidgets.IntSlider(min=0, max=len(events) - 1, value=0))
+if NB.widgets is not None:
+    NB.widgets.interact(lambda i: (draw_event(i), plt.show()),
+                        i=NB.widgets.IntSlider(min=0, max=len(events) - 1, value=0))
 else:
     picks = [i for i, e in enumerate(events) if e.n_block == 2][:6]
     fig, axes = plt.subplots(2, 3, figsize=(15, 6))
@@ -254,4 +244,4 @@ else:
     fig.tight_layout()
 
 # %%
-print(f"notebook ran in {time.perf_counter() - T0:.1f} s; every assertion above holds")
+print(NB.finish())

@@ -38,22 +38,16 @@
 
 # %%
 # %matplotlib inline
-import os
-import time
-
 import matplotlib.pyplot as plt
-import ml_dtypes
 import numpy as np
 
-from simulator import compare, flash, hw
+from simulator import compare, flash, hw, notebook
 from simulator import numerics as nm
 from simulator.compare import bits, ulp_distance
 from simulator.numerics import mufu
 
-T0 = time.perf_counter()
-BF16 = ml_dtypes.bfloat16
-# CI (tests/test_notebooks.py) sets this: no widgets, static figures only
-STATIC = bool(os.environ.get("SIMULATOR_NOTEBOOK_STATIC"))
+NB = notebook.setup()  # the clock, bf16, static mode under CI (no widgets), ipywidgets
+BF16 = NB.bf16
 
 
 # %%
@@ -508,13 +502,9 @@ def draw_step(i, axes=None):
     axes[1].set_title(f"bits that differ from the emulator: {n_bad}", fontsize=9)
     return n_bad
 
-try:
-    import ipywidgets
-except ImportError:
-    ipywidgets = None
-if ipywidgets is not None and not STATIC:
-    ipywidgets.interact(lambda i: (draw_step(i), plt.show()),
-                        i=ipywidgets.IntSlider(min=0, max=len(dev_events) - 1, value=0))
+if NB.widgets is not None:
+    NB.widgets.interact(lambda i: (draw_step(i), plt.show()),
+                        i=NB.widgets.IntSlider(min=0, max=len(dev_events) - 1, value=0))
 else:
     picks = [1, 2, p_i, o_i]
     fig, axes = plt.subplots(len(picks), 2, figsize=(11, 2.6 * len(picks)))
@@ -522,4 +512,4 @@ else:
     fig.tight_layout()
 
 # %%
-print(f"notebook ran in {time.perf_counter() - T0:.1f} s; every assertion above holds")
+print(NB.finish())

@@ -56,7 +56,7 @@ name, args = fa3_api_cases.call_args(record["case"])
 q, k_cache, v_cache = args["q"], args["k_cache"], args["v_cache"]
 seqlen = int(args["cache_seqlens"][0])
 b, sq, h, d = q.shape
-print(name, "| q", q.shape, q.dtype, "| cache", k_cache.shape, "| cache_seqlens", seqlen,
+print(name, "| q", q.shape, q.dtype, "| cache", k_cache.shape, "| cache_seqlens", f"{seqlen:,}",
       "| causal", args["causal"], "| num_splits", args["num_splits"])
 
 # %% [markdown]
@@ -76,11 +76,11 @@ splits = scheduler.dynamic_num_splits([sq], [seqlen], kblock_m=disp.kblock_m,
                                       num_sms=132, num_splits_static=static, pack_gqa=True)
 n_max = -(-seqlen // disp.kblock_n)
 print(disp.describe())
-print(f"static num_splits {static}; this batch: {int(splits[0])} splits over {n_max} K/V blocks")
+print(f"static num_splits {static}; this batch: {int(splits[0]):,} splits over {n_max:,} K/V blocks")
 for s in range(int(splits[0])):
     lo, hi = fa3_combine.n_block_range_for_split(0, n_max, s, int(splits[0]))
     last = min(hi * disp.kblock_n, seqlen) - 1
-    print(f"  split {s}: blocks {lo}..{hi - 1} (keys {lo * disp.kblock_n}..{last})")
+    print(f"  split {s}: blocks {lo:,}..{hi - 1:,} (keys {lo * disp.kblock_n:,}..{last:,})")
 assert int(splits[0]) > 1
 
 # %% [markdown]
@@ -115,11 +115,12 @@ assert np.array_equal(bits(full[0]), bits(out)) and np.array_equal(bits(full[1])
 lib_out, lib_lse = sample[f"c{INDEX}_out"], sample[f"c{INDEX}_lse"]
 n_out = int(np.count_nonzero(bits(out) != lib_out))
 n_lse = int(np.count_nonzero(bits(lse) != lib_lse))
-print(f"against the H200's library: O {n_out} of {out.size} values differ, LSE {n_lse} of {lse.size}")
+print(f"against the H200's library: O {n_out:,} of {out.size:,} values differ, "
+      f"LSE {n_lse:,} of {lse.size:,}")
 assert n_out == 0 and n_lse == 0
 unsplit = flash.forward(q, keys, values, causal=args["causal"], softcap=args["softcap"])
 n_diff = int(np.count_nonzero(bits(unsplit.out) != lib_out))
-print(f"the unsplit kernel differs from the library in {n_diff} O values: the split is part "
+print(f"the unsplit kernel differs from the library in {n_diff:,} O values: the split is part "
       "of what FA3 computes")
 assert n_diff > 0
 

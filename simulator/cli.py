@@ -25,6 +25,15 @@ from .errors import (
     UsageError,
 )
 
+VERIFY_DESCRIPTION = (
+    "Replay the H200 outputs recorded in simulator/data/device/ (each file checked against its "
+    "SHA-256 in MANIFEST.json) through the emulator and print one row per check: the device "
+    "results replayed and the mismatches. No GPU needed.")
+VERIFY_EPILOG = (
+    "Exit codes: 0 every check matches; 1 the emulator and a recording differ; 2 usage error, "
+    "or recorded data missing, unreadable or corrupt (a one-line message); 3 internal error; "
+    "130 interrupted (Ctrl-C).")
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's default exit code is already 2; keep one line
@@ -147,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
-                       "(no GPU needed)")
+                       "(no GPU needed)", description=VERIFY_DESCRIPTION, epilog=VERIFY_EPILOG)
     v.add_argument("--topic", action="append",
                    help="only this topic (repeatable): numerics, mufu, hw, mma, forward, fa3")
     v.add_argument("--quick", action="store_true", help="fewer cases (1.5-6 minutes on 2 cores)")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -18,6 +20,19 @@ def test_help_lists_commands():
     r = _run("--help")
     assert r.returncode == 0
     assert "verify" in r.stdout and "Exit codes" in r.stdout
+
+
+def test_verify_help_has_a_description_and_the_exit_codes(capsys):
+    from simulator import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["verify", "--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Replay the H200 outputs recorded in simulator/data/device/" in text
+    for code in ("0 every check matches", "1 the emulator and a recording differ",
+                 "2 usage error", "3 internal error", "130 interrupted"):
+        assert code in text, code
 
 
 def test_verify_quick_replays_device_bits():
@@ -134,4 +149,43 @@ def test_measure_lists_its_runs_and_refuses_an_unknown_one(capsys):
     assert cli.main(["measure", "no_such_run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown run 'no_such_run'" in err, err
+    assert err.startswith("error: ") and "measure --help" in err, err
     assert cli.main(["measure"]) == 2
+
+
+def test_measure_common_pieces_without_a_gpu(tmp_path, capsys):
+    """What the measurement runs share (simulator.measure.common), on the CPU: the --out parser,
+    the kernel provenance, the atomic writes of a recording, the timestamped log line."""
+    import numpy as np
+
+    from simulator.device import runtime
+    from simulator.measure import common, forward_trace, hw_probe, mufu_calibrate, numerics_sweep
+    from simulator.replay import numerics as ev
+
+    assert callable(forward_trace.main) and callable(mufu_calibrate.main) and callable(numerics_sweep.main)
+    ap = common.out_parser("forward_trace", "Record device step traces of the forward.")
+    assert ap.prog == "python -m simulator measure forward_trace"
+    assert ap.parse_args(["--out", "d"]).out == "d"
+    assert common.kernel_provenance(ev.KERNEL) == {
+        "kernel": f"kernels/{ev.KERNEL}", "kernel_sha256": runtime.source_sha256(ev.KERNEL)}
+    common.write_recordings(tmp_path / "r", "x_report.json", {"a": 1}, {"x.npz": {"b": np.arange(3)}})
+    assert json.loads((tmp_path / "r" / "x_report.json").read_text()) == {"a": 1}
+    assert np.load(tmp_path / "r" / "x.npz")["b"].tolist() == [0, 1, 2]
+    meta = {"configs": []}
+    path = common.write_forward_recording(tmp_path / "f", "t.npz", "t.json", meta, {"c0": np.ones(2)})
+    assert meta["file_bytes"] == os.path.getsize(path) > 0
+    with np.load(path) as z:
+        assert json.loads(str(z["meta"])) == {"configs": []} and z["c0"].tolist() == [1.0, 1.0]
+    common.GpuRun(None, None, t0=0.0).log("x")
+    assert re.fullmatch(r"\[ *\d+\.\d s\] x\n", capsys.readouterr().out)
+    # hw_probe's shared checks: the emulator's own layout decodes with 0 mismatches
+    from simulator.hw import a_operand_layout, accumulator_layout
+
+    alay, dlay, rec = a_operand_layout("m16n8k16"), accumulator_layout("m16n8k16"), {}
+    assert hw_probe._a_slot_mismatches(alay.thread_of.astype(np.int64), alay.reg_of.astype(np.int64),
+                                       alay, rec, "p_") == 0
+    assert hw_probe._a_slot_mismatches(None, alay.reg_of, alay, {}, "p_") is None
+    a, b = np.ones((2, 16, 16), np.float32), np.full((2, 16, 8), 2.0, np.float32)
+    d = dlay.from_matrix(np.einsum("cik,ckj->cij", a, b))
+    assert hw_probe._random_mismatches(d, a, b, dlay, rec, "p_") == 0
+    assert sorted(rec) == ["p_elem_of", "p_rand_a", "p_rand_b", "p_rand_d", "p_thread_of"]

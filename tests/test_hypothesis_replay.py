@@ -192,4 +192,5 @@ def test_device_scripts_without_a_gpu_say_so_in_one_line(module, via, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and ("CuPy" in proc.stderr or "GPU" in proc.stderr), proc.stderr
+    assert proc.stderr.startswith("error: ") and "install" in proc.stderr, proc.stderr  # house style
     assert not (tmp_path / "o").exists()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -120,3 +121,22 @@ def test_notebook_executes(source, monkeypatch):
               if o.get("output_type") == "error"]
     assert not errors, f"{source.name}: error outputs {errors}"
     assert os.environ.get("SIMULATOR_NOTEBOOK_STATIC") == "1"
+    if source.stem.startswith("08_"):  # counts of values, blocks and keys with thousands separators
+        text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                       for o in c.get("outputs", []) if o.get("output_type") == "stream")
+        counts = [line for line in text.splitlines()
+                  if " values differ" in line or "K/V blocks" in line or "(keys " in line]
+        assert counts and not [x for x in counts if re.search(r"\d{4}", x)], counts
+        assert re.search(r"O 0 of \d{1,3}(,\d{3})+ values differ", text), text
+
+
+def test_notebook_setup_reads_the_static_switch():
+    """simulator.notebook.setup(): the shared first cell of the notebooks."""
+    import ml_dtypes
+
+    from simulator import notebook
+
+    ci = notebook.setup({"SIMULATOR_NOTEBOOK_STATIC": "1"})
+    assert ci.static and ci.widgets is None and ci.bf16 is ml_dtypes.bfloat16
+    assert notebook.setup({}).static is False
+    assert re.fullmatch(r"notebook ran in \d+\.\d s; every assertion above holds", ci.finish())

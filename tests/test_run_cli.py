@@ -494,7 +494,8 @@ def test_altered_embedded_input_is_recording_corrupt(tmp_path, monkeypatch, caps
     err = capsys.readouterr().err
     assert rc == 2, err
     assert err.count("\n") == 1 and err.startswith("error: recording corrupt: ") and needle in err, err
-    assert "python scripts/extract_minilm.py" in err
+    assert "python scripts/extract_minilm.py (see its docstring)" in err
+    assert "`" not in err  # plain text: no Markdown code span around the command
     assert not (tmp_path / "o.npz").exists()
 
 
@@ -591,4 +592,102 @@ def test_extracted_file_with_an_empty_sentence_is_refused(tmp_path):
     arrays["seqlens"] = np.array([8, 0, 28, 18])
     np.savez(tmp_path / "b.npz", **arrays)
     r = _run("--input", str(tmp_path / "b.npz"), "--out", str(tmp_path / "o.npz"))
-    _one_line_exit_2(r, "seqlens [8, 0, 28, 18] must be in 1..147")
+    _one_line_exit_2(r, "seqlens: expected values in 1..147 (every sentence at least one token, "
+                        "at most the stored length), got [8, 0, 28, 18]")
+
+
+def _embedded_arrays() -> dict:
+    with np.load(run.EMBEDDED) as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.mark.parametrize("key, value, want, given", [
+    ("format", np.array(b"fa3sim-inputs/1"), "the string 'fa3sim-inputs/1'",
+     "'fa3sim-inputs/1' (bytes)"),                                  # was np.bytes_(b'...')
+    ("format", np.array(["a", "b"]), "the string 'fa3sim-inputs/1'", "strings [2]"),
+    ("layers", np.array(["a", "b", "c"]), "integers [L]", "strings [3]"),  # was int() ValueError
+    ("layers", np.array([0.5, 2.0, 5.0]), "integers [L]", "float64 [3]"),  # was read as 0, 2, 5
+    ("layers", np.array([0, 0, 5]), "distinct layer numbers >= 0", "[0, 0, 5]"),
+    ("default_layer", np.array([2, 5]), "one integer", "int64 [2]"),       # was TypeError
+    ("default_layer", np.array(7), "one of the layers [0, 2, 5]", "7"),  # was "--layer 7"
+    ("q_bf16", np.zeros((3, 4, 147, 12, 32), np.float32), "uint16 (the bf16 bit patterns)",
+     "float32 [3, 4, 147, 12, 32]"),                                # was read as other bits
+    ("q_bf16", np.zeros((4, 147, 12, 32), np.uint16), "5 dimensions [3 layers, batch, seqlen",
+     "uint16 [4, 147, 12, 32]"),
+    ("k_e4m3", np.zeros((3, 4, 147, 12, 32), np.uint16), "uint8 (the e4m3 bit patterns)",
+     "uint16 [3, 4, 147, 12, 32]"),
+    ("v_e4m3", np.zeros((3, 4, 147, 6, 32), np.uint8), "uint8 [3, 4, 147, 12, 32] (v_bf16's shape)",
+     "uint8 [3, 4, 147, 6, 32]"),
+    ("k_bf16", np.zeros((3, 4, 147, 5, 32), np.uint16),
+     "uint16 [3, 4, 147, heads_kv, 32] with heads_kv dividing the 12 heads of q_bf16",
+     "uint16 [3, 4, 147, 5, 32]"),
+    ("q_descale", np.ones((3, 4, 12), np.int32), "float32 [3, 4, 12] ([layers, batch, heads_kv])",
+     "int32 [3, 4, 12]"),
+    ("seqlens", np.array([8.0, 8.0, 8.0, 8.0]), "integers [4] (one per sentence of q_bf16)",
+     "float64 [4]"),
+])
+def test_badly_formed_extracted_file_names_the_file_key_expected_and_given(tmp_path, key, value,
+                                                                           want, given):
+    arrays = _embedded_arrays()
+    arrays[key] = value
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    args = type("A", (), {"input": str(path), "layer": None, "dtype": None})
+    with pytest.raises(run.UsageError) as info:
+        run.load_workload(args)
+    text = str(info.value)
+    assert text.startswith(f"{path}: {key}: expected {want}"), text
+    assert given in text.split(", got ", 1)[1], text
+    assert "np." not in text and "array(" not in text and "`" not in text, text
+    assert text.endswith("regenerate it with python scripts/extract_minilm.py (see its docstring)")
+
+
+def test_extracted_file_missing_arrays_lists_them_plainly(tmp_path):
+    arrays = _embedded_arrays()
+    del arrays["k_e4m3"], arrays["v_descale"]
+    np.savez(tmp_path / "m.npz", **arrays)
+    args = type("A", (), {"input": str(tmp_path / "m.npz"), "layer": None, "dtype": None})
+    with pytest.raises(run.UsageError, match=r"m\.npz: missing arrays k_e4m3, v_descale \(an "
+                       r"extracted input holds format, layers, default_layer, seqlens, q_bf16"):
+        run.load_workload(args)
+
+
+def test_causal_says_it_sets_the_right_window_to_0(tmp_path, capsys):
+    """``--causal --window -1 4`` runs as ``--window -1 0`` (FA3's mha_fwd): one line on stderr."""
+    from simulator import cli
+    from simulator.run.command import causal_window_note
+
+    capsys.readouterr()
+    assert cli.main(["run", "--no-progress", "--causal", "--window", "-1", "4", "--heads", "0",
+                     "--out", str(tmp_path / "o.npz")]) == 0
+    out, err = capsys.readouterr()
+    assert err == ("note: --causal sets the right window to 0, as FA3's mha_fwd does: "
+                   "--window -1 4 runs as --window -1 0\n"), err
+    assert "params    softmax_scale 0.17677669 (1/sqrt(32)), causal," in out
+    assert run.load_result(tmp_path / "o.npz")["params"]["window"] == [-1, 0]
+    for causal, window in ((True, (-1, -1)), (True, (5, 0)), (False, (-1, 4))):
+        assert causal_window_note(causal, window) == "", (causal, window)
+    assert causal_window_note(True, (3, -1)).endswith("--window 3 -1 runs as --window 3 0")
+
+
+def test_step_marks_the_padding_rows_of_a_short_sentence(tmp_path, capsys):
+    """Sentence 1 has 8 rows: quad 1 holds rows 1 and 9, and row 9 is padding, not a real row."""
+    _, text = _main(capsys, "--heads", "0", "--trace-cta", "1,0,0", "--step", "--quad", "1",
+                    "--out", tmp_path / "o.npz")
+    assert "threads 4-7 hold rows 1 and 9 (padding)\n" in text
+    assert "(pad) marks a padding row: past the sequence's 8 query rows, not a row of the input" in text
+    rows = [line for line in text.splitlines() if line.startswith("max_get_scale")]
+    assert rows and all(line.count("(pad)") == 3 for line in rows), rows  # row_max, row_sum, scale
+    _, text = _main(capsys, "--heads", "0", "--step", "--out", tmp_path / "o.npz")
+    assert "hold rows 0 and 8\n" in text and "(pad" not in text  # sentence 0: 147 real rows
+
+
+def test_readme_lists_every_option_of_run():
+    """The README's options list for ``run`` names every option of ``run --help``."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    options = text[text.index("- Options: `--input"):]
+    options = options[: options.index("All of it: [`docs/run.md`]")]
+    flags = {o for a in run.build_parser()._actions for o in a.option_strings
+             if o.startswith("--") and o != "--help"}
+    missing = sorted(f for f in flags if f"`{f}" not in options)
+    assert not missing, f"README.md's options for run omit {missing}"

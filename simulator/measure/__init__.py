@@ -6,7 +6,7 @@ kernels through :mod:`simulator.device`, compares the device with the emulator o
 writes its recordings atomically to ``--out``. The recordings' formats, the frozen case
 generators they were made from and their CPU replay live in :mod:`simulator.replay`; copy a
 run's files to ``simulator/data/device/`` and run ``python scripts/make_manifest.py``.
-Without a usable GPU a run prints one line and exits 2.
+Without a usable GPU a run prints one line, ``error: ...`` with the install hint, and exits 2.
 """
 
 from __future__ import annotations
@@ -35,17 +35,18 @@ def main(argv: list[str]) -> int:
     code (2 with a one-line message for an unknown name or when no GPU is usable)."""
     import sys  # noqa: PLC0415
 
+    from ..errors import EXIT_USAGE  # noqa: PLC0415
     from .common import run_script  # noqa: PLC0415
 
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: python -m simulator measure NAME [options]  (NAME --help for its options)\n\n"
               + "\n".join(f"  {name:20s} {what}" for name, what in RUNS.items()),
               file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
+        return 0 if argv else EXIT_USAGE
     name, rest = argv[0], list(argv[1:])
     if name not in RUNS:
-        print(f"python -m simulator measure: unknown run {name!r}; known: {', '.join(RUNS)}",
-              file=sys.stderr)
-        return 2
+        print(f"error: measure: unknown run {name!r}; known: {', '.join(RUNS)} "
+              "(python -m simulator measure --help says what each records)", file=sys.stderr)
+        return EXIT_USAGE
     module = importlib.import_module(f"{__name__}.{name}")
     return run_script(module.main, rest)

@@ -21,8 +21,6 @@ inputs from the recorded configuration and seed.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -30,9 +28,7 @@ import time
 import numpy as np
 
 from ..device import forward as dev
-from ..device import runtime
 from ..flash.reference import reference
-from ..io import save_npz_atomic, write_json_atomic
 from ..replay.forward_goldens import (
     CONFIGS,
     GOLDENS_FILE,
@@ -42,7 +38,13 @@ from ..replay.forward_goldens import (
     make_inputs,
     to_planes,
 )
-from .common import precompile_options, run_script
+from .common import (
+    forward_provenance,
+    out_parser,
+    precompile_options,
+    run_script,
+    write_forward_recording,
+)
 
 #: sanity thresholds against the float64 reference: relative Frobenius error of O, |LSE| error
 REL_TOL = {"bf16": 3e-2, "f16": 1e-2, "e4m3": 1.5e-1}
@@ -80,12 +82,7 @@ def run(out_dir: str, only: str | None = None, workers: int = 16, progress=print
     """Run the matrix (or the configurations whose name contains ``only``); returns the number
     of configurations that failed (exception or sanity check)."""
     cfgs = [c for c in CONFIGS if only is None or only in c["name"]]
-    info = runtime.device_info()
-    info["kernel"] = f"kernels/{dev.KERNEL}"
-    info["kernel_sha256"] = runtime.source_sha256(dev.KERNEL)
-    info["nvrtc_options"] = list(runtime.DEFAULT_OPTIONS)
-    progress(f"device: {info['gpu']} driver {info['driver']} runtime {info['cuda_runtime']} "
-             f"nvrtc {info['nvrtc']}; kernel sha256 {info['kernel_sha256'][:16]}")
+    info = forward_provenance(progress=progress)
     precompile(cfgs, workers, progress)
     arrays: dict[str, np.ndarray] = {}
     records = []
@@ -118,20 +115,15 @@ def run(out_dir: str, only: str | None = None, workers: int = 16, progress=print
                       "uint16 bits of O (bf16 for bf16/e4m3 inputs, f16 for f16), low byte "
                       "first; c{i}_lse: byte planes uint8 [4, batch, heads, seqlen_q] of the "
                       "float32 bits of LSE; see forward_goldens.load_goldens"}
-    os.makedirs(out_dir, exist_ok=True)
-    path = save_npz_atomic(os.path.join(out_dir, GOLDENS_FILE),
-                           meta=np.array(json.dumps(meta)), **arrays)
-    size = os.path.getsize(path)
-    meta["file_bytes"] = size
-    write_json_atomic(os.path.join(out_dir, REPORT_FILE), meta)
+    path = write_forward_recording(out_dir, GOLDENS_FILE, REPORT_FILE, meta, arrays)
+    size = meta["file_bytes"]
     progress(f"wrote {path} ({size / 1e6:.2f} MB{' > 4 MB!' if size > MAX_FILE_BYTES else ''}); "
              f"{len(records) - failures}/{len(records)} configurations passed the sanity check")
     return failures
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="output folder")
+    ap = out_parser("forward_goldens", __doc__.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="run the configurations whose name contains this")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1),
                     help="parallel NVRTC compiles")

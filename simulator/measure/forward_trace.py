@@ -13,9 +13,6 @@ emulator on the spot (decoded by :func:`simulator.device.forward_trace.decode`),
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import time
 
@@ -23,10 +20,8 @@ import numpy as np
 
 from ..compare import first_divergence
 from ..device import forward as dev
-from ..device import runtime
 from ..device.forward_trace import decode, trace_ctas
 from ..flash import forward as emu_forward
-from ..io import save_npz_atomic, write_json_atomic
 from ..replay.forward_goldens import to_planes
 from ..replay.forward_traces import (
     CONFIGS,
@@ -36,34 +31,27 @@ from ..replay.forward_traces import (
     launch_config,
     make_inputs,
 )
-from .common import run_script, warm_compile
+from .common import (
+    forward_provenance,
+    out_parser,
+    precompile_options,
+    run_script,
+    write_forward_recording,
+)
 from .forward_goldens import options_of
 
 
 def _precompile(progress, workers: int = 16) -> None:
     """Compile the trace and plain builds of :data:`CONFIGS` in parallel processes (fills
     CuPy's on-disk cache, as :func:`simulator.measure.forward_goldens.precompile` does)."""
-    import multiprocessing as mp  # noqa: PLC0415
-    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
-
     opts = sorted({options_of(c) + extra for c in CONFIGS for extra in ((), ("-DFA_TRACE=1",))})
-    t0 = time.time()
-    with ProcessPoolExecutor(max_workers=min(workers, len(opts)),
-                             mp_context=mp.get_context("spawn")) as ex:
-        for options, _dt, err in ex.map(warm_compile, opts):
-            if err:
-                progress(f"  compile {' '.join(o for o in options if o.startswith('-D'))}: {err}")
-    progress(f"precompiled {len(opts)} modules in {time.time() - t0:.1f} s")
+    precompile_options(opts, workers, progress, each=False)
 
 
 def record(out_dir: str, progress=print) -> int:
     """Run :data:`CONFIGS` on the GPU, compare with the emulator, write the files; returns the
     number of configurations whose trace diverges (or that failed)."""
-    info = runtime.device_info()
-    info["kernel"] = f"kernels/{dev.KERNEL}"
-    info["kernel_sha256"] = runtime.source_sha256(dev.KERNEL)
-    info["nvrtc_options"] = list(runtime.DEFAULT_OPTIONS) + ["-DFA_TRACE=1"]
-    progress(f"device: {info['gpu']}; kernel sha256 {info['kernel_sha256'][:16]}")
+    info = forward_provenance(("-DFA_TRACE=1",), progress)
     _precompile(progress)
     arrays, records, failures = {}, [], 0
     for i, cfg in enumerate(CONFIGS):
@@ -105,20 +93,14 @@ def record(out_dir: str, progress=print) -> int:
                       "of kernels/fa3_forward.cu built with -DFA_TRACE=1 (records: header "
                       "{0xFA300000 | step, n_block, slot, 0}, then [W, 128, cols] words); "
                       "decode with simulator.device.forward_trace.decode"}
-    os.makedirs(out_dir, exist_ok=True)
-    path = save_npz_atomic(os.path.join(out_dir, TRACES_FILE), meta=np.array(json.dumps(meta)),
-                           **arrays)
-    meta["file_bytes"] = os.path.getsize(path)
-    write_json_atomic(os.path.join(out_dir, REPORT_FILE), meta)
+    path = write_forward_recording(out_dir, TRACES_FILE, REPORT_FILE, meta, arrays)
     progress(f"wrote {path} ({meta['file_bytes'] / 1e6:.2f} MB); "
              f"{len(records) - failures}/{len(records)} configurations agree with the emulator")
     return failures
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Record device step traces of the forward.")
-    ap.add_argument("--out", required=True, help="output folder")
-    args = ap.parse_args(argv)
+    args = out_parser("forward_trace", "Record device step traces of the forward.").parse_args(argv)
     return 1 if record(args.out) else 0
 
 

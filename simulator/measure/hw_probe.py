@@ -204,6 +204,31 @@ def _is_bijection(row, col, rows, cols) -> bool:
     return bool(np.all(np.bincount(flat.ravel(), minlength=rows * cols) == 1))
 
 
+def _a_slot_mismatches(thread_m, elem_m, alay, rec: dict, prefix: str) -> int | None:
+    """A-operand slots decoded from the device (thread and element of every matrix entry)
+    against the emulator's layout ``alay``: the number of entries that differ, or None when the
+    device's codes did not decode to integers. Records the decoded maps as
+    ``<prefix>thread_of`` / ``<prefix>elem_of`` (uint8)."""
+    if thread_m is None or elem_m is None:
+        return None
+    mismatches = int(np.sum((thread_m != alay.thread_of) | (elem_m != alay.reg_of)))
+    rec[f"{prefix}thread_of"], rec[f"{prefix}elem_of"] = (thread_m.astype(np.uint8),
+                                                          elem_m.astype(np.uint8))
+    return mismatches
+
+
+def _random_mismatches(d, a, b, dlay, rec: dict, prefix: str, keep=lambda x: x) -> int:
+    """Outputs of random integer tiles (exact in float32) that differ from ``a @ b``: ``d``
+    [tiles, threads, registers] the device's accumulators, ``a`` [tiles, M, K], ``b``
+    [tiles, K, N]. Records ``<prefix>rand_a`` / ``rand_b`` (int8) and ``rand_d``, each through
+    ``keep`` (the recorded shape)."""
+    ref = np.einsum("cik,ckj->cij", a, b).astype(np.float32)
+    mismatches = int(np.sum(dlay.to_matrix(d) != ref))
+    rec[f"{prefix}rand_a"], rec[f"{prefix}rand_b"] = keep(a.astype(np.int8)), keep(b.astype(np.int8))
+    rec[f"{prefix}rand_d"] = keep(d)
+    return mismatches
+
+
 # ---- (a) layouts ------------------------------------------------------------------------
 def probe_layouts(mod, cupy, rng, progress) -> tuple[dict, dict]:
     report, rec = {"wgmma_ss": {}, "wgmma_rs": {}, "mma_sync": {}}, {}
@@ -264,16 +289,13 @@ def probe_layouts(mod, cupy, rng, progress) -> tuple[dict, dict]:
         mats = [dlay.to_matrix(d[c]) for c in range(len(codes))]
         thread_m = _exact_int(mats[0] if fmt == "bf16" else mats[0] + 16 * mats[1], 0, 127)
         elem_m = _exact_int(mats[-1], 0, alay.registers - 1)
-        ok = thread_m is not None and elem_m is not None
-        rs = {"elements_per_thread": alay.registers, "decoded": ok}
-        if ok:
-            rs["slot_mismatches"] = int(np.sum((thread_m != alay.thread_of) | (elem_m != alay.reg_of)))
+        slots = _a_slot_mismatches(thread_m, elem_m, alay, rec, f"rs_{fmt}_")
+        rs = {"elements_per_thread": alay.registers, "decoded": slots is not None}
+        if slots is not None:
+            rs["slot_mismatches"] = slots
             rs["slots"] = int(thread_m.size)
-            rec[f"rs_{fmt}_thread_of"] = thread_m.astype(np.uint8)
-            rec[f"rs_{fmt}_elem_of"] = elem_m.astype(np.uint8)
-        rs["random_mismatches"] = int(np.sum(dlay.to_matrix(d[-1]) != rand_a @ rand_b))
-        rec[f"rs_{fmt}_rand_a"], rec[f"rs_{fmt}_rand_b"] = rand_a.astype(np.int8), rand_b.astype(np.int8)
-        rec[f"rs_{fmt}_rand_d"] = d[-1]
+        rs["random_mismatches"] = _random_mismatches(d[-1:], rand_a[None], rand_b[None], dlay, rec,
+                                                     f"rs_{fmt}_", keep=lambda x: x[0])
         report["wgmma_rs"][f"m64n{n}k{k}.{fmt}"] = rs
         progress(f"wgmma rs {fmt}: {rs}")
 
@@ -320,17 +342,9 @@ def probe_layouts(mod, cupy, rng, progress) -> tuple[dict, dict]:
                 amat[ci, :, 8 * h:8 * h + 8] = dlay.to_matrix(d[2 + 3 * h + ci])
         thread_m = _exact_int(amat[0] + 16 * amat[1], 0, 31)
         elem_m = _exact_int(amat[2], 0, alay.registers - 1)
-        if thread_m is not None and elem_m is not None:
-            ms["a_slot_mismatches"] = int(np.sum((thread_m != alay.thread_of) | (elem_m != alay.reg_of)))
-            rec[f"mma_{fmt}_a_thread_of"], rec[f"mma_{fmt}_a_elem_of"] = (
-                thread_m.astype(np.uint8), elem_m.astype(np.uint8))
-        else:
-            ms["a_slot_mismatches"] = None
-        ref = np.einsum("cik,ckj->cij", ra, rb).astype(np.float32)
-        ms["random_mismatches"] = int(np.sum(dlay.to_matrix(d[-n_rand:]) != ref))
+        ms["a_slot_mismatches"] = _a_slot_mismatches(thread_m, elem_m, alay, rec, f"mma_{fmt}_a_")
+        ms["random_mismatches"] = _random_mismatches(d[-n_rand:], ra, rb, dlay, rec, f"mma_{fmt}_")
         ms["random_cases"] = n_rand
-        rec[f"mma_{fmt}_rand_a"], rec[f"mma_{fmt}_rand_b"] = ra.astype(np.int8), rb.astype(np.int8)
-        rec[f"mma_{fmt}_rand_d"] = d[-n_rand:]
         report["mma_sync"][f"{shape}.{fmt}"] = ms
         progress(f"mma.sync {shape} {fmt}: {ms}")
     report["descriptor_variant"] = good_variant

@@ -30,10 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..device.runtime import device_info, load_module, require_gpu, source_sha256
-from ..io import save_npz_atomic, write_bytes_atomic, write_json_atomic
+from ..device.runtime import device_info
+from ..io import write_bytes_atomic, write_json_atomic
 from ..numerics import mufu, mufu_data
 from ..replay import mufu as ev
+from .common import kernel_provenance, start_gpu_run, write_recordings
 
 GPU_CHUNK = 1 << 28
 WORK_UNIT = 1 << 24
@@ -199,20 +200,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error("--workers must be >= 1")
-    cupy = require_gpu()
-    module = load_module(ev.KERNEL)
-    t0 = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - t0:7.1f} s] {msg}", flush=True)
-
+    gpu = start_gpu_run(ev.KERNEL)
+    cupy, module, log = gpu.cupy, gpu.module, gpu.log
     info = device_info()
     arch = args.arch or "sm" + info["compute_capability"].replace(".", "")
     log(f"{info['gpu']} (compute capability {info['compute_capability']}, driver "
         f"{info['driver']}), data name {arch!r}")
     tables = measure_tables(module, cupy, log)
-    prov = {"arch": arch, "device": info, "kernel": f"kernels/{ev.KERNEL}",
-            "kernel_sha256": source_sha256(ev.KERNEL), "host_numpy": np.__version__,
+    prov = {"arch": arch, "device": info, **kernel_provenance(ev.KERNEL),
+            "host_numpy": np.__version__,
             "format_version": mufu_data.FORMAT_VERSION,
             "command": "python -m simulator calibrate"}
     prov = mufu_data.save(args.out, arch, tables, prov, write_bytes_atomic)
@@ -240,10 +236,9 @@ def main(argv=None) -> int:
             "kernel_sha256": prov["kernel_sha256"], "tables_blake2b": prov["tables_blake2b"],
             "host_numpy": np.__version__, "workers": args.workers, "forms": report,
             "samples": sample_summary, "total_mismatches": int(total),
-            "elapsed_s": round(time.time() - t0, 1)}
-    write_json_atomic(ev_dir / ev.REPORT.name, full)
-    save_npz_atomic(ev_dir / ev.DIGESTS.name, **digests)
-    save_npz_atomic(ev_dir / ev.SAMPLES.name, **samples)
+            "elapsed_s": gpu.elapsed()}
+    write_recordings(ev_dir, ev.REPORT.name, full,
+                     {ev.DIGESTS.name: digests, ev.SAMPLES.name: samples})
     log(f"total mismatches {total}; wrote {ev_dir}")
     print(json.dumps({f: r["mismatches"] for f, r in report.items()}))
     return 0 if total == 0 else 1

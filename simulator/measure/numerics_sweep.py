@@ -24,11 +24,11 @@ import time
 
 import numpy as np
 
-from ..device.runtime import device_info, load_module, require_gpu, source_sha256
-from ..io import save_npz_atomic, write_json_atomic
+from ..device.runtime import device_info
 from ..numerics import FORMATS, convert_x2, to_float32
 from ..replay import numerics as ev
 from ..replay.numerics_cases import ARITY, BLOCK_SIZE, arith_block
+from .common import kernel_provenance, start_gpu_run, write_recordings
 
 GPU_CHUNK = 1 << 28
 WORK_UNIT = 1 << 24
@@ -198,15 +198,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.blocks < 1:
         ap.error("--blocks must be >= 1")
-    cupy = require_gpu()
-    module = load_module(ev.KERNEL)
-    t0 = time.time()
-
-    def progress(msg):
-        print(f"[{time.time() - t0:7.1f} s] {msg}", flush=True)
-
-    report = {"device": device_info(), "kernel": f"kernels/{ev.KERNEL}",
-              "kernel_sha256": source_sha256(ev.KERNEL),
+    gpu = start_gpu_run(ev.KERNEL)
+    cupy, module, progress = gpu.cupy, gpu.module, gpu.log
+    report = {"device": device_info(), **kernel_provenance(ev.KERNEL),
               "host_numpy": np.__version__, "workers": args.workers}
     digests, samples = {}, {}
     r, s = sweep_widen_and_pack(module, cupy, progress)
@@ -220,14 +214,12 @@ def main(argv=None) -> int:
         r, d = sweep_conversions(module, cupy, args.workers, progress)
         report["conversions"] = r
         digests.update(d)
-    report["elapsed_s"] = round(time.time() - t0, 1)
+    report["elapsed_s"] = gpu.elapsed()
     total = sum(v["mismatches"] for sec in ("widen_and_pack", "arithmetic", "conversions")
                 for v in report.get(sec, {}).values())
     report["total_mismatches"] = int(total)
-    os.makedirs(args.out, exist_ok=True)
-    write_json_atomic(os.path.join(args.out, "numerics_report.json"), report)
-    save_npz_atomic(os.path.join(args.out, "numerics_digests.npz"), **digests)
-    save_npz_atomic(os.path.join(args.out, "numerics_samples.npz"), **samples)
+    write_recordings(args.out, "numerics_report.json", report,
+                     {"numerics_digests.npz": digests, "numerics_samples.npz": samples})
     progress(f"total mismatches: {total}; wrote {args.out}")
     return 0 if total == 0 else 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -80,6 +81,18 @@ def _window_side(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer in -1..{_WINDOW_MAX} (-1 = "
                                          f"unbounded), got {text!r}")
     return value
+
+
+def causal_window_note(causal: bool, window: tuple[int, int]) -> str:
+    """The line ``run`` prints on stderr when ``--causal`` changes the ``--window`` it was given:
+    causal sets the right side to 0, as FA3's ``mha_fwd`` does (``hopper/flash_api.cpp``: ``if
+    (is_causal) { window_size_right = 0; }``); "" when nothing changes (no ``--window``, the
+    default ``-1 -1``, or a right side of 0 already)."""
+    left, right = window
+    if not causal or window == (-1, -1) or right == 0:
+        return ""
+    return (f"note: --causal sets the right window to 0, as FA3's mha_fwd does: --window {left} "
+            f"{right} runs as --window {left} 0")
 
 
 def _heads(text: str) -> list[int]:
@@ -186,6 +199,9 @@ def main(argv: list[str]) -> int:
         cfg = seq_cfgs[0] if seq_cfgs else make_config(work.q, work.k, work.v, **kwargs)
     except ValueError as exc:
         raise UsageError(f"{work.label}: {exc}") from None
+    note = causal_window_note(args.causal, tuple(args.window))
+    if note:
+        print(note, file=sys.stderr)
     batch = work.q.shape[0]
     trace_ctas = args.trace_cta or [default_trace_cta(cfg, work.heads[0], seq_cfgs)]
     for c in trace_ctas:
@@ -235,7 +251,8 @@ def main(argv: list[str]) -> int:
                           default=not args.trace_cta))
         shown = next((c for c in trace_ctas if trace.for_cta(c)), None)
         if shown is not None:
-            print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads))
+            rows = (seq_cfgs[shown[0]] if seq_cfgs else cfg).seqlen_q
+            print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads, rows=rows))
         print()
     status = EXIT_OK
     if args.device:

@@ -167,8 +167,15 @@ def _work_counts(cfg) -> tuple[int, int]:
     return cfg.batch * cfg.heads * m_blocks, visits * cfg.heads
 
 
-def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int]) -> str:
-    """Each step's state for one quad of one CTA (four threads, their two rows)."""
+def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
+               rows: int | None = None) -> str:
+    """Each step's state for one quad of one CTA (four threads, their two rows).
+
+    ``rows``: the query rows of the CTA's sequence (its ``seqlen_q``; None: every row is real).
+    A row of the quad at or past it is padding, not a row of the input: the kernel computes
+    it and the epilogue writes nothing of it. The header says so and the table marks its
+    values with ``(pad)``. Raises UsageError for a ``quad`` outside the CTA's warpgroups.
+    """
     from ..hw import rowcol_view
 
     events = trace.for_cta(cta)
@@ -178,26 +185,33 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int]) -> str:
     w, ql = divmod(quad, 32)
     threads = 4 * ql + np.arange(4)
     view = rowcol_view("m64n32k16")  # the thread -> row map is the same for every N
-    rows = view.row[threads[0]].astype(int)
+    row_of = [int(r) for r in view.row[threads[0]]]
     g0 = cta[2] * kblock_m + 64 * w
+    pad = [rows is not None and g0 + r >= rows for r in row_of]
+    tag = [" (padding)" if p else "" for p in pad]
     head = f"CTA (batch {cta[0]}, head {cta[1]}, m_block {cta[2]}), warpgroup {w}, quad {ql}: " \
-           f"threads {w * 128 + threads[0]}-{w * 128 + threads[-1]} hold rows {g0 + rows[0]} " \
-           f"and {g0 + rows[1]}\n(row values as [row {g0 + rows[0]}, row {g0 + rows[1]}]; " \
-           "row_sum is thread-local until finalize; frag = the thread's first two elements of " \
-           f"row {g0 + rows[0]}: columns 2t, 2t+1 of the tile)"
+           f"threads {w * 128 + threads[0]}-{w * 128 + threads[-1]} hold rows {g0 + row_of[0]}" \
+           f"{tag[0]} and {g0 + row_of[1]}{tag[1]}\n(row values as [row {g0 + row_of[0]}, row " \
+           f"{g0 + row_of[1]}]; row_sum is thread-local until finalize; frag = the thread's first " \
+           f"two elements of row {g0 + row_of[0]}: columns 2t, 2t+1 of the tile)"
+    if any(pad):
+        head += (f"\n(pad) marks a padding row: past the sequence's {_plural(int(rows), 'query row')}, "
+                 "not a row of the input; the kernel computes it and writes nothing of it")
     table = [("step", "n", "thread", "row_max", "row_sum", "scores_scale", "lse", "frag")]
     for e in events:
         for i, t in enumerate(threads):
             def pair(name, e=e, t=t):
                 if name not in e.data:
                     return "."
-                return ", ".join(_f(v) for v in np.ravel(e.data[name][w, t])[:2])
+                return ", ".join(_f(v) + (" (pad)" if p else "")
+                                 for v, p in zip(np.ravel(e.data[name][w, t])[:2], pad, strict=False))
             frag = "."
             for name in ("acc_s", "acc_o"):
                 if name in e.data:
                     f = e.data[name][w, t]
                     vr = rowcol_view(f"m64n{f.shape[-1] * 2}k16")
-                    frag = f"{name} " + ", ".join(_f(f[r]) for r in vr.reg[0, :2])
+                    frag = f"{name} " + ", ".join(_f(f[r]) for r in vr.reg[0, :2]) + (
+                        " (pad)" if pad[0] else "")
             table.append((e.step if i == 0 else "", "" if e.n_block is None or i else
                           str(e.n_block), str(int(w * 128 + t)), pair("row_max"), pair("row_sum"),
                           pair("scores_scale"), pair("lse"), frag))

@@ -24,6 +24,7 @@ EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "inputs" / "minilm.npz
 BUNDLE_FORMAT = "fa3sim-inputs/1"
 
 
+#: how to regenerate an extracted input, as plain text (messages quote no Markdown)
 EXTRACT = "python scripts/extract_minilm.py (see its docstring)"
 
 
@@ -128,17 +129,17 @@ def _load_embedded(args) -> Workload:
         raw = EMBEDDED.read_bytes()
     except FileNotFoundError:
         raise RecordedDataError(f"{EMBEDDED} is missing (a broken install?); regenerate it with "
-                                f"`{EXTRACT}`") from None
+                                f"{EXTRACT}") from None
     except OSError as exc:
         raise RecordedDataError(f"{EMBEDDED} is unreadable ({type(exc).__name__}: {exc}); "
-                                f"regenerate it with `{EXTRACT}`") from None
+                                f"regenerate it with {EXTRACT}") from None
     check_embedded_sha256(EMBEDDED, raw)
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except Exception as exc:  # zipfile / format errors of a damaged file
         raise RecordedDataError(f"{EMBEDDED} is unreadable ({type(exc).__name__}: {exc}); "
-                                f"regenerate it with `{EXTRACT}`") from None
+                                f"regenerate it with {EXTRACT}") from None
     return _load_bundle(arrays, EMBEDDED, args, embedded=True)
 
 
@@ -153,43 +154,111 @@ def check_embedded_sha256(path: Path, raw: bytes) -> None:
     except (OSError, ValueError, AttributeError) as exc:
         raise RecordedDataError(f"recording corrupt: {prov_path} (the provenance of {path.name}) is "
                                 f"missing or unreadable ({type(exc).__name__}); regenerate both "
-                                f"with `{EXTRACT}`") from None
+                                f"with {EXTRACT}") from None
     if not isinstance(want, str):
         raise RecordedDataError(f"recording corrupt: {prov_path} records no npz_sha256 of "
-                                f"{path.name}; regenerate both with `{EXTRACT}`")
+                                f"{path.name}; regenerate both with {EXTRACT}")
     got = sha256_bytes(raw)
     if got != want:
         raise RecordedDataError(f"recording corrupt: {path} sha256 {got[:16]}... differs from the "
                                 f"npz_sha256 {want[:16]}... of {prov_path.name}; regenerate both "
-                                f"with `{EXTRACT}` (or reinstall the package)")
+                                f"with {EXTRACT}, or reinstall the package")
+
+
+#: the keys of an extracted input (scripts/extract_minilm.py's docstring) besides q, k, v
+_BUNDLE_KEYS = ("format", "layers", "default_layer", "seqlens")
+
+
+def _describe(x) -> str:
+    """A value of an input file as plain text for a message: a 0-d string or number as itself
+    (``'fa3sim-inputs/2'``, ``int64 3``), an array as its dtype and shape (``float32 [3, 4]``);
+    never a NumPy repr such as ``np.int64(3)`` or ``array([...])``."""
+    x = np.asarray(x)
+    if x.ndim == 0 and x.dtype.kind in "USb":
+        value = x.item()
+        return repr(value.decode("utf-8", "replace") if isinstance(value, bytes) else value) + (
+            " (bytes)" if x.dtype.kind == "S" else "")
+    if x.ndim == 0 and x.dtype.kind in "iuf":
+        return f"{x.dtype} {x.item()!r}"
+    kind = {"U": "strings", "S": "bytes", "O": "objects"}.get(x.dtype.kind, str(x.dtype))
+    return f"{kind} {list(x.shape)}"
+
+
+def check_bundle(arrays: dict, path: Path, err=UsageError) -> tuple[list[int], int]:
+    """Check a file written by scripts/extract_minilm.py against the format of its docstring
+    (``format`` "fa3sim-inputs/1"; ``layers`` int [L]; ``default_layer`` int []; ``seqlens``
+    int [B] in 1..S; ``{q,k,v}_bf16`` uint16 [L, B, S, heads, head_dim] with k's and v's heads
+    dividing q's; ``{q,k,v}_e4m3`` uint8 of the same shapes; ``{q,k,v}_descale`` float32
+    [L, B, heads of k]); returns ``(layers, default_layer)`` as Python ints.
+
+    Raises:
+        ``err`` (UsageError for a user's file, RecordedDataError for the embedded input): one
+        line naming the file, the key, what was expected and what it holds.
+    """
+    def bad(key: str, want: str, got: str | None = None) -> Exception:
+        got = _describe(arrays[key]) if got is None else got
+        return err(f"{path}: {key}: expected {want}, got {got}; regenerate it with {EXTRACT}")
+
+    tensors = [f"{t}_{s}" for t in "qkv" for s in ("bf16", "e4m3", "descale")]
+    missing = [n for n in (*_BUNDLE_KEYS, *tensors) if n not in arrays]
+    if missing:
+        raise err(f"{path}: missing arrays {', '.join(missing)} (an extracted input holds "
+                  f"{', '.join((*_BUNDLE_KEYS, *tensors))}); regenerate it with {EXTRACT}")
+    tag = np.asarray(arrays["format"])
+    if tag.ndim or tag.dtype.kind != "U" or str(tag) != BUNDLE_FORMAT:
+        raise bad("format", f"the string {BUNDLE_FORMAT!r}")
+    raw = np.asarray(arrays["layers"])
+    if raw.ndim != 1 or raw.dtype.kind not in "iu" or not raw.size:
+        raise bad("layers", "integers [L] (the encoder layers held, at least one)")
+    layers = [int(x) for x in raw]
+    if min(layers) < 0 or len(set(layers)) != len(layers):
+        raise bad("layers", "distinct layer numbers >= 0", str(layers))
+    d = np.asarray(arrays["default_layer"])
+    if d.ndim or d.dtype.kind not in "iu":
+        raise bad("default_layer", "one integer")
+    if int(d) not in layers:
+        raise bad("default_layer", f"one of the layers {layers}", str(int(d)))
+    q = arrays["q_bf16"]
+    if q.ndim != 5 or q.shape[0] != len(layers):
+        raise bad("q_bf16", f"5 dimensions [{len(layers)} layers, batch, seqlen, heads, head_dim]")
+    n_layers, batch, seqlen, heads, head_dim = q.shape
+    heads_kv = 0
+    for fmt, kind, size in (("bf16", "uint16", 2), ("e4m3", "uint8", 1)):
+        for t in "qkv":
+            key, x = f"{t}_{fmt}", arrays[f"{t}_{fmt}"]
+            if x.dtype.itemsize != size or x.dtype.kind not in "uV":  # bit patterns (or V, ml_dtypes)
+                raise bad(key, f"{kind} (the {fmt} bit patterns), of shape "
+                          f"[{n_layers}, {batch}, {seqlen}, heads, {head_dim}]")
+            if x.ndim != 5 or x.shape[:3] != (n_layers, batch, seqlen) or x.shape[4] != head_dim:
+                raise bad(key, f"{kind} [{n_layers}, {batch}, {seqlen}, heads, {head_dim}] "
+                          "(layers, batch, seqlen and head_dim of q_bf16)")
+            if fmt == "e4m3" and x.shape != arrays[f"{t}_bf16"].shape:
+                raise bad(key, f"{kind} {list(arrays[f'{t}_bf16'].shape)} ({t}_bf16's shape)")
+        if fmt == "bf16":
+            heads_kv = arrays["k_bf16"].shape[3]
+            if heads_kv < 1 or heads % heads_kv or arrays["v_bf16"].shape != arrays["k_bf16"].shape:
+                key = "v_bf16" if heads_kv >= 1 and not heads % heads_kv else "k_bf16"
+                raise bad(key, f"uint16 [{n_layers}, {batch}, {seqlen}, heads_kv, {head_dim}] with "
+                          f"heads_kv dividing the {heads} heads of q_bf16"
+                          + (" (k_bf16's shape)" if key == "v_bf16" else ""))
+    for t in "qkv":
+        key, x = f"{t}_descale", arrays[f"{t}_descale"]
+        if x.dtype != np.float32 or x.shape != (n_layers, batch, heads_kv):
+            raise bad(key, f"float32 [{n_layers}, {batch}, {heads_kv}] ([layers, batch, heads_kv])")
+    seq = np.asarray(arrays["seqlens"])
+    if seq.shape != (batch,) or seq.dtype.kind not in "iu":
+        raise bad("seqlens", f"integers [{batch}] (one per sentence of q_bf16)")
+    if seq.size and (seq.min() < 1 or seq.max() > seqlen):
+        raise bad("seqlens", f"values in 1..{seqlen} (every sentence at least one token, at most "
+                  "the stored length)", str(seq.tolist()))
+    return layers, int(d)
 
 
 def _load_bundle(arrays, path: Path, args, *, embedded: bool) -> Workload:
     """A file written by scripts/extract_minilm.py ([layer, batch, seqlen, heads, head_dim])."""
     err = RecordedDataError if embedded else UsageError
-    fmt_tag = str(arrays["format"])
-    if fmt_tag != BUNDLE_FORMAT:
-        raise err(f"{path}: unknown input format {fmt_tag!r} (expected {BUNDLE_FORMAT!r})")
-    need = ["layers", "seqlens", "default_layer"] + [f"{t}_{s}" for t in "qkv"
-                                                      for s in ("bf16", "e4m3", "descale")]
-    missing = [n for n in need if n not in arrays]
-    if missing:
-        raise err(f"{path}: missing arrays {missing}; regenerate it with `{EXTRACT}`")
-    layers = [int(x) for x in np.ravel(arrays["layers"])]
-    for n in need[3:]:
-        want = 3 if n.endswith("_descale") else 5
-        if arrays[n].ndim != want or arrays[n].shape[0] != len(layers):
-            raise err(f"{path}: {n} has shape {list(arrays[n].shape)}, expected {want} dimensions "
-                      f"with {len(layers)} layers first; regenerate it with `{EXTRACT}`")
-    if arrays["seqlens"].ndim != 1 or arrays["seqlens"].dtype.kind not in "iu":
-        raise err(f"{path}: seqlens has shape {list(arrays['seqlens'].shape)}, expected [batch] "
-                  f"integers; regenerate it with `{EXTRACT}`")
-    seq = arrays["seqlens"]
-    if seq.size and (seq.min() < 1 or seq.max() > arrays["q_bf16"].shape[2]):
-        raise err(f"{path}: seqlens {seq.tolist()} must be in 1..{arrays['q_bf16'].shape[2]} (every "
-                  f"sentence at least one token, at most the stored length); regenerate it with "
-                  f"`{EXTRACT}`")
-    layer = int(arrays["default_layer"]) if args.layer is None else args.layer
+    layers, default_layer = check_bundle(arrays, path, err)
+    layer = default_layer if args.layer is None else args.layer
     if layer not in layers:
         raise UsageError(f"--layer {layer}: {path.name} holds layers {layers}")
     li = layers.index(layer)
