@@ -23,7 +23,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ..flash.forward import ForwardResult
+from ..flash.config import ForwardResult
 from .runtime import DeviceUnavailable
 
 WHEEL = "fa3-fwd"

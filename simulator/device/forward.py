@@ -18,8 +18,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ..flash.config import SCHEDULES, Config, ForwardResult, make_config
 from ..flash.constants import MAX_OFFSET
-from ..flash.forward import SCHEDULES, Config, ForwardResult, make_config, validate_trace
+from ..flash.forward import validate_trace
 from . import forward_trace, runtime
 
 KERNEL = "fa3_forward.cu"

@@ -5,8 +5,9 @@
     Softmax                 -> hopper/softmax.h's state and methods on emulated threads
 """
 
+from .config import ForwardResult, make_config
 from .constants import host_constants
-from .forward import ForwardResult, forward, make_config
+from .forward import forward
 from .reference import reference
 from .softmax import Softmax, rescale_o
 

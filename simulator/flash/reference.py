@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .forward import make_config
+from .config import make_config
 from .masks import allowed
 
 # scores held at once, in float64 elements: bounds memory on long sequences
