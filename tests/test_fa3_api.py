@@ -103,17 +103,17 @@ def test_varlen_split_counts_use_the_kernels_tile():
                  and r["case"].get("head_dim_v") == 96 and r["case"]["num_splits"] == 2
                  and max(r["case"]["seqlens_q"]) > 192)
     assert fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
-    real = iface._kernel_flags
+    real = iface.launch_flags
 
     def host_tile(fmt, d, dv, causal, window, max_q, max_k, softcap):
         c, l_, _ = real(fmt, d, dv, causal, window, max_q, max_k, softcap)
         return c, l_, tile_size_fwd_sm90(64, 96, c, l_)[:2]
 
-    iface._kernel_flags = host_tile
+    iface.launch_flags = host_tile
     try:
         assert not fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
     finally:
-        iface._kernel_flags = real
+        iface.launch_flags = real
 
 
 @pytest.mark.parametrize("index", range(len(REPORT["cases"])))
@@ -393,7 +393,7 @@ def test_api_kvcache_without_cache_seqlens_is_not_a_varlen_launch(monkeypatch):
     """No cache_seqlens / cache_leftpad: FA3's launch has no seqused_k, so no prepare kernel:
     every batch runs the static count of get_num_splits(varlen=False) (5 here); with
     cache_seqlens the prepare kernel's per-batch counts (3 here) run."""
-    from simulator.fa3 import interface
+    from simulator.fa3 import launch
 
     seen = []
 
@@ -401,7 +401,7 @@ def test_api_kvcache_without_cache_seqlens_is_not_a_varlen_launch(monkeypatch):
         seen.append(splits)
         return np.zeros(q.shape, BF16), np.zeros((1, q.shape[2], q.shape[1]), np.float32)
 
-    monkeypatch.setattr(interface, "_forward", record)
+    monkeypatch.setattr(launch, "run_forward", record)
     q, k, v = _qkv(b=3, sq=1, sk=1024, h=8, hkv=8, d=64)
     fa3.flash_attn_with_kvcache(q, k, v, num_splits=0)
     assert seen == [5, 5, 5]
@@ -512,3 +512,84 @@ def test_torch_cache_views_are_appended_in_place_and_grad_tensors_accepted():
     o = torch.zeros(2, 1, 3, 1, 8)
     out, _ = fa3.flash_attn_combine(o, torch.zeros(2, 1, 3, 1), out_dtype=torch.bfloat16)
     assert out.dtype == torch.bfloat16
+
+
+def _bits_equal(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8))
+
+
+@pytest.mark.parametrize("make", ["thread", "process"])
+def test_api_executor_progress_and_budget_give_the_serial_bits(make):
+    """executor=, progress=, memory_budget= reach every flash.forward call of the three entry
+    points (unsplit, split with the combine, varlen, KV cache with append): same bits as the
+    serial call, and progress counts the visits of each forward call."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    q, k, v = _qkv(b=2, sq=70, sk=300, h=4, hkv=2, seed=5)
+    qp, kp, vp, cu_q, cu_k = _packed(q, k, v)
+    new = np.random.default_rng(6).standard_normal((2, 3, 2, 64)).astype(BF16)
+    seqlens = np.array([200, 150], np.int32)
+
+    def calls(**how):
+        kc, vc = k.copy(), v.copy()
+        return [fa3.flash_attn_func(q, k, v, causal=True, return_attn_probs=True, **how),
+                fa3.flash_attn_func(q, k, v, num_splits=3, return_attn_probs=True, **how),
+                fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 70, 300, causal=True,
+                                           return_attn_probs=True, **how),
+                fa3.flash_attn_with_kvcache(q[:, :1], kc, vc, k=new, v=new, cache_seqlens=seqlens,
+                                            num_splits=0, return_softmax_lse=True, **how) + (kc, vc)]
+
+    serial = calls()
+    seen = []
+    pool = ThreadPoolExecutor(2) if make == "thread" else ProcessPoolExecutor(2)
+    with pool:
+        parallel = calls(executor=pool, memory_budget=64 << 20,
+                         progress=lambda done, total: seen.append((done, total)))
+    for a, b in zip(serial, parallel, strict=True):
+        _bits_equal(a, b)
+    assert seen and all(0 <= done <= total for done, total in seen)
+    assert sum(1 for done, total in seen if done == total) >= 6  # 1 + 1 + 2 + 2 forward calls
+
+
+def test_api_parallel_arguments_are_checked_before_the_cache_is_written():
+    from concurrent.futures import ThreadPoolExecutor
+
+    q, k, v = _qkv()
+    new = np.ones((2, 1, 2, 64), BF16)
+    kc, vc = k.copy(), v.copy()
+    cache_seqlens = np.array([3, 3], np.int32)
+    with pytest.raises(TypeError, match="executor: expected a concurrent.futures.Executor"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=new, v=new, cache_seqlens=cache_seqlens,
+                                    executor=object())
+    with pytest.raises(TypeError, match="progress: expected None, a bool or a callable"):
+        fa3.flash_attn_func(q, k, v, progress="yes")
+    with pytest.raises(ValueError, match="memory_budget: expected a positive number of bytes"):
+        fa3.flash_attn_varlen_func(*_packed(q, k, v), 5, 40, memory_budget=0)
+    with ThreadPoolExecutor(1) as ex, pytest.raises(ValueError, match="trace: not recorded with an executor"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=new, v=new, cache_seqlens=cache_seqlens,
+                                    num_splits=1, executor=ex, trace=[(0, 0, 0)])
+    _bits_equal((kc, vc), (k, v))
+
+
+def test_api_kvcache_bad_trace_leaves_the_cache_unwritten():
+    """The CTAs to trace are checked before AppendKV writes the new keys into the cache."""
+    q, k, v = _qkv()
+    new = np.ones((2, 1, 2, 64), BF16)
+    kc, vc = k.copy(), v.copy()
+    with pytest.raises(ValueError, match="trace: CTA"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=new, v=new, cache_seqlens=np.array([3, 3], np.int32),
+                                    num_splits=1, trace=[(5, 0, 0)])
+    _bits_equal((kc, vc), (k, v))
+
+
+def test_one_bool_check_for_the_api_and_the_split_heuristic():
+    """flash_attn_* flags and the host heuristics' flags share one check and one message."""
+    from simulator.fa3 import combine
+
+    with pytest.raises(ValueError, match=r"^is_causal_or_local: expected True or False, got 1$"):
+        combine.num_splits_heuristic(10, 132, 8, 2, 1 << 20, 1, 128)
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"^causal: expected True or False, got 'yes'$"):
+        fa3.flash_attn_with_kvcache(q, k, v, causal="yes")

@@ -575,7 +575,7 @@ def test_counts_of_one_are_singular(tmp_path, capsys):
     assert "work      1 CTA, 1 K/V block visit, 1 forward call\n" in text
     assert "trace of 1 CTA (7 events)" in text and "CTA(s)" not in text
     _, text = _main(capsys, "--input", _gqa_file(tmp_path), "--heads", "2", "--out", tmp_path / "o.npz")
-    assert "(head 2 of 4)" in text and "2 CTAs, 1 K/V block visit, 2 forward calls" in text
+    assert "(head 2 of 4)" in text and "2 CTAs, 1 K/V block visit, 1 forward call\n" in text
 
 
 def test_plot_of_a_later_sentence(tmp_path):
@@ -691,3 +691,75 @@ def test_readme_lists_every_option_of_run():
              if o.startswith("--") and o != "--help"}
     missing = sorted(f for f in flags if f"`{f}" not in options)
     assert not missing, f"README.md's options for run omit {missing}"
+
+
+def _arrays(path: Path) -> dict:
+    """The result file's arrays, and its params without the times."""
+    with np.load(path) as z:
+        res = {k: z[k] for k in z.files}
+    params = json.loads(str(res.pop("params")))
+    params.pop("times_s")
+    return {**res, "params": params}
+
+
+@pytest.mark.parametrize("args", [("--input", "gqa", "--causal", "--trace-cta", "1,3,0",
+                                   "--trace-cta", "1,0,0", "--trace-cta", "0,1,0"),
+                                  ("--heads", "0,7", "--dtype", "e4m3", "--trace-cta", "2,7,0")])
+def test_workers_give_the_bits_of_one_process(tmp_path, capsys, args):
+    """--workers 2 runs the forward's CTA chunks in two processes: the result file (O, LSE,
+    the reference, every traced CTA's events, in the same order) is that of --workers 1."""
+    args = [str(_gqa_file(tmp_path)) if a == "gqa" else a for a in args]
+    _, one = _main(capsys, *args, "--out", tmp_path / "one.npz")
+    _, two = _main(capsys, *args, "--workers", "2", "--out", tmp_path / "two.npz")
+    a, b = _arrays(tmp_path / "one.npz"), _arrays(tmp_path / "two.npz")
+    assert a["params"] == b["params"] and a.keys() == b.keys()
+    for key in a:
+        if key != "params":
+            assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes(), key
+    drop = ("time", "wrote")
+    assert [x for x in one.splitlines() if not x.startswith(drop)] == \
+        [x for x in two.splitlines() if not x.startswith(drop)]
+
+
+def test_workers_must_be_at_least_one(tmp_path):
+    r = _run("--workers", "0", "--out", str(tmp_path / "o.npz"))
+    _one_line_exit_2(r, "--workers: expected an integer >= 1 (worker processes), got '0'")
+
+
+def test_a_long_run_warns_with_its_estimate(tmp_path, monkeypatch, capsys):
+    """The estimate is K/V block visits x the per-block cost (monkeypatched here to make the
+    tiny input look long); a short run says nothing."""
+    from simulator import cli
+    from simulator.run import emulation
+
+    x = np.random.default_rng(2).standard_normal((1, 300, 2, 64)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", q=x, k=x, v=x)
+    argv = ["run", "--no-progress", "--input", str(tmp_path / "x.npz"), "--out", str(tmp_path / "o.npz")]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    assert "estimate" not in capsys.readouterr().err
+    monkeypatch.setattr(emulation, "SECONDS_PER_BLOCK_ELEMENT", 1e-4)  # 192 x 192 x 128: 472 s a block
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("run: this run may take about 63 min (an estimate: 8 K/V "
+                                               "block visits at the per-block cost measured on a "
+                                               "2-core machine, 1 worker process)")
+    assert "fewer heads (--heads)" in err[0] and "(--workers N)" in err[0]
+
+
+def test_progress_reports_block_visits_when_stderr_is_not_a_terminal(tmp_path, monkeypatch, capsys):
+    """Without a terminal the progress is still shown: lines with the K/V block visits (one
+    every few seconds; here the run is short, so the last one)."""
+    from simulator import cli
+    from simulator.flash import chunks
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the plain line, with or without tqdm installed
+    capsys.readouterr()
+    assert cli.main(["run", "--heads", "0", "--out", str(tmp_path / "o.npz")]) == 0
+    err = capsys.readouterr().err
+    assert "emulating: 4/4 K/V block visits (100%), in " in err
+    bar = chunks.Progress(True, 10, "x")
+    step = bar.callback()
+    for done, total in ((3, 6), (6, 6), (4, 4), (0, 0)):  # two forward calls, then an empty one
+        step(done, total)
+    assert bar.done == 10 and bar.total == 10

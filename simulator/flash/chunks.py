@@ -99,8 +99,9 @@ class Progress:
     """Progress of a forward in K/V block visits (CTAs x blocks), with an ETA.
 
     ``progress`` is None or False (silent), True (a tqdm bar on stderr where tqdm is installed,
-    ``pip install -e '.[progress]'``; else one line on stderr every few seconds), or a callable
-    ``progress(done, total)`` called after every chunk.
+    ``pip install -e '.[progress]'``; else one line on stderr every few seconds, on a terminal
+    or not), or a callable ``progress(done, total)`` called after every chunk. ``total`` is
+    what the caller expects; where more visits arrive (an estimate that was low) it grows.
     """
 
     def __init__(self, progress, total: int, what: str = "flash.forward"):
@@ -125,7 +126,12 @@ class Progress:
             check_progress(progress)
 
     def update(self, n: int) -> None:
+        """``n`` more K/V block visits done."""
         self.done += n
+        if self.done > self.total:
+            self.total = self.done
+            if self._bar is not None:
+                self._bar.total = self.total
         if self._callback is not None:
             self._callback(self.done, self.total)
         if self._bar is not None:
@@ -134,12 +140,29 @@ class Progress:
             now = self._clock()
             if now - self._last >= 5.0 or self.done >= self.total:
                 self._last = now
-                rate = self.done / max(now - self._start, 1e-9)
+                elapsed = now - self._start
+                rate = self.done / max(elapsed, 1e-9)
                 left = (self.total - self.done) / rate if rate > 0 else float("inf")
+                when = (f"in {elapsed:.1f} s" if self.done >= self.total
+                        else f"about {left:.0f} s left")
                 print(f"{self.what}: {self.done:,}/{self.total:,} K/V block visits "
-                      f"({100 * self.done / max(1, self.total):.0f}%), about {left:.0f} s left",
+                      f"({100 * self.done / max(1, self.total):.0f}%), {when}",
                       file=self._line, flush=True)
 
+    def callback(self):
+        """A ``progress(done, total)`` callable for :func:`simulator.flash.forward` that adds
+        each forward call's visits to this bar: pass it to several successive calls (the
+        sequences of a varlen launch) and the bar counts them all, with one ETA."""
+        last = 0
+
+        def step(done: int, total: int) -> None:
+            nonlocal last
+            self.update(done - last)
+            last = 0 if done >= total else done  # a finished call: the next one starts at 0
+
+        return step
+
     def close(self) -> None:
+        """Close the tqdm bar, if any."""
         if self._bar is not None:
             self._bar.close()

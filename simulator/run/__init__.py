@@ -7,10 +7,11 @@ summary and writes O, LSE, the reference and the trace to an ``.npz`` atomically
 per-step table of one quad (``--step``), the H200 kernel and its bit diff (``--device``) and a
 picture (``--plot``). docs/run.md describes the output; ``--help`` the options.
 
-The parts: :mod:`.workload` (loading and checking the inputs), :mod:`.emulation` (the forward in
-units of work, the reference), :mod:`.metrics`, :mod:`.report` (what is printed),
-:mod:`.device` (``--device``), :mod:`.results` (the result file), :mod:`.plotting` (``--plot``)
-and :mod:`.command` (the options and the job). User errors raise
+The parts: :mod:`.workload` (loading and checking the inputs), :mod:`.emulation` (the forward as
+one launch with progress, ``--workers`` and the estimate of a long run; the reference),
+:mod:`.metrics`, :mod:`.report` (what is printed), :mod:`.device` (``--device``),
+:mod:`.results` (the result file), :mod:`.plotting` (``--plot``) and :mod:`.command` (the
+options and the job). User errors raise
 :class:`simulator.errors.UsageError` (or RecordedDataError / DeviceUnavailable) with a one-line
 message; :mod:`simulator.cli` turns them into exit code 2.
 """

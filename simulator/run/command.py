@@ -13,13 +13,21 @@ import numpy as np
 
 from ..errors import EXIT_MISMATCH, EXIT_OK, UsageError
 from .device import check_device, run_device, run_device_varlen
-from .emulation import _Progress, _units, emulate, forward_kwargs, reference_result, sequence_configs
+from .emulation import (
+    emulate,
+    forward_calls,
+    forward_kwargs,
+    reference_result,
+    sequence_configs,
+    slow_run_warning,
+)
 from .metrics import measure, measure_varlen, no_key_rows, no_key_rows_varlen
 from .plotting import PLOT_FORMATS, check_plot_path, plot
 from .report import (
     _launch_of,
     _plural,
     _ranges,
+    _work_counts,
     default_trace_cta,
     idle_cta_note,
     step_choice,
@@ -108,6 +116,16 @@ def _heads(text: str) -> list[int]:
     return out
 
 
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 (worker processes), got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m simulator run",
@@ -147,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keys per K/V block (default: FA3's choice)")
     g.add_argument("--schedule", choices=("intra_wg_overlap", "plain"),
                    help="mainloop (default: FA3's choice)")
+    g.add_argument("--workers", type=_workers, default=1, metavar="N",
+                   help="worker processes for the forward's CTA chunks (default: 1, in this "
+                   "process); the bits are the same for every N")
     g = p.add_argument_group("what to show and write")
     g.add_argument("--trace-cta", type=_cta, action="append", metavar="B,H,M",
                    help="record the trace of this CTA (batch, head, m_block); repeatable "
@@ -168,14 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
                    f"the extension picks the format: {', '.join(PLOT_FORMATS)})")
     g.add_argument("--plot-batch", type=int, default=0, metavar="B",
                    help="batch element to plot (default: 0)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (default: K/V block visits with an ETA, as a bar on "
+                   "a terminal, else a line every few seconds)")
     return p
 
 
 def main(argv: list[str]) -> int:
     _check_trace_cta_args(argv)
     args = build_parser().parse_args(argv)
+    from concurrent.futures import ProcessPoolExecutor
+
     from ..flash import make_config
+    from ..flash.chunks import Progress
 
     # the outputs first: a bad path fails here, before any work
     out_path = Path(args.out)
@@ -223,12 +249,19 @@ def main(argv: list[str]) -> int:
 
     ex2(np.zeros(1, np.float32))  # load the H200 MUFU tables (a few seconds, once per process)
     t1 = time.perf_counter()
-    units = len(_units(batch, cfg.heads, cfg.heads_kv))
-    bar = _Progress(units, not args.no_progress)
+    visits = _work_counts(seq_cfgs or cfg)[1]
+    warning = slow_run_warning(seq_cfgs or cfg, visits, args.workers)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    bar = Progress(not args.no_progress, visits, "emulating")
+    executor = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
     try:
-        out, lse, trace = emulate(work, kwargs, trace_ctas, bar)
+        out, lse, trace = emulate(work, kwargs, trace_ctas, bar.callback(), executor)
+        bar.update(max(0, bar.total - bar.done))  # an estimate of the total may be a little high
     finally:
         bar.close()
+        if executor is not None:
+            executor.shutdown(cancel_futures=True)
     t2 = time.perf_counter()
     ref_out, ref_lse = reference_result(work, kwargs, args.causal)
     t3 = time.perf_counter()
@@ -239,7 +272,7 @@ def main(argv: list[str]) -> int:
     else:
         m = measure(out, lse, ref_out, ref_lse, out_fmt, no_key=no_key_rows(cfg))
     times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
-    print(summary(work, cfg, m, times, units, seq_cfgs))
+    print(summary(work, cfg, m, times, forward_calls(work, kwargs), seq_cfgs))
     idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c), name=c) for c in trace_ctas
             if not trace.for_cta(c)}
     for note in idle.values():

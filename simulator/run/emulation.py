@@ -1,20 +1,28 @@
-"""The forward of ``python -m simulator run``, split into units of work for the progress bar,
-and its float64 reference: one FA3 launch (or one varlen launch), emulated bit for bit."""
+"""The forward of ``python -m simulator run`` and its float64 reference: one FA3 launch (or
+one varlen launch), emulated bit for bit, with progress through the forward's ``progress=``
+callback, an optional executor (``--workers``) and the time estimate of a long run."""
 
 from __future__ import annotations
 
-import math
-import sys
+import os
 
 import numpy as np
 
 from ..errors import UsageError
 from .workload import Workload, is_varlen, varlen_lengths
 
-_UNITS_TARGET = 8  # forward calls to split the work into (for the progress bar)
+#: seconds of one K/V block visit per score of the block times (kernel head dim + V head dim):
+#: the cost model of :func:`estimate_seconds`. flash.forward on the 2-core AMD EPYC development
+#: machine, its cores shared with other jobs, took 1.1e-8 to 2.0e-8 (bf16 head dims 32-256 and
+#: e4m3 128, tiles 128 x 80 to 192 x 192, 16-36 block visits per call)
+SECONDS_PER_BLOCK_ELEMENT = 1.5e-8
+#: a run expected to take longer than this (seconds) says so on stderr before it starts
+SLOW_RUN_SECONDS = 60.0
+_DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
 def forward_kwargs(args, work: Workload) -> dict:
+    """The :func:`simulator.flash.forward` arguments of the command's options and input."""
     kw = dict(softmax_scale=args.softmax_scale, causal=args.causal, window=tuple(args.window),
               softcap=args.softcap, seqlens_k=work.seqlens_k, kblock_m=args.kblock_m,
               kblock_n=args.kblock_n, schedule=args.schedule)
@@ -22,29 +30,25 @@ def forward_kwargs(args, work: Workload) -> dict:
     return kw
 
 
-def _units(batch: int, heads: int, heads_kv: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """(b, query heads, kv heads) per forward call: whole KV groups, about _UNITS_TARGET calls."""
-    group = heads // heads_kv
-    per_batch = max(1, math.ceil(_UNITS_TARGET / batch))
-    chunk = max(1, math.ceil(heads_kv / per_batch))
-    out = []
-    for b in range(batch):
-        for k0 in range(0, heads_kv, chunk):
-            kvh = np.arange(k0, min(k0 + chunk, heads_kv))
-            qh = np.arange(kvh[0] * group, (kvh[-1] + 1) * group)
-            out.append((b, qh, kvh))
+def descales_of(kwargs: dict, b: int, kv_heads: slice, batch: int, heads_kv: int) -> dict:
+    """The FP8 descales of ``kwargs`` for batch element (or sequence) ``b`` and the KV heads
+    ``kv_heads``: each a scalar or [batch, heads_kv] broadcast, cut to a contiguous float32
+    [1, len(kv_heads)] array; descales not given are left out."""
+    out = {}
+    for n in _DESCALES:
+        if kwargs.get(n) is not None:
+            d = np.broadcast_to(np.asarray(kwargs[n], np.float32), (batch, heads_kv))
+            out[n] = np.ascontiguousarray(d[b: b + 1, kv_heads])
     return out
 
 
 def _one_sequence(work: Workload, kwargs: dict, b: int, hs=slice(None), ks=slice(None)) -> dict:
-    """Arguments of sequence ``b`` of a varlen workload as one launch of
-    :func:`simulator.flash.forward`: its rows and keys, the launch's max_seqlen_q / k."""
+    """Arguments of sequence ``b`` of a varlen workload (query heads ``hs``, KV heads ``ks``)
+    as one launch of :func:`simulator.flash.forward`: its rows and keys, the launch's
+    max_seqlen_q / k."""
     rows, keys = varlen_lengths(work)
-    sub = {n: x for n, x in kwargs.items() if n != "seqlens_k"}
-    for n in ("q_descale", "k_descale", "v_descale"):
-        if kwargs.get(n) is not None:
-            d = np.broadcast_to(np.asarray(kwargs[n], np.float32), (work.q.shape[0], work.k.shape[2]))
-            sub[n] = np.ascontiguousarray(d[b: b + 1, ks])
+    sub = {n: x for n, x in kwargs.items() if n != "seqlens_k" and n not in _DESCALES}
+    sub.update(descales_of(kwargs, b, ks, work.q.shape[0], work.k.shape[2]))
     sub.update(max_seqlen_q=max(1, int(rows.max())), max_seqlen_k=max(1, int(keys.max())))
     L, Lk = int(rows[b]), int(keys[b])
     return dict(q=work.q[b: b + 1, :L, hs], k=work.k[b: b + 1, :Lk, ks],
@@ -62,128 +66,164 @@ def sequence_configs(work: Workload, kwargs: dict) -> list:
     return out
 
 
-def _emulate_varlen(work: Workload, kwargs: dict, trace_ctas, progress=None):
-    """The varlen launch through :func:`simulator.fa3.flash_attn_varlen_func`, one
-    (sequence, head chunk) at a time: sequences and heads are independent in an unsplit
-    launch, so the bits equal one call's. With --kblock-m / --kblock-n / --schedule (tiles
-    FA3's API does not take), :func:`simulator.flash.forward` with the launch's max_seqlen.
-    Returns padded ``(out, lse, trace)``: rows past a sequence's length hold 0 and -inf."""
+def _uses_tiles(kwargs: dict) -> bool:
+    """--kblock-m / --kblock-n / --schedule given: tiles FA3's API does not take."""
+    return any(kwargs.get(n) is not None for n in ("kblock_m", "kblock_n", "schedule"))
+
+
+def _varlen_call(q, k, v, kw: dict, rows, keys, trace=None, **how):
+    """One varlen launch of sequences ``rows`` / ``keys`` long, packed from padded ``q``, ``k``,
+    ``v`` [batch, seqlen, heads, d] through :func:`simulator.fa3.flash_attn_varlen_func`;
+    returns the padded ``(out, lse, trace)`` (rows past a sequence 0 / -inf)."""
     from .. import fa3
+
+    B, S, H, _ = q.shape
+    cu_q = np.concatenate([[0], np.cumsum(rows)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(keys)]).astype(np.int32)
+    pack = [np.concatenate([x[b, :n] for b, n in enumerate(lens)]) for x, lens in
+            ((q, rows), (k, keys), (v, keys))]
+    got = fa3.flash_attn_varlen_func(
+        *pack, cu_q, cu_k, kw["max_seqlen_q"], kw["max_seqlen_k"],
+        softmax_scale=kw["softmax_scale"], causal=kw["causal"], window_size=kw["window"],
+        softcap=kw["softcap"], q_descale=kw.get("q_descale"), k_descale=kw.get("k_descale"),
+        v_descale=kw.get("v_descale"), return_attn_probs=True, trace=trace or None, **how)
+    o, l_ = got[0], got[1]
+    out = np.zeros((B, S, H, o.shape[-1]), dtype=o.dtype)
+    lse = np.full((B, H, S), -np.inf, dtype=np.float32)
+    for b, n in enumerate(rows):
+        out[b, :n], lse[b, :, :n] = o[cu_q[b]: cu_q[b] + n], l_[:, cu_q[b]: cu_q[b] + n]
+    return out, lse, (got[2] if trace else None)
+
+
+def _emulate_varlen(work: Workload, kwargs: dict, local, **how):
+    """The varlen launch through :func:`simulator.fa3.flash_attn_varlen_func`, all sequences
+    and heads in one call; with --kblock-m / --kblock-n / --schedule (tiles FA3's API does not
+    take), :func:`simulator.flash.forward` per sequence with the launch's max_seqlen. ``local``:
+    CTAs (sequence, head index, m_block) to trace. Returns padded ``(out, lse, trace)``."""
     from ..flash import forward
     from ..trace import Trace
 
+    rows, keys = varlen_lengths(work)
+    if not _uses_tiles(kwargs):
+        kw = _one_sequence(work, kwargs, 0)["kw"]  # the launch's scalars and max_seqlen
+        kw.update({n: kwargs[n] for n in _DESCALES if kwargs.get(n) is not None})
+        return _varlen_call(work.q, work.k, work.v, kw, rows, keys, local, **how)
     B, S, H, _ = work.q.shape
     out = lse = None
     trace = Trace()
-    tiles = any(kwargs.get(n) is not None for n in ("kblock_m", "kblock_n", "schedule"))
-    for b, qh, kvh in _units(B, H, work.k.shape[2]):
-        hs, ks = slice(qh[0], qh[-1] + 1), slice(kvh[0], kvh[-1] + 1)
-        a = _one_sequence(work, kwargs, b, hs, ks)
-        local = sorted({(0, work.heads.index(h) - qh[0], m) for (bb, h, m) in trace_ctas
-                        if bb == b and work.heads.index(h) in qh})
-        L, Lk = a["q"].shape[1], a["k"].shape[1]
-        if tiles:
-            r = forward(a["q"], a["k"], a["v"], **a["kw"], trace=local or None)
-            o, l_, t = r.out[0], r.lse[0], r.trace
-        else:
-            kw = a["kw"]
-            got = fa3.flash_attn_varlen_func(
-                a["q"][0], a["k"][0], a["v"][0], np.array([0, L], np.int32),
-                np.array([0, Lk], np.int32), kw["max_seqlen_q"], kw["max_seqlen_k"],
-                softmax_scale=kw["softmax_scale"], causal=kw["causal"], window_size=kw["window"],
-                softcap=kw["softcap"], q_descale=kw.get("q_descale"), k_descale=kw.get("k_descale"),
-                v_descale=kw.get("v_descale"), return_attn_probs=True, trace=local or None)
-            o, l_, t = got[0], got[1], (got[2] if local else None)
+    for b in range(B):
+        a = _one_sequence(work, kwargs, b)
+        mine = [(0, h, m) for (bb, h, m) in local if bb == b]
+        r = forward(a["q"], a["k"], a["v"], **a["kw"], trace=mine or None, **how)
         if out is None:
-            out = np.zeros((B, S, H, o.shape[-1]), dtype=o.dtype)
+            out = np.zeros((B, S, H, r.out.shape[-1]), dtype=r.out.dtype)
             lse = np.full((B, H, S), -np.inf, dtype=np.float32)
-        out[b, :L, hs], lse[b, hs, :L] = o, l_
-        for e in (t or []):
-            e.cta = (b, work.heads[qh[0] + e.cta[1]], e.cta[2])
+        L = int(rows[b])
+        out[b, :L], lse[b, :, :L] = r.out[0], r.lse[0]
+        for e in (r.trace or []):
+            e.cta = (b, e.cta[1], e.cta[2])
             trace.events.append(e)
-        if progress:
-            progress.update(1)
     return out, lse, trace
 
 
-def emulate(work: Workload, kwargs: dict, trace_ctas, progress=None):
-    """:func:`simulator.flash.forward` over the whole input, one (batch, head chunk) at a time
-    (a varlen workload: :func:`_emulate_varlen`).
+def _trace_slices(work: Workload, kwargs: dict, local) -> list:
+    """The traced CTAs ``local`` (batch, head index, m_block) run again, serially, in
+    launches of one batch element (or sequence) and one KV head's group of query heads, for a
+    run whose forward goes to an executor (which records no trace): CTAs are independent, so
+    their steps are those of the full launch. Returns their Trace events, CTAs renumbered to
+    the full launch's (batch, head index, m_block)."""
+    from ..flash import forward
 
-    CTAs are independent, so the bits equal a single call's. ``trace_ctas`` and the trace's
-    CTAs use the input's head numbers (``work.heads``). Returns ``(out, lse, trace)``.
+    H, hkv = work.q.shape[2], work.k.shape[2]
+    g = H // hkv
+    events = []
+    for b, kv in sorted({(b, h // g) for (b, h, _) in local}):
+        hs, ks = slice(kv * g, (kv + 1) * g), slice(kv, kv + 1)
+        mine = sorted({(0, h - kv * g, m) for (bb, h, m) in local if bb == b and h // g == kv})
+        if is_varlen(work):
+            a = _one_sequence(work, kwargs, b, hs, ks)
+            if _uses_tiles(kwargs):
+                trace = forward(a["q"], a["k"], a["v"], **a["kw"], trace=mine).trace
+            else:
+                rows, keys = np.array([a["q"].shape[1]]), np.array([a["k"].shape[1]])
+                trace = _varlen_call(a["q"], a["k"], a["v"], a["kw"], rows, keys, mine)[2]
+        else:
+            sub = {n: x for n, x in kwargs.items() if n not in _DESCALES}
+            if kwargs.get("seqlens_k") is not None:
+                sub["seqlens_k"] = np.asarray(kwargs["seqlens_k"])[b: b + 1]
+            sub.update(descales_of(kwargs, b, ks, work.q.shape[0], hkv))
+            trace = forward(work.q[b: b + 1, :, hs], work.k[b: b + 1, :, ks],
+                            work.v[b: b + 1, :, ks], **sub, trace=mine).trace
+        for e in trace:
+            e.cta = (b, kv * g + e.cta[1], e.cta[2])
+            events.append(e)
+    return events
+
+
+def emulate(work: Workload, kwargs: dict, trace_ctas, progress=None, executor=None):
+    """The whole input through :func:`simulator.flash.forward` as one launch (a varlen
+    workload: one :func:`simulator.fa3.flash_attn_varlen_func` launch).
+
+    ``trace_ctas`` and the trace's CTAs use the input's head numbers (``work.heads``); the
+    trace holds each CTA's events in turn, CTAs by (batch, head index, m_block). ``progress``: None or a
+    ``progress(done, total)`` callable, passed to every forward call (see
+    :meth:`simulator.flash.chunks.Progress.callback`). ``executor``: None (serial) or a
+    ``concurrent.futures`` executor for the forward's CTA chunks; the traced CTAs then run
+    again serially (:func:`_trace_slices`). The bits are the serial run's either way.
+    Returns ``(out, lse, trace)``.
     """
     from ..flash import forward
     from ..trace import Trace
 
+    local = [(b, work.heads.index(h), m) for (b, h, m) in trace_ctas]
+    how = dict(progress=progress, executor=executor)
+    serial_trace = local if executor is None else []
     if is_varlen(work):
-        return _emulate_varlen(work, kwargs, trace_ctas, progress)
-    q, k, v = work.q, work.k, work.v
-    B, _, H, _ = q.shape
-    out = None
-    lse = np.empty((B, H, q.shape[1]), dtype=np.float32)
+        out, lse, got = _emulate_varlen(work, kwargs, serial_trace, **how)
+    else:
+        r = forward(work.q, work.k, work.v, **kwargs, trace=serial_trace or None, **how)
+        out, lse, got = r.out, r.lse, r.trace
+    events = list(got or []) if executor is None else _trace_slices(work, kwargs, local)
+    order = {c: i for i, c in enumerate(sorted(set(local)))}
     trace = Trace()
-    units = _units(B, H, k.shape[2])
-    for b, qh, kvh in units:
-        sub = dict(kwargs)
-        if kwargs.get("seqlens_k") is not None:
-            sub["seqlens_k"] = np.asarray(kwargs["seqlens_k"])[b: b + 1]
-        for n in ("q_descale", "k_descale", "v_descale"):
-            if kwargs.get(n) is not None:
-                d = np.broadcast_to(np.asarray(kwargs[n], np.float32), (B, k.shape[2]))
-                sub[n] = np.ascontiguousarray(d[b: b + 1, kvh])
-        hs, ks = slice(qh[0], qh[-1] + 1), slice(kvh[0], kvh[-1] + 1)
-        local = {(0, work.heads.index(h) - qh[0], m) for (bb, h, m) in trace_ctas
-                 if bb == b and work.heads.index(h) in qh}
-        r = forward(q[b: b + 1, :, hs], k[b: b + 1, :, ks], v[b: b + 1, :, ks], **sub,
-                    trace=sorted(local) if local else None)
-        if out is None:
-            out = np.empty(q.shape, dtype=r.out.dtype)
-        out[b: b + 1, :, hs] = r.out
-        lse[b: b + 1, hs] = r.lse
-        if r.trace is not None:
-            for e in r.trace:
-                e.cta = (b, work.heads[qh[0] + e.cta[1]], e.cta[2])
-                trace.events.append(e)
-        if progress:
-            progress.update(1)
+    for e in sorted(events, key=lambda e: order[e.cta]):  # stable: each CTA's steps in order
+        e.cta = (e.cta[0], work.heads[e.cta[1]], e.cta[2])
+        trace.events.append(e)
     return out, lse, trace
 
 
-class _Progress:
-    """tqdm when installed, else a counter on stderr; only on a terminal."""
+def forward_calls(work: Workload, kwargs: dict) -> int:
+    """How many forward calls :func:`emulate` makes for the launch: 1, or for a varlen
+    workload one per sequence that has query rows and keys (FA3 runs no kernel for the
+    others)."""
+    if not is_varlen(work):
+        return 1
+    rows, keys = varlen_lengths(work)
+    return len(rows) if _uses_tiles(kwargs) else int(np.sum((rows > 0) & (keys > 0)))
 
-    def __init__(self, total: int, enabled: bool):
-        self.bar = None
-        self.total, self.done = total, 0
-        self.enabled = enabled and sys.stderr.isatty()
-        if not self.enabled:
-            return
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            self._show()
-            return
-        self.bar = tqdm(total=total, desc="emulating", unit="call", file=sys.stderr, leave=False)
 
-    def _show(self):
-        print(f"\remulating: {self.done}/{self.total} forward calls", end="", file=sys.stderr,
-              flush=True)
+def estimate_seconds(cfgs, visits: int, workers: int = 1) -> float:
+    """Expected emulation time of ``visits`` K/V block visits of the launch(es) ``cfgs`` (a
+    Config, or a list: the sequences of a varlen launch, which share one tile), at
+    :data:`SECONDS_PER_BLOCK_ELEMENT` per score times (kernel head dim + V head dim), over
+    ``workers`` processes (at most the machine's CPUs)."""
+    cfg = cfgs[0] if isinstance(cfgs, list) else cfgs
+    per_block = (SECONDS_PER_BLOCK_ELEMENT * cfg.kblock_m * cfg.kblock_n
+                 * (cfg.kernel_head_dim + cfg.kernel_head_dim_v))
+    return visits * per_block / max(1, min(workers, os.cpu_count() or 1))
 
-    def update(self, n: int):
-        if not self.enabled:
-            return
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        else:
-            self._show()
 
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-        elif self.enabled:
-            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:
+    """One line for stderr when the run is expected to take over :data:`SLOW_RUN_SECONDS`
+    (:func:`estimate_seconds`), else None."""
+    seconds = estimate_seconds(cfgs, visits, workers)
+    if seconds <= SLOW_RUN_SECONDS:
+        return None
+    took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    return (f"run: this run may take about {took} (an estimate: {visits:,} K/V block visits at "
+            f"the per-block cost measured on a 2-core machine, {workers} worker process"
+            f"{'es' if workers > 1 else ''}); to shorten it, choose fewer heads (--heads), a "
+            f"shorter input, or more worker processes (--workers N)")
 
 
 def reference_result(work: Workload, kwargs: dict, causal: bool):

@@ -1,0 +1,70 @@
+"""NumPy arrays and CPU torch tensors in and out of :mod:`simulator.fa3`.
+
+FA3's Python API takes and returns torch tensors; the emulator computes on NumPy arrays.
+:func:`to_numpy` gives the NumPy array of the same bits (bfloat16 and float8_e4m3fn through
+their raw integer views), :func:`returned` gives the caller's kind back, and :func:`write_back`
+copies an in-place update (the KV cache's appended keys) into the caller's tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def to_numpy(x, name: str):
+    """(array, was_torch): a torch tensor becomes a NumPy array of the same bits."""
+    if x is None or isinstance(x, np.ndarray):
+        if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+            raise ValueError(f"{name}: expected a plain numpy array, got {type(x).__name__} "
+                             "(a mask or subclass meaning would be lost)")
+        return x, False
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return from_torch(x, name), True
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return x, False
+    raise ValueError(f"{name}: expected a numpy array or a CPU torch tensor, got {type(x).__name__}")
+
+
+def from_torch(t, name: str) -> np.ndarray:
+    """The NumPy array of a CPU torch tensor's bits (bfloat16 as ml_dtypes.bfloat16,
+    float8_e4m3fn as ml_dtypes.float8_e4m3fn). Raises ValueError for a tensor on a GPU."""
+    import ml_dtypes  # noqa: PLC0415
+    import torch  # noqa: PLC0415 - optional
+
+    if t.device.type != "cpu":
+        raise ValueError(f"{name}: expected a CPU tensor, got one on {t.device}")
+    t = t.detach().contiguous()  # the forward has no autograd; FA3 takes such tensors too
+    views = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+             torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn)}
+    if t.dtype in views:
+        raw, dt = views[t.dtype]
+        return t.view(raw).numpy().view(dt)
+    return t.numpy()
+
+
+def write_back(orig, arr: np.ndarray) -> None:
+    """Copy ``arr``'s bits into the caller's torch tensor ``orig`` (a view or non-contiguous
+    tensor was copied by :func:`from_torch`); nothing for NumPy arrays, written in place."""
+    if not type(orig).__module__.startswith("torch"):
+        return
+    import torch  # noqa: PLC0415
+
+    raw = np.ascontiguousarray(arr).view(np.int16 if arr.itemsize == 2 else np.uint8)
+    orig.view(torch.int16 if arr.itemsize == 2 else torch.uint8).copy_(torch.from_numpy(raw))
+
+
+def to_torch(x: np.ndarray):
+    """A CPU torch tensor of ``x``'s bits (ml_dtypes.bfloat16 as torch.bfloat16)."""
+    import ml_dtypes  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    if x.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def returned(arrays, torch_out: bool) -> tuple:
+    """``arrays`` as a tuple of torch tensors when the caller passed torch (``torch_out``),
+    else as they are."""
+    return tuple(to_torch(a) for a in arrays) if torch_out else tuple(arrays)

@@ -1,0 +1,196 @@
+"""``flash_attn_with_kvcache``: FA3's decode and chunked-prefill entry point against a KV
+cache (hopper/flash_attn_interface.py, hopper/flash_api.cpp ``mha_fwd`` with AppendKV):
+``cache_batch_idx`` picks the cache row, ``cache_leftpad`` its first key, ``cache_seqlens``
+its length; new ``k`` / ``v`` are written into the caches in place at ``cache_seqlens`` and
+attended to; a launch with ``cache_seqlens`` or ``cache_leftpad`` is varlen (seqused_k /
+leftpad_k), so its per-batch split counts come from FA3's prepare kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..flash.dispatch import check_head_dim, check_head_dim_v
+from ..trace import Trace
+from .arrays import returned, to_numpy, write_back
+from .checks import (
+    check_4d,
+    check_descales,
+    check_fmt,
+    check_options,
+    check_pack_gqa,
+    check_parallel,
+    check_scale,
+    int_array,
+    need_sms,
+    refuse,
+    trace_ctas,
+)
+from .launch import (
+    H200_SMS,
+    descale_rows,
+    launch_flags,
+    output_dtype,
+    parallel,
+    static_splits,
+    traced_forward,
+    with_trace,
+)
+from .scheduler import dynamic_num_splits
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, page_table=None, cu_seqlens_q=None,
+                            cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                            rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
+                            pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
+                            num_sms=H200_SMS, trace=None, executor=None, progress=None,
+                            memory_budget=None):
+    """FA3's ``flash_attn_with_kvcache`` (decode and chunked prefill against a KV cache).
+
+    Args:
+        q: [batch, seqlen_q, heads, head_dim].
+        k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim] and [..., head_dim_v];
+            updated in place when ``k`` / ``v`` are given (NumPy arrays and CPU torch
+            tensors, views included).
+        k, v: [batch, seqlen_new, heads_kv, head_dim] and [..., head_dim_v], or None:
+            appended at ``cache_seqlens``.
+        cache_seqlens: int or int32 [batch]: keys in the cache per batch (default: all).
+        cache_batch_idx: int32 [batch] or None: the cache row of each batch.
+        cache_leftpad: int32 [batch] or None: the first valid key of each cache row.
+        num_splits: 0 (default) FA3's heuristic, 1 unsplit, > 1 at most that many splits;
+            with ``cache_seqlens`` each batch's count comes from FA3's prepare kernel
+            (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
+        others: as :func:`simulator.fa3.flash_attn_func`; ``return_softmax_lse`` returns
+            (out, lse).
+        trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` to record;
+            unsplit launches only (``num_splits=1``).
+        executor, progress, memory_budget: as :func:`simulator.fa3.flash_attn_func`; each
+            batch is one forward call. All arguments are checked before the caches are written.
+    Returns:
+        out [batch, seqlen_q, heads, head_dim_v], and softmax_lse [batch, heads, seqlen_q] with
+        ``return_softmax_lse``; with ``trace`` a :class:`simulator.trace.Trace` is appended.
+    Raises:
+        ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
+            not divide, ...), naming the argument; the arguments not emulated.
+    Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd, AppendKV),
+    hopper/seqlen.h (leftpad), hopper/flash_prepare_scheduler.cu.
+    """
+    refuse(qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, page_table=page_table,
+            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
+            rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk,
+            scheduler_metadata=scheduler_metadata)
+    check_parallel(executor, progress, memory_budget, trace)
+    (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
+    (kn, _), (vn, _) = to_numpy(k, "k"), to_numpy(v, "v")
+    check_4d(q, kc, vc)
+    b, sq, h, d = q.shape
+    bc, s_cache, hkv, _ = kc.shape
+    if (kn is None) != (vn is None):
+        raise ValueError("k, v: give both new keys and new values, or neither")
+    if q.dtype != kc.dtype or kc.dtype != vc.dtype:
+        raise ValueError(f"q, k_cache, v_cache: dtypes differ ({q.dtype}, {kc.dtype}, {vc.dtype})")
+    if kc.shape[:3] != vc.shape[:3]:
+        raise ValueError(f"k_cache, v_cache: expected the same [batch_cache, seqlen_cache, heads_kv], "
+                         f"got {kc.shape} and {vc.shape}")
+    dv = vc.shape[-1]
+    if b < 1 or sq < 1 or h < 1:
+        raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {q.shape}")
+    if kc.shape[-1] != d:
+        raise ValueError(f"k_cache: expected head_dim {d} (as q), got shape {kc.shape}")
+    if hkv < 1 or h % hkv:
+        raise ValueError(f"k_cache: heads_kv = {hkv} must divide heads = {h}")
+    fmt = check_fmt(q)
+    softcap, (return_softmax_lse,), sms, splits_arg = check_options(
+        softcap, causal, num_sms, sm_margin, num_splits, return_softmax_lse=return_softmax_lse)
+    if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool):
+        if not 0 <= cache_seqlens <= s_cache:
+            raise ValueError(f"cache_seqlens: expected 0..{s_cache} (the cache length), "
+                             f"got {cache_seqlens}")
+    seqlens = (np.full(b, s_cache, np.int64) if cache_seqlens is None else
+               np.full(b, int(cache_seqlens), np.int64)
+               if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool)
+               else int_array(to_numpy(cache_seqlens, "cache_seqlens")[0], "cache_seqlens", b))
+    rows = (np.arange(b) if cache_batch_idx is None else
+            int_array(to_numpy(cache_batch_idx, "cache_batch_idx")[0], "cache_batch_idx", b))
+    left = (np.zeros(b, np.int64) if cache_leftpad is None else
+            int_array(to_numpy(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
+    if np.any((rows < 0) | (rows >= bc)):
+        raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
+    if cache_batch_idx is None and bc != b:
+        raise ValueError(f"k_cache: batch_size must be equal to batch_size_k ({b} vs {bc})")
+    s_new = 0 if kn is None else kn.shape[1]
+    if kn is not None:
+        if kn.ndim != 4 or kn.shape != (b, s_new, hkv, d) or vn.shape != (b, s_new, hkv, dv) or \
+                kn.dtype != q.dtype or vn.dtype != q.dtype:
+            raise ValueError(f"k, v: expected [batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}] "
+                             f"and [..., head_dim_v={dv}] in {q.dtype}, got {kn.shape} {kn.dtype} / "
+                             f"{vn.shape} {vn.dtype}")
+        check_head_dim(d, check_fmt(q))
+        check_head_dim_v(d, dv, check_fmt(q))  # FA3's refusal of the pair comes first
+        if dv < d:
+            raise ValueError(f"v: appending new values with head_dim_v {dv} < head_dim {d} is not "
+                             f"emulated: FA3's AppendKV writes {d} values per V row, past the row's "
+                             f"{dv}, zeroing the cache's next values (measured on the H200)")
+        if cache_seqlens is None:
+            raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
+                             "('If k_new is supplied, seqlens_k must also be passed in')")
+        if sq > s_cache:
+            raise ValueError(f"q: with new k, v FA3 requires seqlen_q <= the cache's length "
+                             f"({sq} > {s_cache})")
+    if np.any(seqlens < 0) or np.any(seqlens + s_new > s_cache):
+        raise ValueError(f"cache_seqlens: expected 0..{s_cache - s_new} (the cache length minus the "
+                         f"new keys), got {seqlens.tolist()[:8]}")
+    if np.any(left < 0) or np.any(left > seqlens):
+        raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
+    check_head_dim(d, fmt)
+    check_head_dim_v(d, dv, fmt)
+    varlen = cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k given
+    is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size, sq,
+                                                         s_cache, softcap)
+    static = 1 if splits_arg == 1 else static_splits(
+        splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq, seqlen_k=s_cache,
+        head_dim=d, head_dim_v=dv, causal=is_causal,
+        local=is_local, softcap=softcap > 0, varlen=varlen,
+        num_sms=need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
+    check_pack_gqa(pack_gqa, static > 1, varlen, h, hkv)
+    descales = check_descales({n: to_numpy(x, n)[0] for n, x in (
+        ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
+    scale = check_scale(softmax_scale, d, softcap)
+    wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)  # checked before the cache is written
+    if kn is not None:
+        for name, c in (("k_cache", kc), ("v_cache", vc)):
+            if not c.flags.writeable:
+                raise ValueError(f"{name}: read-only, but the new k, v are written into it in place")
+    if kn is not None:  # AppendKV: the new keys land in the cache, in place
+        for bi in range(b):
+            at = slice(int(seqlens[bi]), int(seqlens[bi]) + s_new)
+            kc[rows[bi], at], vc[rows[bi], at] = kn[bi], vn[bi]
+        for orig, arr in ((k_cache, kc), (v_cache, vc)):
+            write_back(orig, arr)
+    # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
+    splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
+        np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
+        heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
+        seqlens_k_new=np.full(b, s_new))
+    record = None if wanted is None else Trace()
+    out = np.zeros((b, sq, h, dv), dtype=output_dtype(q.dtype))
+    # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
+    lse = np.full((b, h, sq), np.inf if s_cache == 0 else -np.inf, dtype=np.float32)
+    for bi in range(b):
+        keys = slice(int(left[bi]), int(seqlens[bi]) + s_new)
+        kb, vb = kc[None, rows[bi], keys], vc[None, rows[bi], keys]
+        if kb.shape[1] == 0:
+            continue
+        kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
+                  max_seqlen_q=sq, max_seqlen_k=s_cache,
+                  **{n: descale_rows(x, bi) for n, x in descales.items()},
+                  **parallel(executor, progress, memory_budget))
+        o, l_ = traced_forward(q[bi: bi + 1], kb, vb, kw, None if splits is None else int(splits[bi]),
+                               bi, wanted, record)
+        out[bi], lse[bi] = o[0], l_[0]
+    return with_trace(returned((out, lse) if return_softmax_lse else (out,), tq), record,
+                      return_softmax_lse)

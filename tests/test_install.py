@@ -1,0 +1,98 @@
+"""A non-editable install: the wheel holds the CUDA kernels and the recorded data, and the
+installed package finds them inside itself, not in the repository.
+
+The wheel is built offline (``pip wheel --no-deps --no-build-isolation --no-index``) from a copy
+of the tree with the environment's own setuptools, which must read the project's metadata
+(``license = "Apache-2.0"``: setuptools >= 77, as the build-system table and the ``test``
+extra ask)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "simulator"
+
+
+def _setuptools_version() -> tuple[int, ...]:
+    try:
+        text = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return (0,)
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+
+
+def _shipped() -> set[str]:
+    """What the wheel must hold: the kernel sources and their resource file, the probes, and
+    every file under simulator/data/."""
+    kernels = [p for p in (PACKAGE / "kernels").rglob("*") if p.suffix in (".cu", ".json")]
+    data = [p for p in (PACKAGE / "data").rglob("*") if "__pycache__" not in p.parts]
+    return {p.relative_to(REPO).as_posix() for p in kernels + data if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    if _setuptools_version() < (77,):
+        pytest.skip(f"the offline wheel build needs setuptools >= 77 in this environment, found "
+                    f"{'.'.join(map(str, _setuptools_version()))} (pip install -e '.[test]' installs it)")
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(PACKAGE, src / "simulator", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "--no-index", "-q", "-w", str(out), str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (whl,) = out.glob("*.whl")
+    return whl
+
+
+def test_the_wheel_holds_the_kernels_and_the_data(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    shipped = _shipped()
+    assert {"simulator/kernels/fa3_forward.cu", "simulator/kernels/probes/numerics.cu",
+            "simulator/data/device/MANIFEST.json", "simulator/data/inputs/minilm.npz"} <= shipped
+    assert not shipped - names, sorted(shipped - names)[:10]
+
+
+def test_the_installed_package_finds_its_kernels_and_data_in_itself(wheel, tmp_path):
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+                        "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    probe = """
+import json, simulator
+from simulator.device import runtime
+from simulator.run import workload
+from simulator import io
+print(json.dumps({"package": simulator.__file__, "kernels": str(runtime.KERNELS_DIR),
+                  "forward": runtime.source_sha256("fa3_forward.cu"),
+                  "probe": runtime.source_sha256("probes/mma.cu"),
+                  "embedded": str(workload.EMBEDDED), "device_data": str(io.DEVICE_DATA_DIR),
+                  "manifest": sorted(io.read_manifest(io.DEVICE_DATA_DIR))[:3]}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    for key in ("package", "kernels", "embedded", "device_data"):
+        assert Path(got[key]).resolve().is_relative_to(target.resolve()), (key, got[key])
+        assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got[key])
+    from simulator.device import runtime
+
+    assert got["forward"] == runtime.source_sha256("fa3_forward.cu")
+    assert got["probe"] == runtime.source_sha256("probes/mma.cu")
+    assert got["manifest"]
