@@ -593,3 +593,24 @@ def test_one_bool_check_for_the_api_and_the_split_heuristic():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"^causal: expected True or False, got 'yes'$"):
         fa3.flash_attn_with_kvcache(q, k, v, causal="yes")
+
+
+@pytest.mark.parametrize("num_splits", [1, 0, 3])
+def test_api_kvcache_too_small_a_memory_budget_leaves_the_cache_unwritten(num_splits):
+    """A memory_budget that not even one CTA fits is refused before AppendKV writes the cache
+    (unsplit, FA3's heuristic and the Split kernel alike); one that fits runs as before."""
+    q, k, v = _qkv()
+    new = np.ones((2, 1, 2, 64), BF16)
+    kc, vc = k.copy(), v.copy()
+    seqlens = np.array([3, 30], np.int32)
+    with pytest.raises(MemoryError, match="memory_budget: this forward needs about"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=new, v=new, cache_seqlens=seqlens,
+                                    num_splits=num_splits, memory_budget=1 << 20)
+    _bits_equal((kc, vc), (k, v))
+    serial = fa3.flash_attn_with_kvcache(q, kc, vc, k=new, v=new, cache_seqlens=seqlens,
+                                         num_splits=num_splits, return_softmax_lse=True)
+    kc2, vc2 = k.copy(), v.copy()
+    tight = fa3.flash_attn_with_kvcache(q, kc2, vc2, k=new, v=new, cache_seqlens=seqlens,
+                                        num_splits=num_splits, return_softmax_lse=True,
+                                        memory_budget=8 << 20)
+    _bits_equal(serial + (kc, vc), tight + (kc2, vc2))

@@ -49,8 +49,11 @@ def test_thread_and_process_executors_give_the_serial_bits():
 
 def test_budget_too_small_is_refused_with_the_estimate():
     q, k, v = _inputs()
-    with pytest.raises(MemoryError, match=r"memory_budget: .* needs about .* GiB .* budget of"):
+    with pytest.raises(MemoryError, match=r"memory_budget: .* needs about .* MiB .* budget of"):
         flash.forward(q, k, v, memory_budget=1 << 20)
+    with pytest.raises(MemoryError, match=r"plus 3\.4 MiB per CTA\), more than the budget of "
+                                          r"1 bytes;"):
+        flash.forward(q, k, v, memory_budget=1)  # never "0.00 GiB", whatever the budget
 
 
 def test_bad_executor_and_trace_with_executor_are_refused():
@@ -84,3 +87,39 @@ def test_dask_local_cluster_gives_the_serial_bits():
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         _same(serial, flash.forward(q, k, v, executor=client.get_executor()))
+
+
+def test_progress_off_a_terminal_writes_whole_lines(capsys):
+    pytest.importorskip("tqdm")  # installed, tqdm still must not draw into a log
+    bar = chunks.Progress(True, 4, "emulating")
+    for _ in range(4):
+        bar.update(1)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.endswith("\n")
+    assert "emulating: 4/4 K/V block visits (100%)" in err
+
+
+def test_an_executor_class_rather_than_an_executor_is_refused():
+    q, k, v = _inputs()
+    with pytest.raises(TypeError, match=r"executor: .* got the class ThreadPoolExecutor"):
+        flash.forward(q, k, v, executor=ThreadPoolExecutor)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(num_splits=3), dict(pack_gqa=True, num_splits=2),
+                                    dict(causal=True, seqlens_k=np.array([260, 0], np.int32))])
+def test_memory_needed_is_what_the_forward_holds(kwargs):
+    """The estimate check_memory refuses by, without running, is that of the arrays forward
+    allocates: its padded inputs and outputs."""
+    import importlib
+
+    fwd = importlib.import_module("simulator.flash.forward")
+    q, k, v = _inputs()
+    cfg = flash.make_config(q, k, v, **kwargs)
+    res = flash.forward(q, k, v, **kwargs)
+    fixed, per_cta = fwd.memory_needed(cfg, q.dtype)
+    assert fixed == chunks.fixed_bytes(*fwd._padded_inputs(cfg, q, k, v), res.out, res.lse)
+    assert per_cta == chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v)
+    fwd.check_memory(q, k, v, memory_budget=fixed + per_cta, **kwargs)
+    with pytest.raises(MemoryError, match="memory_budget"):
+        fwd.check_memory(q, k, v, memory_budget=fixed + per_cta - 1, **kwargs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..flash.dispatch import check_head_dim, check_head_dim_v
+from ..flash.forward import check_memory
 from ..trace import Trace
 from .arrays import returned, to_numpy, write_back
 from .checks import (
@@ -165,30 +166,43 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         for name, c in (("k_cache", kc), ("v_cache", vc)):
             if not c.flags.writeable:
                 raise ValueError(f"{name}: read-only, but the new k, v are written into it in place")
+    # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
+    splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
+        np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
+        heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
+        seqlens_k_new=np.full(b, s_new))
+
+    def call(bi: int):
+        """Batch ``bi``'s keys, values and forward arguments (the keys after the append)."""
+        keys = slice(int(left[bi]), int(seqlens[bi]) + s_new)
+        kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
+                  max_seqlen_q=sq, max_seqlen_k=s_cache,
+                  **{n: descale_rows(x, bi) for n, x in descales.items()},
+                  **parallel(executor, progress, memory_budget))
+        if splits is not None and splits[bi] != 1:
+            kw["num_splits"] = int(splits[bi])
+        return kc[None, rows[bi], keys], vc[None, rows[bi], keys], kw
+
+    if kn is not None:  # the memory budget refuses before the cache is written, not after
+        for bi in range(b):
+            kb, vb, kw = call(bi)
+            if kb.shape[1]:
+                check_memory(q[bi: bi + 1], kb, vb, **kw)
     if kn is not None:  # AppendKV: the new keys land in the cache, in place
         for bi in range(b):
             at = slice(int(seqlens[bi]), int(seqlens[bi]) + s_new)
             kc[rows[bi], at], vc[rows[bi], at] = kn[bi], vn[bi]
         for orig, arr in ((k_cache, kc), (v_cache, vc)):
             write_back(orig, arr)
-    # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
-    splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
-        np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
-        heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
-        seqlens_k_new=np.full(b, s_new))
     record = None if wanted is None else Trace()
     out = np.zeros((b, sq, h, dv), dtype=output_dtype(q.dtype))
     # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
     lse = np.full((b, h, sq), np.inf if s_cache == 0 else -np.inf, dtype=np.float32)
     for bi in range(b):
-        keys = slice(int(left[bi]), int(seqlens[bi]) + s_new)
-        kb, vb = kc[None, rows[bi], keys], vc[None, rows[bi], keys]
+        kb, vb, kw = call(bi)
         if kb.shape[1] == 0:
             continue
-        kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
-                  max_seqlen_q=sq, max_seqlen_k=s_cache,
-                  **{n: descale_rows(x, bi) for n, x in descales.items()},
-                  **parallel(executor, progress, memory_budget))
+        kw.pop("num_splits", None)
         o, l_ = traced_forward(q[bi: bi + 1], kb, vb, kw, None if splits is None else int(splits[bi]),
                                bi, wanted, record)
         out[bi], lse[bi] = o[0], l_[0]

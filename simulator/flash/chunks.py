@@ -41,11 +41,19 @@ def chunk_size(budget: int, fixed: int, per_cta: int, what: str) -> int:
     """
     if fixed + per_cta > budget:
         raise MemoryError(
-            f"memory_budget: {what} needs about {(fixed + per_cta) / 2**30:.2f} GiB "
-            f"({fixed / 2**30:.2f} GiB of padded inputs and outputs plus "
-            f"{per_cta / 2**20:.1f} MiB per CTA), more than the budget of {budget / 2**30:.2f} GiB; "
+            f"memory_budget: {what} needs about {_size(fixed + per_cta)} "
+            f"({_size(fixed)} of padded inputs and outputs plus {_size(per_cta)} per CTA), "
+            f"more than the budget of {_size(budget)}; "
             "pass a larger memory_budget (bytes) or a smaller input")
     return max(1, (budget - fixed) // per_cta)
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps it at 1 or more (2.00 GiB, 3.4 MiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{n} bytes"
 
 
 def split(ctas: np.ndarray, size: int, parts: int = 1) -> list[np.ndarray]:
@@ -56,14 +64,18 @@ def split(ctas: np.ndarray, size: int, parts: int = 1) -> list[np.ndarray]:
 
 
 def check_executor(executor) -> Executor | None:
-    """``executor`` if it is None or has ``submit`` (a concurrent.futures.Executor or a
-    compatible one, such as dask's ClientExecutor).
+    """``executor`` if it is None or an object with ``submit`` (a concurrent.futures.Executor
+    or a compatible one, such as dask's ClientExecutor), not an executor class.
 
     Raises:
         TypeError: anything else, naming the argument.
     """
-    if executor is None or callable(getattr(executor, "submit", None)):
+    if executor is None or (not isinstance(executor, type)
+                            and callable(getattr(executor, "submit", None))):
         return executor
+    if isinstance(executor, type):
+        raise TypeError(f"executor: expected a concurrent.futures.Executor instance (or None), "
+                        f"got the class {executor.__name__}; pass {executor.__name__}(...)")
     raise TypeError(f"executor: expected a concurrent.futures.Executor (or None), got "
                     f"{type(executor).__name__}")
 
@@ -95,13 +107,22 @@ def check_progress(progress) -> None:
                         f"{type(progress).__name__}")
 
 
+def _tqdm():
+    """tqdm's bar class, or None where tqdm is not installed."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
+
+
 class Progress:
     """Progress of a forward in K/V block visits (CTAs x blocks), with an ETA.
 
-    ``progress`` is None or False (silent), True (a tqdm bar on stderr where tqdm is installed,
-    ``pip install -e '.[progress]'``; else one line on stderr every few seconds, on a terminal
-    or not), or a callable ``progress(done, total)`` called after every chunk. ``total`` is
-    what the caller expects; where more visits arrive (an estimate that was low) it grows.
+    ``progress`` is None or False (silent), True (a tqdm bar when stderr is a terminal and tqdm
+    is installed, ``pip install -e '.[progress]'``; else one line on stderr every few seconds),
+    or a callable ``progress(done, total)`` called after every chunk. ``total`` is what the
+    caller expects; where more visits arrive (an estimate that was low) it grows.
     """
 
     def __init__(self, progress, total: int, what: str = "flash.forward"):
@@ -114,14 +135,13 @@ class Progress:
         self._clock, self._start = time.monotonic, time.monotonic()
         self._last = self._start
         if progress is True:
-            try:
-                from tqdm import tqdm
-            except ImportError:
+            # off a terminal (a log file, a pipe) whole lines, never a bar redrawn with \r
+            tqdm = _tqdm() if sys.stderr.isatty() else None
+            if tqdm is None:
                 self._line = sys.stderr
-            else:  # not on a terminal: a line every few seconds rather than a redrawn bar
-                tty = sys.stderr.isatty()
+            else:
                 self._bar = tqdm(total=total, desc=what, unit="block", file=sys.stderr,
-                                 mininterval=0.5 if tty else 5.0, ascii=not tty)
+                                 mininterval=0.5)
         else:
             check_progress(progress)
 

@@ -118,10 +118,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     out = np.zeros(lead + (cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim_v),
                    dtype=cfg.out_dtype if cfg.splits is None else np.float32)
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
+    size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward")
     qp, kp, vp = _padded_inputs(cfg, q, k, v)
-    size = chunks.chunk_size(budget, chunks.fixed_bytes(qp, kp, vp, out, lse),
-                             chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v),
-                             "this forward")
     parts = 1 if executor is None else chunks.workers(executor)
     work = [(key, part) for key, ctas in _cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
@@ -146,6 +144,33 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     finally:
         bar.close()
     return ForwardResult(out, lse, record)
+
+
+def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
+    """(bytes held for the whole forward, bytes per CTA of a chunk) of a forward on ``cfg``
+    with inputs of ``dtype``: the padded inputs and the outputs (as :func:`_padded_inputs`
+    and :func:`forward` allocate them), and :func:`chunks.cta_bytes`."""
+    lead = 1 if cfg.splits is None else int(cfg.splits.max())
+    m_rows = (-(-cfg.seqlen_q // cfg.kblock_m) + 1) * cfg.kblock_m
+    n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
+    out_item = np.dtype(cfg.out_dtype if cfg.splits is None else np.float32).itemsize
+    inputs = np.dtype(dtype).itemsize * cfg.batch * (
+        m_rows * cfg.heads * cfg.kernel_head_dim
+        + n_pad * cfg.heads_kv * (cfg.kernel_head_dim + cfg.kernel_head_dim_v))
+    outputs = lead * cfg.batch * cfg.heads * cfg.seqlen_q * (cfg.head_dim_v * out_item + 4)
+    return inputs + outputs, chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v)
+
+
+def check_memory(q, k, v, *, memory_budget=None, **kwargs) -> None:
+    """Raise the MemoryError :func:`forward` would raise up front for these arguments (not
+    even one CTA within ``memory_budget``), without running it: for callers that must refuse
+    a call before a side effect (the KV cache's AppendKV). ``kwargs``: the rest of
+    :func:`forward`'s arguments; ``executor``, ``progress`` and ``trace`` are ignored."""
+    for name in ("executor", "progress", "trace"):
+        kwargs.pop(name, None)
+    cfg = make_config(q, k, v, **kwargs)
+    chunks.chunk_size(chunks.check_budget(memory_budget), *memory_needed(cfg, q.dtype),
+                      "this forward")
 
 
 def _chunk_task(cfg: Config, n_range, masked, ctas, qp, kp, vp):
