@@ -21,6 +21,7 @@ from .errors import (
     EXIT_MISMATCH,
     EXIT_OK,
     EXIT_USAGE,
+    OneLineParser,
     RecordedDataError,
     UsageError,
 )
@@ -35,11 +36,7 @@ VERIFY_EPILOG = (
     "130 interrupted (Ctrl-C).")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's default exit code is already 2; keep one line
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+_Parser = OneLineParser  # usage errors: one line, exit code 2
 
 
 def _cmd_verify(args) -> int:

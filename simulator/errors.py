@@ -7,6 +7,9 @@ unreadable recorded data and a missing GPU; 3 internal error (a bug); 130 interr
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
@@ -21,3 +24,14 @@ class RecordedDataError(RuntimeError):
 
     The message names the file, what is wrong with it and the command that regenerates it.
     """
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An options parser whose usage errors are one line on stderr, ``error: COMMAND: what
+    (see `PROG --help`)``, with exit code 2 (argparse prints its usage block first)."""
+
+    def error(self, message):
+        command = self.prog.removeprefix("python -m simulator").strip()
+        print(f"error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)",
+              file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE)

@@ -189,3 +189,23 @@ def test_measure_common_pieces_without_a_gpu(tmp_path, capsys):
     d = dlay.from_matrix(np.einsum("cik,ckj->cij", a, b))
     assert hw_probe._random_mismatches(d, a, b, dlay, rec, "p_") == 0
     assert sorted(rec) == ["p_elem_of", "p_rand_a", "p_rand_b", "p_rand_d", "p_thread_of"]
+
+
+def test_every_parser_refuses_a_bad_option_in_one_line(capsys):
+    """The top-level parser, its subcommands and every measurement run's own parser: a bad
+    option is one ``error: ...`` line naming the command, with exit code 2 (no usage block)."""
+    from simulator import cli, measure
+
+    cases = [(["bogus"], "error: argument COMMAND: invalid choice: 'bogus'"),
+             (["verify", "--bogus"], "error: unrecognized arguments: --bogus"),
+             (["calibrate", "--bogus"], "error: calibrate: unrecognized arguments: --bogus")]
+    cases += [(["measure", name, "--no-such-option"], f"error: measure {name}: ")
+              for name in measure.RUNS if name != "mufu_calibrate"]
+    for args, start in cases:
+        try:
+            code = cli.main(args)
+        except SystemExit as stop:
+            code = stop.code
+        err = capsys.readouterr().err
+        assert code == 2, (args, code)
+        assert err.startswith(start) and err.count("\n") == 1 and "--help`)" in err, (args, err)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..device import forward as dev
 from ..device import runtime
 from ..device.runtime import DeviceUnavailable
-from ..errors import EXIT_USAGE
+from ..errors import EXIT_USAGE, OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 
 
@@ -53,7 +53,7 @@ def precompile_options(opts: list[tuple[str, ...]], workers: int, progress,
 def out_parser(name: str, description: str) -> argparse.ArgumentParser:
     """The options parser of the run ``name`` (its prog is ``python -m simulator measure
     NAME``) with the required ``--out`` folder of its recordings."""
-    ap = argparse.ArgumentParser(prog=f"python -m simulator measure {name}",
+    ap = OneLineParser(prog=f"python -m simulator measure {name}",
                                  description=description)
     ap.add_argument("--out", required=True, help="output folder")
     return ap

@@ -14,7 +14,6 @@ compared and agreeing, 1 a disagreement, 2 no GPU / library or bad arguments, 3 
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import sys
@@ -23,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..device import fa3_library, runtime
+from ..errors import OneLineParser
 from ..io import write_json_atomic
 from ..replay.fa3_api import digests, emulate
 
@@ -102,7 +102,7 @@ def run(out_dir: Path, cases: int, seed_value: int, workers: int, time_limit: fl
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure fa3_api_replay",
+    ap = OneLineParser(prog="python -m simulator measure fa3_api_replay",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--cases", type=int, default=5000)

@@ -32,7 +32,6 @@ FA3 leaves unwritten, beyond ``seqused_q``, are set to 0 / -inf first:
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import subprocess
@@ -44,6 +43,7 @@ import numpy as np
 
 from ..device import fa3_library, runtime
 from ..device import forward as twin
+from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..replay import fa3_cases
 from ..replay.common import digest
@@ -79,7 +79,7 @@ def _driver() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure fa3_library_record",
+    ap = OneLineParser(prog="python -m simulator measure fa3_library_record",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="folder for the recordings")
     ap.add_argument("--full", action="store_true", help="also write every case's full bits")

@@ -31,7 +31,6 @@ under ``simulator/data/device/`` for CI (``tests/test_hw_*.py`` compare against 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sys
@@ -39,6 +38,7 @@ import time
 
 import numpy as np
 
+from ..errors import OneLineParser
 from ..hw import (
     a_operand_layout,
     accumulator_layout,
@@ -474,7 +474,7 @@ def _total(report: dict) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure hw_probe",
+    ap = OneLineParser(prog="python -m simulator measure hw_probe",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="folder for hw_report.json and the recorded .npz files")
     ap.add_argument("--write-kernel", action="store_true",

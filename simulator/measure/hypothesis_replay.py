@@ -44,6 +44,7 @@ from .. import flash
 from .. import strategies as sst
 from ..device.forward import KERNEL, forward, kernel_options
 from ..device.runtime import device_info, require_gpu, source_sha256
+from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..replay.hypothesis import case_digest, kwargs_to_json, pack_cases, result_bits
 from .common import precompile_options
@@ -468,7 +469,7 @@ than a disagreement)."""
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure hypothesis_replay",
+    ap = OneLineParser(prog="python -m simulator measure hypothesis_replay",
                                  description=__doc__.splitlines()[0], epilog=EPILOG)
     ap.add_argument("--out", required=True, help="folder for the report and recorded cases")
     ap.add_argument("--cases", "--generate", type=_positive, default=1000,

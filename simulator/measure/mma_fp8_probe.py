@@ -11,13 +11,13 @@ sum is aligned, truncated or rounded (Fasi et al.'s method), which random tiles 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import numpy as np
 
 from ..device.runtime import device_info, load_module, require_gpu, source_sha256
+from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..numerics import convert
 from .mma_probe import KERNEL, launch
@@ -52,7 +52,7 @@ def make_tiles(tiles: int, seed: int = 11):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure mma_fp8_probe",
+    ap = OneLineParser(prog="python -m simulator measure mma_fp8_probe",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--tiles", type=int, default=3000)

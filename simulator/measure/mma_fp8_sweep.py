@@ -37,13 +37,13 @@ part of the shipped two-step model and of the single fused step it replaced).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from dataclasses import replace
 
 from ..device.runtime import device_info, load_module, require_gpu, source_sha256
+from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..mma.instructions import params_for
 from ..replay.mma_fp8 import _FMT, PARTS, input_sha256, make_tiles, record
@@ -67,7 +67,7 @@ def mismatch_table(fmt: str, A, B, C, D, part) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure mma_fp8_sweep",
+    ap = OneLineParser(prog="python -m simulator measure mma_fp8_sweep",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--fmt", choices=sorted(_FMT), default="e4m3")

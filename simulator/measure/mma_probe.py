@@ -12,7 +12,6 @@ emulator on the host CPUs, and writes ``mma_report.json`` and ``mma_digests.npz`
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import sys
@@ -21,6 +20,7 @@ import time
 import numpy as np
 
 from ..device.runtime import device_info, load_module, require_gpu, source_sha256
+from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..replay.common import digest
 from ..replay.mma_cases import mma_block
@@ -128,7 +128,7 @@ def cmd_validate(args, module, cupy, progress):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure mma_probe",
+    ap = OneLineParser(prog="python -m simulator measure mma_probe",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("stage", choices=["collect", "validate"])
     ap.add_argument("--out", required=True)

@@ -20,7 +20,6 @@ Exit status 0 when every form has 0 mismatches, 1 otherwise, 2 on bad usage.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..device.runtime import device_info
+from ..errors import OneLineParser
 from ..io import write_bytes_atomic, write_json_atomic
 from ..numerics import mufu, mufu_data
 from ..replay import mufu as ev
@@ -185,7 +185,7 @@ def record_samples(module, cupy, log) -> tuple[dict, dict]:
 
 def main(argv=None) -> int:
     """Entry point of ``python -m simulator calibrate``; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m simulator calibrate",
+    ap = OneLineParser(prog="python -m simulator calibrate",
                                  description="Measure the MUFU tables (ex2, rcp, lg2, tanh) on a "
                                  "CUDA GPU, verify them over all 2^32 inputs and write the data "
                                  "with its provenance.")

@@ -16,7 +16,6 @@ Run on a machine with a CUDA GPU (16 CPU cores make the CPU side fast)::
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import sys
@@ -25,6 +24,7 @@ import time
 import numpy as np
 
 from ..device.runtime import device_info
+from ..errors import OneLineParser
 from ..numerics import FORMATS, convert_x2, to_float32
 from ..replay import numerics as ev
 from ..replay.numerics_cases import ARITY, BLOCK_SIZE, arith_block
@@ -189,7 +189,7 @@ def sweep_widen_and_pack(module, cupy, progress):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure numerics_sweep",
+    ap = OneLineParser(prog="python -m simulator measure numerics_sweep",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the report and recorded data")
     ap.add_argument("--blocks", type=int, default=96, help="arithmetic case blocks of 2^20 (default 96)")

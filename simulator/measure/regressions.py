@@ -9,7 +9,6 @@ them to ``simulator/data/device/``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -17,12 +16,13 @@ import numpy as np
 
 from ..device.forward import KERNEL, forward
 from ..device.runtime import device_info, source_sha256
+from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..regressions import CASES
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure regressions",
+    ap = OneLineParser(prog="python -m simulator measure regressions",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
