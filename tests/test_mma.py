@@ -280,3 +280,11 @@ def test_gemm_takes_a_parsed_instruction_with_the_bits_of_its_string():
     want = mma.gemm(a, b, instruction="wgmma.m64n24k16.f32.bf16.bf16")
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.count_nonzero(got) > 0
+
+
+def test_gemm_names_the_instruction_argument_for_an_unsupported_string():
+    a, b = np.ones((64, 16), BF16), np.ones((16, 8), BF16)
+    for bad in ("wgmma.m64n64k16", "mma_sync.m16n8k8.f32.bf16.bf16.f32",
+                "wgmma.m64n64k32.f32.bf16.bf16"):
+        with pytest.raises(ValueError, match=r"^instruction: unsupported (wgmma|mma_sync) shape"):
+            mma.gemm(a, b, instruction=bad)

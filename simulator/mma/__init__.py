@@ -201,7 +201,10 @@ def _parse_named(instruction: str) -> Instruction:
     kind, _, shape = instruction.partition(".")
     if kind not in ("wgmma", "mma_sync"):
         raise ValueError(f"instruction: expected 'wgmma.<shape>' or 'mma_sync.<shape>', got {instruction!r}")
-    return parse(kind, shape)
+    try:
+        return parse(kind, shape)
+    except ValueError as exc:
+        raise ValueError(f"instruction: {exc}") from None
 
 
 def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.bf16.bf16") -> np.ndarray:
