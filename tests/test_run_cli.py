@@ -721,9 +721,31 @@ def test_workers_give_the_bits_of_one_process(tmp_path, capsys, args):
         [x for x in two.splitlines() if not x.startswith(drop)]
 
 
-def test_workers_must_be_at_least_one(tmp_path):
-    r = _run("--workers", "0", "--out", str(tmp_path / "o.npz"))
-    _one_line_exit_2(r, "--workers: expected an integer >= 1 (worker processes), got '0'")
+@pytest.mark.parametrize("text", ["0", "2_0", " 2", "+2", "1.5"])
+def test_workers_must_be_digits_of_at_least_one(tmp_path, text):
+    """int() alone would read '2_0' as 20 and ' 2' as 2: only digits are taken."""
+    r = _run("--workers", text, "--out", str(tmp_path / "o.npz"))
+    _one_line_exit_2(r, f"--workers: expected an integer >= 1 (worker processes), got {text!r}")
+
+
+def test_long_run_warning_with_more_workers_than_cpus(monkeypatch):
+    """The estimate counts the CPUs that can work; with as many workers as CPUs it does not
+    suggest more."""
+    from simulator.run import emulation
+
+    cfg = type("C", (), {"kblock_m": 128, "kblock_n": 128, "kernel_head_dim": 128,
+                         "kernel_head_dim_v": 128})
+    monkeypatch.setattr(emulation.os, "cpu_count", lambda: 2)
+    many = emulation.slow_run_warning(cfg, 10**6, workers=64)
+    assert "64 worker processes on 2 CPUs" in many and "--workers" not in many
+    assert emulation.estimate_seconds(cfg, 10**6, 64) == emulation.estimate_seconds(cfg, 10**6, 2)
+    assert "(--workers N)" in emulation.slow_run_warning(cfg, 10**6, workers=1)
+
+
+def test_an_npz_with_no_arrays_says_so(tmp_path):
+    np.savez(tmp_path / "empty.npz")
+    r = _run("--input", str(tmp_path / "empty.npz"), "--out", str(tmp_path / "o.npz"))
+    assert r.returncode == 2 and "an .npz archive holding no arrays" in r.stderr, r.stderr
 
 
 def test_a_long_run_warns_with_its_estimate(tmp_path, monkeypatch, capsys):

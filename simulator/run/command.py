@@ -117,10 +117,8 @@ def _heads(text: str) -> list[int]:
 
 
 def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    # digits only: int() would also take " 2" and "2_0" (= 20)
+    value = int(text) if text.isascii() and text.isdigit() else 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 (worker processes), got {text!r}")
     return value

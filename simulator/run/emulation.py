@@ -220,10 +220,14 @@ def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:
     if seconds <= SLOW_RUN_SECONDS:
         return None
     took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    cpus = os.cpu_count() or 1
+    used = min(workers, cpus)
+    busy = (f"{used} worker process{'es' if used > 1 else ''}" if used == workers else
+            f"{workers} worker processes on {cpus} CPU{'s' if cpus > 1 else ''}")
+    more = ", or more worker processes (--workers N)" if workers < cpus else ""
     return (f"run: this run may take about {took} (an estimate: {visits:,} K/V block visits at "
-            f"the per-block cost measured on a 2-core machine, {workers} worker process"
-            f"{'es' if workers > 1 else ''}); to shorten it, choose fewer heads (--heads), a "
-            f"shorter input, or more worker processes (--workers N)")
+            f"the per-block cost measured on a 2-core machine, {busy}); to shorten it, choose "
+            f"fewer heads (--heads) or a shorter input{more}")
 
 
 def reference_result(work: Workload, kwargs: dict, causal: bool):

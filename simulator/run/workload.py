@@ -63,6 +63,8 @@ def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
             magic = fh.read(6)
         if magic == b"\x93NUMPY":
             raise ValueError("a single .npy array, not an .npz archive of q, k, v")
+        if magic[:4] == b"PK\x05\x06":  # a zip's end record first: numpy.savez() of nothing
+            raise ValueError("an .npz archive holding no arrays")
         if magic[:4] != b"PK\x03\x04":
             raise ValueError("not a zip archive, as numpy.savez writes")
         z = np.load(path, allow_pickle=False)
