@@ -26,19 +26,16 @@
 
 # %%
 # %matplotlib inline
-import time
-
 import matplotlib.pyplot as plt
-import ml_dtypes
 import numpy as np
 
-from simulator import compare, flash
+from simulator import compare, flash, notebook
 from simulator import numerics as nm
 from simulator.compare import bits, ulp_distance
 from simulator.numerics import mufu
 
-T0 = time.perf_counter()
-BF16 = ml_dtypes.bfloat16
+NB = notebook.setup()  # the clock, bf16, static mode under CI
+BF16 = NB.bf16
 
 
 # %% [markdown]
@@ -198,4 +195,4 @@ axes[1].set_title("LSE: sm90 - ideal, ulp")
 fig.tight_layout()
 
 # %%
-print(f"notebook ran in {time.perf_counter() - T0:.1f} s; every assertion above holds")
+print(NB.finish())

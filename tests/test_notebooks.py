@@ -140,3 +140,13 @@ def test_notebook_setup_reads_the_static_switch():
     assert ci.static and ci.widgets is None and ci.bf16 is ml_dtypes.bfloat16
     assert notebook.setup({}).static is False
     assert re.fullmatch(r"notebook ran in \d+\.\d s; every assertion above holds", ci.finish())
+
+
+def test_every_notebook_starts_and_ends_through_simulator_notebook():
+    """One setup for all: each source calls notebook.setup() in its first code cell and prints
+    NB.finish() last (no notebook keeps its own clock or static switch)."""
+    assert len(SOURCES) == 8
+    for source in SOURCES:
+        text = source.read_text(encoding="utf-8")
+        assert "NB = notebook.setup()" in text and text.rstrip().endswith("print(NB.finish())"), source.name
+        assert "T0 = time.perf_counter()" not in text, source.name
