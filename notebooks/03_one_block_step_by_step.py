@@ -71,12 +71,6 @@ O = np.zeros((64, D), np.float32)
 replay = []                                   # (step, n_block, name, array) in trace order
 
 
-def row_values(per_thread):                   # [128, 2] quad-uniform -> [64] per matrix row
-    out = np.empty(64, np.float32)
-    out[view.row] = per_thread
-    return out
-
-
 for step, n in enumerate(range(SK // BN - 1, -1, -1)):
     Kn, Vn = k[0, n * BN:(n + 1) * BN, 0], v[0, n * BN:(n + 1) * BN, 0]
     S = mma.gemm(Qm, Kn.T.copy(), np.full((64, BN), -0.0, np.float32),
@@ -90,14 +84,14 @@ for step, n in enumerate(range(SK // BN - 1, -1, -1)):
     P = hw.Fragment(view.unapply(p), acc_s_layout).to_matrix()
     replay += [("online_softmax", n, "acc_s", acc_s_layout.from_matrix(P)),
                ("online_softmax", n, "row_sum", soft.row_sum)]
-    O = flash.rescale_o(O, row_values(sc))
+    O = flash.rescale_o(O, view.row_values(sc))
     replay.append(("rescale_o", n, "acc_o", acc_o_layout.from_matrix(O)))
     O = mma.gemm(nm.convert(P, "bf16"), Vn.copy(), O, instruction=f"wgmma.m64n{D}k16.f32.bf16.bf16")
     replay.append(("pv_gemm", n, "acc_o", acc_o_layout.from_matrix(O)))
 final_scale = soft.finalize()
 replay += [("finalize", None, "lse", soft.lse), ("finalize", None, "row_sum", soft.row_sum),
            ("finalize", None, "scores_scale", final_scale)]
-O = flash.rescale_o(O, row_values(final_scale))
+O = flash.rescale_o(O, view.row_values(final_scale))
 replay.append(("epilogue", None, "acc_o", acc_o_layout.from_matrix(O)))
 
 by_key = {(e.step, e.n_block): e for e in events}
@@ -105,7 +99,7 @@ for step_name, n, name, arr in replay:
     traced = by_key[(step_name, n)].data[name][0]          # warpgroup 0
     assert np.array_equal(bits(traced), bits(arr)), (step_name, n, name)
 assert np.array_equal(bits(nm.convert(O, "bf16")), bits(res.out[0, :, 0]))
-assert np.array_equal(bits(row_values(soft.lse)), bits(res.lse[0, 0]))
+assert np.array_equal(bits(view.row_values(soft.lse)), bits(res.lse[0, 0]))
 print(f"{len(replay)} traced arrays replayed: all agree bit for bit, and so do out and LSE")
 
 
@@ -154,7 +148,7 @@ for step, n in enumerate(range(SK // BN - 1, -1, -1)):
     S = hw.Fragment(by_key[("qk_gemm", n)].data["acc_s"][0], acc_s_layout).to_matrix()
     seen_max = np.maximum(seen_max, S.max(axis=1))
     assert quad_uniform(mgs["row_max"][0])
-    assert np.array_equal(bits(row_values(mgs["row_max"][0])), bits(seen_max))
+    assert np.array_equal(bits(view.row_values(mgs["row_max"][0])), bits(seen_max))
     sc = mgs["scores_scale"][0]
     if step == 0:
         assert np.all(bits(sc) == bits(np.float32(1.0)))
@@ -178,8 +172,8 @@ assert quad_uniform(fin["row_sum"][0]) and quad_uniform(fin["lse"][0])
 
 # %%
 order = list(range(SK // BN - 1, -1, -1))
-maxes = np.array([row_values(by_key[("max_get_scale", n)].data["row_max"][0]) for n in order])
-sums = np.array([row_values(hw.quad_allreduce(by_key[("online_softmax", n)].data["row_sum"][0]))
+maxes = np.array([view.row_values(by_key[("max_get_scale", n)].data["row_max"][0]) for n in order])
+sums = np.array([view.row_values(hw.quad_allreduce(by_key[("online_softmax", n)].data["row_sum"][0]))
                  for n in order])
 ref_out, ref_lse = flash.reference(q, k, v)
 lse_err = np.abs(res.lse[0, 0] - ref_lse[0, 0])
@@ -220,14 +214,14 @@ def draw_event(i, ax=None):
         plt.colorbar(im, ax=ax)
         ax.set_ylabel("row")
     else:                                      # row state: row_max left, the rest right
-        ax.plot(row_values(e.data["row_max"][0]), "k.", label="row_max")
+        ax.plot(view.row_values(e.data["row_max"][0]), "k.", label="row_max")
         ax.set_ylabel("row_max")
         ax2 = ax.twinx()
         for j, name in enumerate(x for x in ("row_sum", "scores_scale", "lse") if x in e.data):
             vals = e.data[name][0]
             if name == "row_sum" and e.step != "finalize":
                 vals = hw.quad_allreduce(vals)     # show the quad total of the partial sums
-            ax2.plot(row_values(vals), "x+1"[j], color=f"C{j}", label=name)
+            ax2.plot(view.row_values(vals), "x+1"[j], color=f"C{j}", label=name)
         ax.set_xlabel("row")
         ax2.legend(fontsize=7, loc="upper right")
     ax.set_title(f"event {i}: {e.step}, n_block={e.n_block}", fontsize=9)

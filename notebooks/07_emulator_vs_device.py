@@ -104,19 +104,12 @@ for rec, raw in recorded:
 OUT_FMT = {np.dtype(BF16): "bf16", np.dtype(np.float16): "f16"}
 
 
-def row_values(per_thread, view):
-    """[..., 128, 2] quad-uniform row state -> [..., 64] per matrix row."""
-    out = np.empty(per_thread.shape[:-2] + (64,), per_thread.dtype)
-    out[..., view.row] = per_thread
-    return out
-
-
 def cta_out_lse(trace, lcfg, cta):
     """Rows, O (output format) and LSE of one traced CTA, from its epilogue and finalize."""
     last = {e.step: e for e in trace.for_cta(cta) if e.n_block is None}
     lay_o = hw.accumulator_layout(f"m64n{lcfg.head_dim}k16")
     O = lay_o.to_matrix(last["epilogue"].data["acc_o"]).reshape(-1, lcfg.head_dim)
-    L = row_values(last["finalize"].data["lse"], hw.rowcol_view(lay_o)).reshape(-1)
+    L = hw.rowcol_view(lay_o).row_values(last["finalize"].data["lse"]).reshape(-1)
     rows = cta[2] * lcfg.kblock_m + np.arange(lcfg.kblock_m)
     keep = rows < lcfg.seqlen_q
     return rows[keep], nm.convert(O[keep], OUT_FMT[lcfg.out_dtype]), L[keep]
@@ -356,7 +349,7 @@ assert not compare.first_divergence(replay("bf16_causal_plain").trace, device0).
 # %%
 wg, t, (reg,) = div_b.warpgroup, div_b.thread, div_b.position
 S = lay_s.to_matrix(dev_events[1].data["acc_s"][wg])               # H200 scores after the mask
-row_max = row_values(dev_events[2].data["row_max"][wg], view)       # H200 row max
+row_max = view.row_values(dev_events[2].data["row_max"][wg])       # H200 row max
 scale = lcfg.consts["scale_log2"]
 max_scaled = np.where(row_max == -np.inf, np.float32(0), nm.fmul(row_max, scale, ftz=True))
 arg_fused = nm.ffma(S, scale, -max_scaled[:, None], ftz=True)
@@ -490,7 +483,7 @@ def draw_step(i, axes=None):
         axes[1].set_ylabel("row")
     else:
         for j, k in enumerate(x for x in ("row_max", "row_sum", "scores_scale", "lse") if x in de.data):
-            axes[0].plot(row_values(de.data[k][0], view), ".", ms=3, color=f"C{j}", label=k)
+            axes[0].plot(view.row_values(de.data[k][0]), ".", ms=3, color=f"C{j}", label=k)
         axes[0].legend(fontsize=7)
         axes[0].set_xlabel("row")
         bad = np.concatenate([differ[k][0] for k in sorted(differ)], axis=-1)

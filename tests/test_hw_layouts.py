@@ -188,3 +188,15 @@ def test_bad_fragments():
         hw.thread_index(threads=64)
     with pytest.raises(ValueError, match="thread axis"):
         hw.split_warps(np.zeros((32, 4)))
+
+
+def test_row_values_gathers_quad_uniform_row_state_into_matrix_rows():
+    """RowColView.row_values: thread t's row state lands on the matrix rows view.row[t]; a
+    quad-uniform input gives every row its own value exactly once."""
+    view = hw.rowcol_view("m64n64k16")
+    rows = np.arange(64, dtype=np.float32) * 3 + 1
+    per_thread = rows[view.row]                              # [128, 2], quad-uniform
+    assert np.array_equal(view.row_values(per_thread), rows)
+    assert view.row_values(np.stack([per_thread, -per_thread])).shape == (2, 64)
+    with pytest.raises(ValueError, match=r"per_thread: expected \[\.\.\., 128, 2\]"):
+        view.row_values(per_thread[:, :1])

@@ -299,7 +299,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
         p_mat[..., view.row[:, :, None], view.col[:, None, :]] = p
         tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
         p_cvt = convert(p_mat, cfg.fmt)
-        scale_rows = _row_values(scores_scale, view)
+        scale_rows = view.row_values(scores_scale)
         if cfg.schedule == "plain":
             acc_o = _rescale(tracer, n, acc_o, scale_rows)
             acc_o = _pv(tracer, n, acc_o, p_cvt, vt, pv)
@@ -321,9 +321,9 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
     final = soft.finalize(final_scale[:, None, None, None])
     tracer.rows("finalize", None, row_sum=soft.row_sum, scores_scale=final, lse=soft.lse,
                 row_max=soft.row_max)
-    acc_o = rescale_o(acc_o, _row_values(final, view))
+    acc_o = rescale_o(acc_o, view.row_values(final))
     tracer.frag("epilogue", None, acc_o=acc_o)
-    lse_rows = _row_values(soft.lse, view)
+    lse_rows = view.row_values(soft.lse)
     if out is None:  # an executor task: the caller stores
         return acc_o, lse_rows
     _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse)
@@ -341,13 +341,6 @@ def _cta_scales(cfg: Config, b, hkv):
         else:
             scale_log2 = fmul(scale_log2, qk, ftz=True)
     return scale_log2, softcap_val, cfg.v_descale[b, hkv].astype(np.float32)
-
-
-def _row_values(per_thread: np.ndarray, view) -> np.ndarray:
-    """[..., 128, nrow] values that are identical within each quad -> [..., 64] per matrix row."""
-    rows = np.empty(per_thread.shape[:-2] + (64,), dtype=per_thread.dtype)
-    rows[..., view.row] = per_thread
-    return rows
 
 
 def _rescale(tracer, n, acc_o, scale_rows):

@@ -411,6 +411,23 @@ class RowColView:
         v = self.layout.check_fragment(values)
         return v[..., self.reg]
 
+    def row_values(self, per_thread) -> np.ndarray:
+        """Row state held per thread ``[..., threads, nrow]`` (the same in every thread of a
+        quad, as softmax.h's row_max / row_sum / scores_scale after the quad allreduce) ->
+        ``[..., M]``, one value per matrix row (a copy).
+
+        Raises:
+            ValueError: trailing shape is not (threads, nrow).
+        """
+        v = np.asarray(per_thread)
+        want = (self.layout.threads, self.nrow)
+        if v.ndim < 2 or v.shape[-2:] != want:
+            raise ValueError(f"per_thread: expected [..., {want[0]}, {want[1]}] for "
+                             f"{self.layout.name}, got shape {v.shape}")
+        rows = np.empty(v.shape[:-2] + (self.layout.shape.m * self.layout.tiles[0],), dtype=v.dtype)
+        rows[..., self.row] = v
+        return rows
+
     def unapply(self, tensor) -> np.ndarray:
         """``[..., threads, nrow, ncol]`` -> fragment ``[..., threads, registers]`` (a copy).
 
