@@ -101,9 +101,6 @@ for rec, raw in recorded:
 # traced CTA records nothing on either side.
 
 # %%
-OUT_FMT = {np.dtype(BF16): "bf16", np.dtype(np.float16): "f16"}
-
-
 def cta_out_lse(trace, lcfg, cta):
     """Rows, O (output format) and LSE of one traced CTA, from its epilogue and finalize."""
     last = {e.step: e for e in trace.for_cta(cta) if e.n_block is None}
@@ -112,7 +109,7 @@ def cta_out_lse(trace, lcfg, cta):
     L = hw.rowcol_view(lay_o).row_values(last["finalize"].data["lse"]).reshape(-1)
     rows = cta[2] * lcfg.kblock_m + np.arange(lcfg.kblock_m)
     keep = rows < lcfg.seqlen_q
-    return rows[keep], nm.convert(O[keep], OUT_FMT[lcfg.out_dtype]), L[keep]
+    return rows[keep], nm.convert(O[keep], nm.format_of(lcfg.out_dtype).name), L[keep]
 
 
 runs = {}

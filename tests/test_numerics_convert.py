@@ -79,3 +79,13 @@ def test_zero_d_inputs_give_zero_d_arrays():
         wide = nm.to_float32(nm.convert(np.asarray(np.float32(1.5)), fmt))
         assert isinstance(wide, np.ndarray) and wide.shape == () and wide == 1.5
     assert nm.convert(_f(1e6), "bf16", satfinite=np.True_).dtype == ml_dtypes.bfloat16
+
+
+def test_format_of_finds_the_format_of_a_dtype():
+    from simulator.numerics import FORMATS, format_of
+
+    for name, f in FORMATS.items():
+        assert format_of(f.dtype) is f and format_of(f.dtype).name == name
+    assert format_of(ml_dtypes.bfloat16).name == "bf16"
+    with pytest.raises(ValueError, match="dtype: expected one of"):
+        format_of(np.float32)

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
+from ..numerics import FORMATS
 from ..trace import Trace
 from .constants import host_constants
 from .dispatch import Dispatch, check_head_dim, check_head_dim_v, fa3_dispatch, should_pack_gqa
 from .masks import fa3_window, kernel_flags, normalize_window
 
-DTYPES = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16",
-          np.dtype(ml_dtypes.float8_e4m3fn): "e4m3"}
+#: the input dtypes FA3's forward takes, and their format names
+DTYPES = {FORMATS[name].dtype: name for name in ("bf16", "f16", "e4m3")}
 SCHEDULES = ("plain", "intra_wg_overlap")
 ARCHS = ("sm90", "ideal")
 
@@ -85,8 +85,7 @@ class Config:
 
     @property
     def out_dtype(self) -> np.dtype:
-        return np.dtype(ml_dtypes.bfloat16) if self.fmt == "e4m3" else {
-            "bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16)}[self.fmt]
+        return FORMATS["bf16" if self.fmt == "e4m3" else self.fmt].dtype
 
     @property
     def k_step(self) -> int:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from concurrent.futures import as_completed
 
-import ml_dtypes
 import numpy as np
 
 from .. import mma
 from ..hw import accumulator_layout, rowcol_view
-from ..numerics import convert, fmul
+from ..numerics import convert, fmul, format_of
 from ..numerics.mufu import tanh
 from ..trace import Trace
 from . import chunks
@@ -389,7 +388,7 @@ def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse):
     o = acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim_v)[..., : cfg.head_dim_v]
     lse_rows = lse_rows.reshape(len(ctas), cfg.kblock_m)
     if cfg.splits is None:
-        o = convert(o, {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16"}[cfg.out_dtype])
+        o = convert(o, format_of(cfg.out_dtype).name)
         out[b[gi], rows[gi, ri], heads[gi, ri]] = o[gi, ri]
         lse[b[gi], heads[gi, ri], rows[gi, ri]] = lse_rows[gi, ri]
     else:  # the Split epilogue stores float32 partials, one slice per split

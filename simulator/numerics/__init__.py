@@ -2,7 +2,7 @@
 
 Public API:
     fadd, fsub, fmul, ffma, fmax, fmin  -- float32 ops (``ftz=`` keyword), see :mod:`.float32`
-    convert, to_float32, convert_x2, FORMATS -- cvt to/from bf16, f16, e4m3, e5m2, see :mod:`.cvt`
+    convert, to_float32, convert_x2, FORMATS, format_of -- cvt to/from bf16, f16, e4m3, e5m2, see :mod:`.cvt`
     flush_subnormal, canonicalize_nan, to_bits, from_bits -- bit helpers, see :mod:`.bits`
     ex2, rcp, lg2, tanh, exp2f_fast, expf_fast, logf_fast, recip_fast, mufu_archs -- MUFU
         approximations of sm_90 (arch="sm90") or correctly rounded (arch="ideal"), see :mod:`.mufu`
@@ -17,7 +17,7 @@ from .bits import (
     require_float32,
     to_bits,
 )
-from .cvt import FORMATS, convert, convert_x2, to_float32
+from .cvt import FORMATS, convert, convert_x2, format_of, to_float32
 from .float32 import fadd, ffma, fmax, fmin, fmul, fsub
 from .mufu import MufuDataError, ex2, exp2f_fast, expf_fast, lg2, logf_fast, rcp, recip_fast, tanh
 from .mufu import archs as mufu_archs
@@ -41,6 +41,7 @@ __all__ = [
     "fadd",
     "ffma",
     "flush_subnormal",
+    "format_of",
     "fmax",
     "fmin",
     "fmul",

@@ -148,6 +148,19 @@ def convert_x2(a, b, fmt: str, *, satfinite: bool | None = None) -> np.ndarray:
 _BY_DTYPE = {f.dtype: f for f in FORMATS.values()}
 
 
+def format_of(dtype) -> Format:
+    """The :class:`Format` of a NumPy / ml_dtypes dtype (``ml_dtypes.bfloat16`` -> bf16, ...).
+
+    Raises:
+        ValueError: not one of the four narrow formats, naming the dtype.
+    """
+    try:
+        return _BY_DTYPE[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise ValueError(f"dtype: expected one of {', '.join(str(f.dtype) for f in FORMATS.values())}, "
+                         f"got {dtype!r}") from None
+
+
 def to_float32(x) -> np.ndarray:
     """Widen bf16 / f16 / e4m3 / e5m2 values to float32 as the hardware does.
 
