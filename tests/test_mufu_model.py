@@ -142,3 +142,25 @@ def test_ex2_of_empty_and_scalar():
     assert mufu.ex2(np.zeros(0, np.float32)).shape == (0,)
     assert mufu.ex2(np.zeros((0, 3), np.float32), ftz=False).shape == (0, 3)
     assert mufu.ex2(np.float32(-1.0)).view(np.uint32) == 0x3F000000
+
+
+@pytest.mark.parametrize("name", ["ex2", "rcp", "lg2", "tanh"])
+def test_ideal_rounding_equals_the_tolerance_test(name):
+    """The correctly rounded functions test for nearby midpoints on the bits of the float64
+    value; the relative-tolerance test they used before gives the same bits (random patterns
+    over every exponent, and three dense binades)."""
+    from simulator.numerics import mufu_ideal as mi
+
+    rng = np.random.default_rng(11)
+    u = np.concatenate([rng.integers(0, 1 << 32, 1 << 21, dtype=np.uint64).astype(np.uint32),
+                        _binade(0, 127)[::7], _binade(1, 126)[::7], _binade(0, 3)[::7]])
+    x = mi._prep(u.view(np.float32), False)
+    with np.errstate(all="ignore"):
+        f64 = x.astype(np.float64)
+        y = {"ex2": np.exp2, "rcp": lambda v: 1.0 / v, "lg2": np.log2, "tanh": np.tanh}[name](f64)
+    exact = {"ex2": mi._exact_ex2, "rcp": mi._exact_rcp, "lg2": mi._exact_lg2,
+             "tanh": mi._exact_tanh}[name]
+    got = mi._round_to_f32(x, y.copy(), exact).view(np.uint32)
+    want = mi._round_to_f32_general(x, y.copy(), exact).view(np.uint32)
+    assert np.array_equal(got, want)
+
