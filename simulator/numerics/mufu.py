@@ -62,6 +62,7 @@ _MANT = np.uint32(0x7FFFFF)
 _INF = np.uint32(0x7F800000)
 _NEG_INF = np.uint32(0xFF800000)
 _ONE = np.uint32(0x3F800000)
+_EX2_CHUNK = 1 << 15  # elements per pass of MUFU.EX2's emulation
 
 MufuDataError = mufu_data.MufuDataError
 
@@ -169,15 +170,23 @@ class MufuModel:
         if not in_range:  # NaN -> 128 (fixed at the end), +-inf and |x| huge clamped
             g = np.fmin(x, np.float32(128.0))
             np.fmax(g, np.float32(-130.0), out=g)
-        f = np.multiply(g, np.float32(2.0**23), out=np.empty(n, np.int32), casting="unsafe")
-        hi = np.bitwise_and(f, np.int32(~0x7FFFFF))
-        f ^= hi  # the fraction bits
-        idx = np.right_shift(hi, 8, out=np.empty(n, np.intp))
-        idx &= 0x800000  # sign of the fixed-point value
-        idx |= f
-        r = table.take(idx, out=f)  # idx < 2^24 by construction
-        del idx
-        r += hi  # exponent field += floor(f / 2^23); x = 128 gives exactly +inf
+        out = np.empty(n, dtype=np.int32)
+        step = min(n, _EX2_CHUNK)  # the temporaries of a chunk stay in the core's cache
+        f = np.empty(step, dtype=np.int32)
+        hi = np.empty(step, dtype=np.int32)
+        idx = np.empty(step, dtype=np.intp)
+        for s in range(0, n, step):
+            e = min(s + step, n)
+            fc, hc, ic, r = f[:e - s], hi[:e - s], idx[:e - s], out[s:e]
+            np.multiply(g[s:e], np.float32(2.0**23), out=fc, casting="unsafe")  # trunc to int
+            np.bitwise_and(fc, np.int32(~0x7FFFFF), out=hc)
+            fc ^= hc  # the fraction bits
+            np.right_shift(hc, 8, out=ic)
+            ic &= 0x800000  # sign of the fixed-point value
+            ic |= fc
+            table.take(ic, out=r)  # idx < 2^24 by construction
+            r += hc  # exponent field += floor(f / 2^23); x = 128 gives exactly +inf
+        r = out
         if not (in_range and lo >= self._ex2_no_flush):
             low = r < np.int32(0x00800000)  # below 2^-126 (or wrapped below zero): flushed
             if low.any():
