@@ -292,10 +292,10 @@ def fresh_mufu(monkeypatch, tmp_path):
     monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
     monkeypatch.setattr(mufu_data, "_WARNED", set(), raising=False)
     mufu_data.load.cache_clear()
-    mufu.model.cache_clear()
+    mufu.clear_models()
     yield tmp_path
     mufu_data.load.cache_clear()
-    mufu.model.cache_clear()
+    mufu.clear_models()
 
 
 def test_mufu_data_error_is_recorded_data_error():

@@ -121,6 +121,9 @@ def test_model_is_resolved_once_per_arch():
     assert m.tanh(x).view(np.uint32).tolist() == mufu.tanh(x).view(np.uint32).tolist()
     with pytest.raises(ValueError, match=r"unknown arch 'sm80'.*\['sm90'\]"):
         mufu.model("sm80")
+    for bad in (["sm90"], None, 90):  # unhashable too: a ValueError naming the argument
+        with pytest.raises(ValueError, match=r"arch: expected a string, one of \['ideal', 'sm90'\]"):
+            mufu.ex2(np.float32([1.0]), arch=bad)
     with pytest.raises(TypeError, match="x: expected a float32 array, got dtype float64"):
         m.ex2(np.zeros(2))
 

@@ -311,7 +311,6 @@ class MufuModel:
         return self._tanh_core(flat).view(np.float32).reshape(x.shape)
 
 
-@functools.lru_cache(maxsize=8)
 def model(arch: str = "sm90") -> MufuModel:
     """The :class:`MufuModel` of ``arch``, one per process and arch: the arch is checked here,
     once, and its tables are loaded by the first function that needs them.
@@ -320,9 +319,22 @@ def model(arch: str = "sm90") -> MufuModel:
         arch: ``"sm90"`` (calibrated H200 tables), ``"ideal"`` (correctly rounded), or any
             other calibrated arch (:func:`archs`).
     Raises:
-        ValueError: unknown ``arch`` (the message lists the calibrated ones).
+        ValueError: ``arch`` is not a string, or is not a known arch (the message lists the
+            calibrated ones).
     """
+    if not isinstance(arch, str):  # before the cache, which needs a hashable key
+        raise ValueError(f"arch: expected a string, one of {archs()}, got {arch!r}")
+    return _resolved_model(arch)
+
+
+@functools.lru_cache(maxsize=8)
+def _resolved_model(arch: str) -> MufuModel:
     return MufuModel(_check_arch(arch))
+
+
+def clear_models() -> None:
+    """Forget the models resolved so far (after the data folders or the cache changed)."""
+    _resolved_model.cache_clear()
 
 
 def ex2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
@@ -446,6 +458,7 @@ FORMS = {
     "recip_fast": recip_fast,
 }
 
-__all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "MufuModel", "archs", "ex2",
-           "exp2f_fast", "expf_fast", "lg2", "logf_fast", "model", "rcp", "recip_fast", "tanh"]
+__all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "MufuModel", "archs",
+           "clear_models", "ex2", "exp2f_fast", "expf_fast", "lg2", "logf_fast", "model", "rcp",
+           "recip_fast", "tanh"]
 _ = EXP_MASK  # re-exported constant kept for readers of the bit layout
