@@ -41,7 +41,9 @@ Models (structure measured on the H200; see docs/mufu.md):
   count depends on the binade and is part of the calibrated data).
 
 Every function takes a float32 array (or numpy.float32 scalar) of any shape and returns a new
-float32 array of the same shape; NaN results are the canonical 0x7fffffff.
+float32 array of the same shape; NaN results are the canonical 0x7fffffff. Each is a thin
+wrapper around :func:`model` (``model(arch).ex2(x, ftz)``...): the arch is resolved once per
+process, and its tables are loaded by the first function that needs them.
 """
 
 from __future__ import annotations

@@ -8,9 +8,13 @@ environment variable ``FA3SIM_MUFU_DATA``, searched first):
   entry, plus the rare entries that do not fit (or whose reference is close to a rounding tie)
   as raw bits. Deflate packs the residuals to well under a bit per entry.
 * ``<arch>.json``: provenance (GPU, compute capability, driver, toolkit, date, kernel hash), the
-  tanh structure parameters, the BLAKE2b-128 checksum of the *reconstructed* tables and the
-  exhaustive sweep's mismatch counts. The checksum is verified at load, so a platform whose
-  reference computation differed would fail loudly instead of emulating wrong bits.
+  tanh structure parameters, the BLAKE2b-128 checksum of the *reconstructed* tables (as a whole,
+  ``tables_blake2b``, and per table, ``table_blake2b``) and the exhaustive sweep's mismatch
+  counts. The checksums are verified at load, so a platform whose reference computation
+  differed would fail loudly instead of emulating wrong bits.
+
+Tables are decoded one by one, when a function first needs them (:func:`tables`,
+:func:`ex2_table`), and cached as uncompressed ``.npy`` files (:func:`cache_dir`).
 
 Tables (inputs are float32 bit patterns; the device results are the table):
 
