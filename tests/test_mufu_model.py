@@ -167,3 +167,13 @@ def test_ideal_rounding_equals_the_tolerance_test(name):
     want = mi._round_to_f32_general(x, y.copy(), exact).view(np.uint32)
     assert np.array_equal(got, want)
 
+
+
+def test_resolve_loads_the_named_functions_tables(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    m = mufu.MufuModel("sm90").resolve(("rcp", "lg2"))
+    assert {"_rcp_table", "_lg2_tables"} <= set(vars(m)) and "_ex2c" not in vars(m)
+    assert mufu.model("ideal").resolve() is mufu.model("ideal")
+    want = r"functions: expected names from \['ex2', 'lg2', 'rcp', 'tanh'\], got \['exp'\]"
+    with pytest.raises(ValueError, match=want):
+        m.resolve(("ex2", "exp"))

@@ -148,11 +148,26 @@ class MufuModel:
         offset = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint32)
         return {"tanh": t["tanh"], "kind": kind, "shift": shift, "offset": offset}
 
-    def resolve(self) -> MufuModel:
-        """Load every table now (before forking worker processes, say); returns ``self``."""
+    _TABLES_OF = {"ex2": ("_ex2c", "_ex2_no_flush"), "rcp": ("_rcp_table",),
+                  "lg2": ("_lg2_tables",), "tanh": ("_tanh_tables",)}
+
+    def resolve(self, functions=("ex2", "rcp", "lg2", "tanh")) -> MufuModel:
+        """Load the tables of ``functions`` now (all by default: before forking worker
+        processes, say; the forward uses ``("ex2", "rcp", "lg2")``); returns ``self``.
+
+        Raises:
+            ValueError: a name is not one of ex2, rcp, lg2, tanh.
+            MufuDataError: as :func:`ex2`.
+        """
+        names = (functions,) if isinstance(functions, str) else tuple(functions)
+        unknown = [f for f in names if f not in self._TABLES_OF]
+        if unknown:
+            raise ValueError(f"functions: expected names from {sorted(self._TABLES_OF)}, "
+                             f"got {unknown}")
         if not self.ideal:
-            for name in ("_ex2c", "_ex2_no_flush", "_rcp_table", "_lg2_tables", "_tanh_tables"):
-                getattr(self, name)
+            for f in names:
+                for attr in self._TABLES_OF[f]:
+                    getattr(self, attr)
         return self
 
     # ---- MUFU cores (always .ftz), on 1-D contiguous float32 -------------------------------
