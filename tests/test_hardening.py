@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import warnings
@@ -291,10 +292,10 @@ def fresh_mufu(monkeypatch, tmp_path):
     monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
     monkeypatch.setattr(mufu_data, "_WARNED", set(), raising=False)
     mufu_data.load.cache_clear()
-    mufu._model.cache_clear()
+    mufu.clear_models()
     yield tmp_path
     mufu_data.load.cache_clear()
-    mufu._model.cache_clear()
+    mufu.clear_models()
 
 
 def test_mufu_data_error_is_recorded_data_error():
@@ -323,7 +324,7 @@ def test_missing_shipped_table_is_reported_as_missing(fresh_mufu, monkeypatch, c
 
 @pytest.fixture(scope="module")
 def good_cache(tmp_path_factory):
-    """Tables decoded once, and the cache file they were written to."""
+    """Tables decoded once, and the folder their cache files were written to."""
     folder = tmp_path_factory.mktemp("good-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FA3SIM_CACHE", str(folder))
@@ -331,12 +332,12 @@ def good_cache(tmp_path_factory):
         mufu_data.load.cache_clear()
         tables = mufu_data.load("sm90")
         mufu_data.load.cache_clear()
-    (path,) = folder.glob("mufu-tables-*.npz")
-    return tables, path
+    assert sorted(p.name.split("-")[2] for p in folder.glob("mufu-*.npy")) == sorted(mufu_data.TABLES)
+    return tables, folder
 
 
-def _cache_path():
-    return mufu_data._cache_path(mufu_data.provenance("sm90")["tables_blake2b"])
+def _cache_path(name="rcp"):
+    return mufu_data._cache_path(name, mufu_data.provenance("sm90")["table_blake2b"][name])
 
 
 def _load_with_warnings():
@@ -347,48 +348,80 @@ def _load_with_warnings():
     return tables, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
 
 
-def _empty_zip(arrays):
-    return {}
+def _not_npy(table):
+    return b"not an npy file"
 
 
-def _missing_key(arrays):
-    return {k: v for k, v in arrays.items() if k != "lg2_e0"}
+def _truncated(table):
+    return _npy(table)[:-4]
 
 
-def _altered_entry(arrays):
-    out = dict(arrays)
-    out["rcp"] = arrays["rcp"].copy()
-    out["rcp"][4321] ^= np.uint32(1)
-    return out
+def _short(table):
+    return _npy(table[:-1])
 
 
-def _other_dtype(arrays):
-    return {**arrays, "tanh": arrays["tanh"].view(np.int32)}
+def _altered_entry(table):
+    t = table.copy()
+    t[4321] ^= np.uint32(1)
+    return _npy(t)
 
 
-@pytest.mark.parametrize("damage", [_empty_zip, _missing_key, _altered_entry, _other_dtype])
-def test_wrong_cache_is_ignored_once_and_rebuilt(fresh_mufu, good_cache, damage):
-    good, good_file = good_cache
-    path = _cache_path()
-    path.parent.mkdir(parents=True)
-    with np.load(good_file) as z:
-        np.savez(path, **damage({k: z[k] for k in z.files}))
+def _other_dtype(table):
+    return _npy(table.view(np.int32))
+
+
+def _npy(a):
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("damage", [_not_npy, _truncated, _short, _altered_entry, _other_dtype])
+@pytest.mark.parametrize("name", ["rcp", "tanh"])
+def test_wrong_cache_is_ignored_once_and_rebuilt(fresh_mufu, good_cache, damage, name):
+    good, folder = good_cache
+    path = _cache_path(name)
+    shutil.copytree(folder, path.parent)  # the other tables come from the cache
+    path.write_bytes(damage(good[name]))
     again, warned = _load_with_warnings()
     assert len(warned) == 1 and str(path) in warned[0] and "rewriting the cache" in warned[0]
     assert all(np.array_equal(good[k], again[k]) for k in good)
-    with np.load(path) as z:  # rebuilt
-        assert mufu_data.checksum({k: z[k] for k in z.files}) == mufu_data.checksum(good)
+    assert np.array_equal(np.load(path), good[name])  # rebuilt
     _, warned = _load_with_warnings()
     assert warned == []
+
+
+def _ex2_altered_pos(a):
+    return _npy(a + np.int32(np.arange(a.size) == 77))
+
+
+def _ex2_altered_neg(a):  # in the half that holds ex2_neg, reversed
+    return _npy(a + np.int32(np.arange(a.size) == a.size - 5))
+
+
+@pytest.mark.parametrize("damage", [_not_npy, _short, _ex2_altered_pos, _ex2_altered_neg,
+                                    lambda a: _npy(a.view(np.float32))])
+def test_wrong_ex2_layout_cache_is_ignored_once_and_rebuilt(fresh_mufu, damage):
+    mufu_data.ex2_table("sm90")
+    (path,) = (fresh_mufu / "cache").glob("mufu-*-ex2c-*.npy")
+    good = np.load(path)
+    path.write_bytes(damage(good))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = mufu_data.ex2_table("sm90")
+    warned = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(warned) == 1 and str(path) in warned[0] and "rewriting the cache" in warned[0]
+    assert np.array_equal(again, good) and np.array_equal(np.load(path), good)
 
 
 @pytest.mark.parametrize("kind", ["directory", "devnull"])
 def test_unusable_cache_path_falls_back_to_decoding(fresh_mufu, good_cache, kind):
     if kind == "devnull" and not os.path.exists(os.devnull):
         pytest.skip("no /dev/null")
-    good, _ = good_cache
+    good, folder = good_cache
     path = _cache_path()
-    path.parent.mkdir(parents=True)
+    shutil.copytree(folder, path.parent)
+    path.unlink()
     if kind == "directory":
         path.mkdir()
     else:

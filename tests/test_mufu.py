@@ -220,19 +220,31 @@ def test_live_device_matches_emulator():
 
 
 def test_decoded_table_cache(tmp_path, monkeypatch):
-    """Decoded tables are cached under FA3SIM_CACHE, re-verified, and a damaged cache file is
-    ignored (the tables are decoded again from the shipped data)."""
+    """Decoded tables are cached under FA3SIM_CACHE, one file per table named after its
+    recorded checksum, re-verified, and a damaged cache file is ignored (the table is decoded
+    again from the shipped data)."""
     monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
     mufu_data.load.cache_clear()
     first = mufu_data.load("sm90")
-    files = list(tmp_path.glob("mufu-tables-*.npz"))
-    assert len(files) == 1
-    files[0].write_bytes(b"not an npz")
+    sums = mufu_data.provenance("sm90")["table_blake2b"]
+    files = sorted(p.name for p in tmp_path.glob("mufu-*.npy"))
+    assert files == sorted(f"mufu-{mufu_data.CACHE_VERSION}-{n}-{sums[n]}.npy" for n in sums)
+    (tmp_path / files[0]).write_bytes(b"not an npy")
     mufu_data.load.cache_clear()
     with pytest.warns(RuntimeWarning, match="ignoring the MUFU table cache"):
         again = mufu_data.load("sm90")
     assert all(np.array_equal(first[k], again[k]) for k in first)
     mufu_data.load.cache_clear()
+
+
+def test_table_checksums_are_recorded_and_match_the_whole():
+    """Each table's recorded checksum (so one table can be loaded alone) belongs to the tables
+    whose whole-set checksum was recorded at calibration."""
+    prov = mufu_data.provenance("sm90")
+    t = mufu_data.load("sm90")
+    assert mufu_data.checksum(t) == prov["tables_blake2b"]
+    assert mufu_data.table_checksums(t) == prov["table_blake2b"]
+    assert np.array_equal(mufu_data.ex2_table("sm90")[: 1 << 23].view(np.uint32), t["ex2_pos"])
 
 
 def test_recordings_belong_to_the_current_probe_kernel():

@@ -217,8 +217,8 @@ def main(argv=None) -> int:
         return 0
     os.environ[mufu_data.ENV_DIR] = str(Path(args.out).resolve())
     mufu_data.load.cache_clear()
-    mufu._model.cache_clear()
-    mufu._model(arch)  # decode (and checksum-verify) before forking the workers
+    mufu.clear_models()
+    mufu.model(arch).resolve()  # decode (and checksum-verify) before forking the workers
     ev_dir = Path(args.evidence_out)
 
     def partial(rep):

@@ -41,7 +41,9 @@ Models (structure measured on the H200; see docs/mufu.md):
   count depends on the binade and is part of the calibrated data).
 
 Every function takes a float32 array (or numpy.float32 scalar) of any shape and returns a new
-float32 array of the same shape; NaN results are the canonical 0x7fffffff.
+float32 array of the same shape; NaN results are the canonical 0x7fffffff. Each is a thin
+wrapper around :func:`model` (``model(arch).ex2(x, ftz)``...): the arch is resolved once per
+process, and its tables are loaded by the first function that needs them.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ _MANT = np.uint32(0x7FFFFF)
 _INF = np.uint32(0x7F800000)
 _NEG_INF = np.uint32(0xFF800000)
 _ONE = np.uint32(0x3F800000)
+_EX2_CHUNK = 1 << 15  # elements per pass of MUFU.EX2's emulation
 
 MufuDataError = mufu_data.MufuDataError
 
@@ -84,30 +87,6 @@ def _check_arch(arch: str) -> str:
     return arch
 
 
-@functools.lru_cache(maxsize=8)
-def _model(arch: str) -> dict:
-    """Tables in the layout the emulation uses (built once per process)."""
-    t = mufu_data.load(arch)
-    # ex2c[lo] = ex2_pos[lo]; ex2c[2^23 | lo] = 2 * ex2_neg[2^23 - lo] (lo > 0), ex2_neg[0] (lo = 0)
-    neg = t["ex2_neg"].astype(np.int32)
-    neg2 = np.empty_like(neg)
-    neg2[0] = neg[0]
-    neg2[1:] = neg[:0:-1] + (1 << 23)
-    ex2c = np.concatenate([t["ex2_pos"].astype(np.int32), neg2])
-    t0 = t["lg2_e0"].view(np.float32).astype(np.float64)
-    c = 1.0 + t["lg2_em1"].view(np.float32).astype(np.float64)  # exact
-    floor23 = np.floor(t0 * 2.0**23)
-    sticky = (t0 * 2.0**23 != floor23) | (c != t0)
-    lg2_s = (floor23 * 2.0 + sticky) * 2.0**-24  # L rounded to odd at 2^-24, exact in float64
-    kind = t["tanh_kind"].astype(np.uint8)
-    shift = t["tanh_shift"].astype(np.uint32)
-    sizes = np.where(kind == mufu_data.TANH_TABLE, 1 << (23 - shift.astype(np.int64)), 0)
-    offset = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint32)
-    return {"ex2c": ex2c, "rcp": t["rcp"], "lg2_e0": t["lg2_e0"], "lg2_em1": t["lg2_em1"],
-            "lg2_s": lg2_s, "tanh": t["tanh"], "tanh_kind": kind, "tanh_shift": shift,
-            "tanh_offset": offset}
-
-
 def _bits(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x).view(np.uint32)
 
@@ -117,89 +96,262 @@ def _nan_fix(x: np.ndarray, out_bits: np.ndarray) -> np.ndarray:
     return out_bits
 
 
-# ---- MUFU cores (always .ftz) ---------------------------------------------------------------
-def _ex2_core(x: np.ndarray, m: dict) -> np.ndarray:
-    # Sign-magnitude truncation to 23 fractional bits, then a two's complement split of the
-    # signed fixed-point value f = trunc(x * 2^23): hi = f & ~(2^23 - 1) is (floor(f/2^23)) << 23,
-    # which added to a float32 bit pattern scales it by 2^floor(f/2^23); "ex2c" holds, at
-    # [lo | sign << 23], the device result for the matching fraction with the floor/trunc
-    # difference folded in (see _model).
-    f = np.fmin(x, np.float32(128.0))  # NaN -> 128, fixed at the end
-    np.fmax(f, np.float32(-130.0), out=f)
-    np.multiply(f, np.float32(2.0**23), out=f)  # exact
-    fx = f.astype(np.int32)  # truncation toward zero; subnormals and tiny |x| -> 0
-    idx = fx >> np.int32(8)
-    idx &= np.int32(0x800000)  # sign of the fixed-point value
-    lo = fx & np.int32(0x7FFFFF)
-    idx |= lo
-    fx &= np.int32(~0x7FFFFF)
-    r = m["ex2c"].take(idx, mode="clip")  # idx < 2^24 by construction
-    r += fx  # int32: exponent field += floor(f / 2^23); x = 128 gives exactly +inf
-    low = r < np.int32(0x00800000)  # below 2^-126 (or wrapped below zero): flushed
-    if low.any():
-        r[low] = 0
-    r = r.view(np.uint32)
-    nan = np.isnan(x)
-    if nan.any():
-        r[nan] = CANONICAL_NAN_BITS
-    return r
-
-
-def _rcp_core(x: np.ndarray, m: dict) -> np.ndarray:
-    u = _bits(x)
-    e = (u >> np.uint32(23)) & np.uint32(0xFF)
-    r = m["rcp"].take(u & _MANT).view(np.int32)
-    r = r + ((np.int32(127) - e.view(np.int32)) << np.int32(23))
-    r = r.view(np.uint32)
-    np.putmask(r, r.view(np.int32) < 0x00800000, np.uint32(0))  # subnormal result: flushed
-    np.putmask(r, e == 0, _INF)  # +-0 and subnormal inputs (read as zero)
-    np.putmask(r, e == 0xFF, np.uint32(0))  # +-inf -> +-0 (NaN fixed below)
-    r |= u & SIGN_MASK
-    return _nan_fix(x, r)
-
-
-def _lg2_core(x: np.ndarray, m: dict) -> np.ndarray:
-    u = _bits(x)
-    e = ((u >> np.uint32(23)) & np.uint32(0xFF)).view(np.int32) - np.int32(127)
-    j = u & _MANT
-    v = m["lg2_s"].take(j)
-    v += e
-    b = v.view(np.uint64)
-    b &= np.uint64(0xFFFF_FFFF_E000_0000)  # RZ to 24 significant bits (|v| >= 1 here)
-    r = v.astype(np.float32).view(np.uint32)
-    e0 = e == 0
-    if e0.any():
-        r[e0] = m["lg2_e0"][j[e0]]
-    em1 = e == -1
-    if em1.any():
-        r[em1] = m["lg2_em1"][j[em1]]
-    np.putmask(r, e == -127, _NEG_INF)  # +-0 and subnormals (read as zero)
-    np.putmask(r, e == 128, _INF)  # +inf (NaN and -inf fixed below)
-    np.putmask(r, (u > SIGN_MASK) & (e != -127), CANONICAL_NAN_BITS)  # x < 0
-    return _nan_fix(x, r)
-
-
-def _tanh_core(x: np.ndarray, m: dict) -> np.ndarray:
-    u = _bits(x)
-    a = u & ~SIGN_MASK
-    e = a >> np.uint32(23)
-    kind = m["tanh_kind"].take(e)
-    r = a.copy()  # identity binades
-    t = kind == mufu_data.TANH_TABLE
-    if t.any():
-        et, at = e[t], a[t]
-        idx = m["tanh_offset"].take(et) + ((at & _MANT) >> m["tanh_shift"].take(et))
-        r[t] = m["tanh"].take(idx)
-    np.putmask(r, kind == mufu_data.TANH_ONE, _ONE)
-    np.putmask(r, a == _INF, _ONE)
-    r |= u & SIGN_MASK
-    return _nan_fix(x, r)
-
-
-# ---- PTX instructions -------------------------------------------------------------------------
 def _prep(x, name="x"):
     x = require_float32(name, x)
     return x, np.ascontiguousarray(x.reshape(-1))
+
+
+class MufuModel:
+    """The MUFU forms of one architecture, resolved once (see :func:`model`).
+
+    ``arch == "ideal"``: the correctly rounded functions of :mod:`.mufu_ideal`. A calibrated
+    arch: the device tables, each loaded (decoded, or read from the cache and verified) the
+    first time a function that needs it runs, so a forward that only runs ex2, rcp and lg2
+    never loads the tanh table. Methods take what the module functions take (float32 array of
+    any shape, or numpy.float32) and return a new float32 array of that shape.
+    """
+
+    def __init__(self, arch: str):
+        self.arch = arch
+        self.ideal = arch == IDEAL
+
+    def __repr__(self) -> str:
+        return f"MufuModel({self.arch!r})"
+
+    # ---- tables, loaded on first use -------------------------------------------------------
+    @functools.cached_property
+    def _ex2c(self) -> np.ndarray:
+        return mufu_data.ex2_table(self.arch)
+
+    @functools.cached_property
+    def _ex2_no_flush(self) -> np.float32:
+        # for x >= this bound every result is >= 2^-126: floor(x) >= -N and the smallest entry
+        # plus (-N << 23) stays a normal bit pattern, so the flush test can be skipped
+        n = (int(self._ex2c.min()) - 0x00800000) >> 23
+        return np.float32(-n)
+
+    @functools.cached_property
+    def _rcp_table(self) -> np.ndarray:
+        return mufu_data.tables(self.arch, ("rcp",))["rcp"]
+
+    @functools.cached_property
+    def _lg2_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        t = mufu_data.tables(self.arch, ("lg2_e0", "lg2_em1"))
+        return t["lg2_e0"], t["lg2_em1"]
+
+    @functools.cached_property
+    def _tanh_tables(self) -> dict:
+        t = mufu_data.tables(self.arch, ("tanh",))
+        kind = t["tanh_kind"].astype(np.uint8)
+        shift = t["tanh_shift"].astype(np.uint32)
+        sizes = np.where(kind == mufu_data.TANH_TABLE, 1 << (23 - shift.astype(np.int64)), 0)
+        offset = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint32)
+        return {"tanh": t["tanh"], "kind": kind, "shift": shift, "offset": offset}
+
+    _TABLES_OF = {"ex2": ("_ex2c", "_ex2_no_flush"), "rcp": ("_rcp_table",),
+                  "lg2": ("_lg2_tables",), "tanh": ("_tanh_tables",)}
+
+    def resolve(self, functions=("ex2", "rcp", "lg2", "tanh")) -> MufuModel:
+        """Load the tables of ``functions`` now (all by default: before forking worker
+        processes, say; the forward uses ``("ex2", "rcp", "lg2")``); returns ``self``.
+
+        Raises:
+            ValueError: a name is not one of ex2, rcp, lg2, tanh.
+            MufuDataError: as :func:`ex2`.
+        """
+        names = (functions,) if isinstance(functions, str) else tuple(functions)
+        unknown = [f for f in names if f not in self._TABLES_OF]
+        if unknown:
+            raise ValueError(f"functions: expected names from {sorted(self._TABLES_OF)}, "
+                             f"got {unknown}")
+        if not self.ideal:
+            for f in names:
+                for attr in self._TABLES_OF[f]:
+                    getattr(self, attr)
+        return self
+
+    # ---- MUFU cores (always .ftz), on 1-D contiguous float32 -------------------------------
+    def _ex2_core(self, x: np.ndarray) -> np.ndarray:
+        # Sign-magnitude truncation to 23 fractional bits, then a two's complement split of the
+        # signed fixed-point value f = trunc(x * 2^23): hi = f & ~(2^23 - 1) is
+        # (floor(f/2^23)) << 23, which added to a float32 bit pattern scales it by
+        # 2^floor(f/2^23); the table holds, at [lo | sign << 23], the device result for the
+        # matching fraction with the floor/trunc difference folded in (mufu_data.ex2_table).
+        n = x.size
+        if n == 0:
+            return np.empty(0, dtype=np.uint32)
+        table = self._ex2c
+        lo, hi_x = x.min(), x.max()  # NaN in x makes both NaN
+        in_range = bool(lo >= np.float32(-130.0)) and bool(hi_x <= np.float32(128.0))
+        g = x
+        if not in_range:  # NaN -> 128 (fixed at the end), +-inf and |x| huge clamped
+            g = np.fmin(x, np.float32(128.0))
+            np.fmax(g, np.float32(-130.0), out=g)
+        out = np.empty(n, dtype=np.int32)
+        step = min(n, _EX2_CHUNK)  # the temporaries of a chunk stay in the core's cache
+        f = np.empty(step, dtype=np.int32)
+        hi = np.empty(step, dtype=np.int32)
+        idx = np.empty(step, dtype=np.intp)
+        for s in range(0, n, step):
+            e = min(s + step, n)
+            fc, hc, ic, r = f[:e - s], hi[:e - s], idx[:e - s], out[s:e]
+            np.multiply(g[s:e], np.float32(2.0**23), out=fc, casting="unsafe")  # trunc to int
+            np.bitwise_and(fc, np.int32(~0x7FFFFF), out=hc)
+            fc ^= hc  # the fraction bits
+            np.right_shift(hc, 8, out=ic)
+            ic &= 0x800000  # sign of the fixed-point value
+            ic |= fc
+            table.take(ic, out=r)  # idx < 2^24 by construction
+            r += hc  # exponent field += floor(f / 2^23); x = 128 gives exactly +inf
+        r = out
+        if not (in_range and lo >= self._ex2_no_flush):
+            low = r < np.int32(0x00800000)  # below 2^-126 (or wrapped below zero): flushed
+            if low.any():
+                r[low] = 0
+        r = r.view(np.uint32)
+        if not in_range:
+            nan = np.isnan(x)
+            if nan.any():
+                r[nan] = CANONICAL_NAN_BITS
+        return r
+
+    def _rcp_core(self, x: np.ndarray) -> np.ndarray:
+        u = _bits(x)
+        e = (u >> np.uint32(23)) & np.uint32(0xFF)
+        r = self._rcp_table.take(u & _MANT).view(np.int32)
+        r = r + ((np.int32(127) - e.view(np.int32)) << np.int32(23))
+        r = r.view(np.uint32)
+        np.putmask(r, r.view(np.int32) < 0x00800000, np.uint32(0))  # subnormal result: flushed
+        np.putmask(r, e == 0, _INF)  # +-0 and subnormal inputs (read as zero)
+        np.putmask(r, e == 0xFF, np.uint32(0))  # +-inf -> +-0 (NaN fixed below)
+        r |= u & SIGN_MASK
+        return _nan_fix(x, r)
+
+    def _lg2_core(self, x: np.ndarray) -> np.ndarray:
+        e0_table, em1_table = self._lg2_tables
+        u = _bits(x)
+        e = ((u >> np.uint32(23)) & np.uint32(0xFF)).view(np.int32) - np.int32(127)
+        j = u & _MANT
+        # L rounded to odd at 2^-24 (exact in float64): floor(A 2^23) 2^-23 plus a sticky
+        # 2^-24 when A has bits below 2^-23 or C != A (A = lg2_e0[j], C = 1 + lg2_em1[j])
+        a = e0_table.take(j).view(np.float32).astype(np.float64)
+        c = em1_table.take(j).view(np.float32).astype(np.float64)
+        c += 1.0  # exact
+        a23 = a * 2.0**23
+        floor23 = np.floor(a23)
+        sticky = (a23 != floor23) | (c != a)
+        v = (floor23 * 2.0 + sticky) * 2.0**-24
+        v += e
+        b = v.view(np.uint64)
+        b &= np.uint64(0xFFFF_FFFF_E000_0000)  # RZ to 24 significant bits (|v| >= 1 here)
+        r = v.astype(np.float32).view(np.uint32)
+        e0 = e == 0
+        if e0.any():
+            r[e0] = e0_table[j[e0]]
+        em1 = e == -1
+        if em1.any():
+            r[em1] = em1_table[j[em1]]
+        np.putmask(r, e == -127, _NEG_INF)  # +-0 and subnormals (read as zero)
+        np.putmask(r, e == 128, _INF)  # +inf (NaN and -inf fixed below)
+        np.putmask(r, (u > SIGN_MASK) & (e != -127), CANONICAL_NAN_BITS)  # x < 0
+        return _nan_fix(x, r)
+
+    def _tanh_core(self, x: np.ndarray) -> np.ndarray:
+        m = self._tanh_tables
+        u = _bits(x)
+        a = u & ~SIGN_MASK
+        e = a >> np.uint32(23)
+        kind = m["kind"].take(e)
+        r = a.copy()  # identity binades
+        t = kind == mufu_data.TANH_TABLE
+        if t.any():
+            et, at = e[t], a[t]
+            idx = m["offset"].take(et) + ((at & _MANT) >> m["shift"].take(et))
+            r[t] = m["tanh"].take(idx)
+        np.putmask(r, kind == mufu_data.TANH_ONE, _ONE)
+        np.putmask(r, a == _INF, _ONE)
+        r |= u & SIGN_MASK
+        return _nan_fix(x, r)
+
+    # ---- PTX instructions --------------------------------------------------------------------
+    def ex2(self, x, ftz: bool = True) -> np.ndarray:
+        """``ex2.approx{.ftz}.f32`` of this arch; arguments, result and errors as :func:`ex2`."""
+        x, flat = _prep(x)
+        ftz = require_bool("ftz", ftz)
+        if self.ideal:
+            return ideal_ex2(x, ftz=ftz)
+        r = self._ex2_core(flat)
+        if not ftz:
+            low = flat < np.float32(-126.0)
+            if low.any():
+                h = from_bits(self._ex2_core(fmul(flat[low], np.float32(0.5))))
+                r[low] = fmul(h, h).view(np.uint32)
+        return r.view(np.float32).reshape(x.shape)
+
+    def rcp(self, x, ftz: bool = True) -> np.ndarray:
+        """``rcp.approx{.ftz}.f32`` of this arch; arguments, result and errors as :func:`rcp`."""
+        x, flat = _prep(x)
+        ftz = require_bool("ftz", ftz)
+        if self.ideal:
+            return ideal_rcp(x, ftz=ftz)
+        r = self._rcp_core(flat)
+        if not ftz:
+            a = np.abs(flat)
+            small = a < np.float32(2.0**-126)
+            large = a > np.float32(2.0**126)
+            sel = small | large
+            if sel.any():
+                s = np.where(small[sel], np.float32(2.0**24), np.float32(0.25))
+                core = from_bits(self._rcp_core(fmul(flat[sel], s)))
+                r[sel] = fmul(s, core).view(np.uint32)
+        return r.view(np.float32).reshape(x.shape)
+
+    def lg2(self, x, ftz: bool = True) -> np.ndarray:
+        """``lg2.approx{.ftz}.f32`` of this arch; arguments, result and errors as :func:`lg2`."""
+        x, flat = _prep(x)
+        ftz = require_bool("ftz", ftz)
+        if self.ideal:
+            return ideal_lg2(x, ftz=ftz)
+        r = self._lg2_core(flat)
+        if not ftz:
+            sel = np.abs(flat) < np.float32(2.0**-126)
+            if sel.any():
+                core = from_bits(self._lg2_core(fmul(flat[sel], np.float32(2.0**24))))
+                r[sel] = fadd(core, np.float32(-24.0)).view(np.uint32)
+        return r.view(np.float32).reshape(x.shape)
+
+    def tanh(self, x) -> np.ndarray:
+        """``tanh.approx.f32`` of this arch; arguments, result and errors as :func:`tanh`."""
+        x, flat = _prep(x)
+        if self.ideal:
+            return ideal_tanh(x, ftz=False)
+        return self._tanh_core(flat).view(np.float32).reshape(x.shape)
+
+
+def model(arch: str = "sm90") -> MufuModel:
+    """The :class:`MufuModel` of ``arch``, one per process and arch: the arch is checked here,
+    once, and its tables are loaded by the first function that needs them.
+
+    Args:
+        arch: ``"sm90"`` (calibrated H200 tables), ``"ideal"`` (correctly rounded), or any
+            other calibrated arch (:func:`archs`).
+    Raises:
+        ValueError: ``arch`` is not a string, or is not a known arch (the message lists the
+            calibrated ones).
+    """
+    if not isinstance(arch, str):  # before the cache, which needs a hashable key
+        raise ValueError(f"arch: expected a string, one of {archs()}, got {arch!r}")
+    return _resolved_model(arch)
+
+
+@functools.lru_cache(maxsize=8)
+def _resolved_model(arch: str) -> MufuModel:
+    return MufuModel(_check_arch(arch))
+
+
+def clear_models() -> None:
+    """Forget the models resolved so far (after the data folders or the cache changed)."""
+    _resolved_model.cache_clear()
 
 
 def ex2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
@@ -220,19 +372,9 @@ def ex2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
         MufuDataError: the calibrated tables are missing or fail their checksum.
     Source: PTX ISA "ex2"; device evidence simulator/data/device/mufu_report.json.
     """
-    x, flat = _prep(x)
+    x = require_float32("x", x)
     ftz = require_bool("ftz", ftz)
-    arch = _check_arch(arch)
-    if arch == IDEAL:
-        return ideal_ex2(x, ftz=ftz)
-    m = _model(arch)
-    r = _ex2_core(flat, m)
-    if not ftz:
-        low = flat < np.float32(-126.0)
-        if low.any():
-            h = from_bits(_ex2_core(fmul(flat[low], np.float32(0.5)), m))
-            r[low] = fmul(h, h).view(np.uint32)
-    return r.view(np.float32).reshape(x.shape)
+    return model(arch).ex2(x, ftz)
 
 
 def rcp(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
@@ -250,23 +392,9 @@ def rcp(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
         TypeError, ValueError, MufuDataError: as :func:`ex2`.
     Source: PTX ISA "rcp"; simulator/data/device/mufu_report.json.
     """
-    x, flat = _prep(x)
+    x = require_float32("x", x)
     ftz = require_bool("ftz", ftz)
-    arch = _check_arch(arch)
-    if arch == IDEAL:
-        return ideal_rcp(x, ftz=ftz)
-    m = _model(arch)
-    r = _rcp_core(flat, m)
-    if not ftz:
-        a = np.abs(flat)
-        small = a < np.float32(2.0**-126)
-        large = a > np.float32(2.0**126)
-        sel = small | large
-        if sel.any():
-            s = np.where(small[sel], np.float32(2.0**24), np.float32(0.25))
-            core = from_bits(_rcp_core(fmul(flat[sel], s), m))
-            r[sel] = fmul(s, core).view(np.uint32)
-    return r.view(np.float32).reshape(x.shape)
+    return model(arch).rcp(x, ftz)
 
 
 def lg2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
@@ -285,19 +413,9 @@ def lg2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
         TypeError, ValueError, MufuDataError: as :func:`ex2`.
     Source: PTX ISA "lg2"; simulator/data/device/mufu_report.json.
     """
-    x, flat = _prep(x)
+    x = require_float32("x", x)
     ftz = require_bool("ftz", ftz)
-    arch = _check_arch(arch)
-    if arch == IDEAL:
-        return ideal_lg2(x, ftz=ftz)
-    m = _model(arch)
-    r = _lg2_core(flat, m)
-    if not ftz:
-        sel = np.abs(flat) < np.float32(2.0**-126)
-        if sel.any():
-            core = from_bits(_lg2_core(fmul(flat[sel], np.float32(2.0**24)), m))
-            r[sel] = fadd(core, np.float32(-24.0)).view(np.uint32)
-    return r.view(np.float32).reshape(x.shape)
+    return model(arch).lg2(x, ftz)
 
 
 def tanh(x, arch: str = "sm90") -> np.ndarray:
@@ -313,11 +431,8 @@ def tanh(x, arch: str = "sm90") -> np.ndarray:
         TypeError, ValueError, MufuDataError: as :func:`ex2`.
     Source: PTX ISA "tanh"; simulator/data/device/mufu_report.json.
     """
-    x, flat = _prep(x)
-    arch = _check_arch(arch)
-    if arch == IDEAL:
-        return ideal_tanh(x, ftz=False)
-    return _tanh_core(flat, _model(arch)).view(np.float32).reshape(x.shape)
+    x = require_float32("x", x)
+    return model(arch).tanh(x)
 
 
 # ---- CUDA-level forms under --use_fast_math ---------------------------------------------------
@@ -360,6 +475,7 @@ FORMS = {
     "recip_fast": recip_fast,
 }
 
-__all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "archs", "ex2",
-           "exp2f_fast", "expf_fast", "lg2", "logf_fast", "rcp", "recip_fast", "tanh"]
+__all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "MufuModel", "archs",
+           "clear_models", "ex2", "exp2f_fast", "expf_fast", "lg2", "logf_fast", "model", "rcp",
+           "recip_fast", "tanh"]
 _ = EXP_MASK  # re-exported constant kept for readers of the bit layout

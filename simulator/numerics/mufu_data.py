@@ -8,9 +8,13 @@ environment variable ``FA3SIM_MUFU_DATA``, searched first):
   entry, plus the rare entries that do not fit (or whose reference is close to a rounding tie)
   as raw bits. Deflate packs the residuals to well under a bit per entry.
 * ``<arch>.json``: provenance (GPU, compute capability, driver, toolkit, date, kernel hash), the
-  tanh structure parameters, the BLAKE2b-128 checksum of the *reconstructed* tables and the
-  exhaustive sweep's mismatch counts. The checksum is verified at load, so a platform whose
-  reference computation differed would fail loudly instead of emulating wrong bits.
+  tanh structure parameters, the BLAKE2b-128 checksum of the *reconstructed* tables (as a whole,
+  ``tables_blake2b``, and per table, ``table_blake2b``) and the exhaustive sweep's mismatch
+  counts. The checksums are verified at load, so a platform whose reference computation
+  differed would fail loudly instead of emulating wrong bits.
+
+Tables are decoded one by one, when a function first needs them (:func:`tables`,
+:func:`ex2_table`), and cached as uncompressed ``.npy`` files (:func:`cache_dir`).
 
 Tables (inputs are float32 bit patterns; the device results are the table):
 
@@ -44,6 +48,7 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "mufu"
 ENV_DIR = "FA3SIM_MUFU_DATA"
 REGENERATE = "python -m simulator calibrate"
 FORMAT_VERSION = 1
+CACHE_VERSION = 2  # layout of the cache files (one .npy per table)
 
 #: tanh binade kinds (per biased exponent of |x|)
 TANH_IDENTITY, TANH_TABLE, TANH_ONE, TANH_SPECIAL = 0, 1, 2, 3
@@ -163,6 +168,7 @@ def save(folder: str | os.PathLike, arch: str, tables: dict[str, np.ndarray], pr
     write(folder / f"{arch}.npz", buf.getvalue())
     prov = dict(provenance)
     prov["tables_blake2b"] = checksum(tables)
+    prov["table_blake2b"] = table_checksums(tables)
     prov["npz_bytes"] = len(buf.getvalue())
     prov["npz_sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
     prov["exceptions"] = {n: int(len(arrays[f"{n}__exc_idx"])) for n in TABLES}
@@ -173,7 +179,8 @@ def save(folder: str | os.PathLike, arch: str, tables: dict[str, np.ndarray], pr
 def cache_dir() -> Path:
     """Where decoded tables are cached (``$FA3SIM_CACHE``, else ``$XDG_CACHE_HOME`` or
     ``~/.cache``, under ``fa3-hopper-simulator``). Decoding takes seconds; reading the cache
-    a fraction of one. The cache is keyed by the recorded checksum and re-verified at load."""
+    a fraction of one. The cache holds one uncompressed ``.npy`` file per table, named after
+    the table's recorded checksum, and every file is re-verified against it at load."""
     root = os.environ.get("FA3SIM_CACHE")
     if root:
         return Path(root)
@@ -181,8 +188,8 @@ def cache_dir() -> Path:
     return Path(base) / "fa3-hopper-simulator"
 
 
-def _cache_path(checksum_hex: str) -> Path:
-    return cache_dir() / f"mufu-tables-{FORMAT_VERSION}-{checksum_hex}.npz"
+def _cache_path(name: str, checksum_hex: str) -> Path:
+    return cache_dir() / f"mufu-{CACHE_VERSION}-{name}-{checksum_hex}.npy"
 
 
 _WARNED: set[str] = set()  # cache problems already reported in this process
@@ -200,10 +207,124 @@ def _unusable_cache(path: Path, why: str) -> None:
                            "Remove it, or set FA3SIM_CACHE to a writable folder.")
 
 
-def _read_cache(checksum_hex: str) -> dict[str, np.ndarray] | None:
-    """The cached tables, or None when there is no usable cache file (a damaged one is reported
-    here and rebuilt by the caller; its content is verified by :func:`_cached_tables`)."""
-    path = _cache_path(checksum_hex)
+def _damaged_cache(path: Path, why: str) -> None:
+    warnings.warn(f"ignoring the MUFU table cache {path}: {why}; decoding the tables from the "
+                  "shipped data and rewriting the cache", RuntimeWarning, stacklevel=5)
+
+
+def table_checksum(name: str, table: np.ndarray, tanh_kind=None, tanh_shift=None) -> str:
+    """BLAKE2b-128 (hex) of one decoded table (``tanh``: together with its two parameters).
+
+    Recorded per table in ``<arch>.json`` (``table_blake2b``) so that one table can be decoded,
+    cached and verified without the others."""
+    h = _table_hasher(name)
+    h.update(_le(table))
+    return _finish_hash(h, name, tanh_kind, tanh_shift)
+
+
+def table_checksums(tables: dict[str, np.ndarray]) -> dict[str, str]:
+    """:func:`table_checksum` of every table of ``tables`` (the dict :func:`load` returns)."""
+    return {n: table_checksum(n, tables[n], tables["tanh_kind"], tables["tanh_shift"])
+            for n in TABLES}
+
+
+def _le(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.astype(a.dtype.newbyteorder("<"), copy=False)
+
+
+def _table_hasher(name: str):
+    h = hashlib.blake2b(digest_size=16)
+    h.update(name.encode())
+    return h
+
+
+def _finish_hash(h, name: str, tanh_kind, tanh_shift) -> str:
+    if name == "tanh":
+        for key, a in (("tanh_kind", tanh_kind), ("tanh_shift", tanh_shift)):
+            h.update(key.encode())
+            h.update(_le(np.asarray(a, dtype=np.uint8)))
+    return h.hexdigest()
+
+
+class _Source:
+    """One architecture's shipped files, read once and checked (sha256 of the npz)."""
+
+    def __init__(self, arch: str):
+        npz_path, json_path = _paths(arch)
+        if not npz_path.is_file():
+            raise _fail(npz_path, "file not found")
+        if not json_path.is_file():
+            raise _fail(json_path, "provenance file not found")
+        try:
+            prov = json.loads(json_path.read_text())
+            expected = prov["tables_blake2b"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise _fail(json_path, f"cannot read the recorded checksum ({exc})") from exc
+        try:
+            data = npz_path.read_bytes()
+            raw = np.load(io.BytesIO(data))
+            names = set(raw.files)
+        except Exception as exc:  # zipfile/format errors of a damaged file
+            raise _fail(npz_path, f"cannot read ({exc})") from exc
+        want_sha = prov.get("npz_sha256")
+        if want_sha:
+            got_sha = hashlib.sha256(data).hexdigest()
+            if got_sha != want_sha:
+                raise _fail(npz_path, f"file checksum mismatch: sha256 {got_sha}, expected "
+                                      f"{want_sha} (recorded in {json_path.name})")
+        self.npz_path, self.json_path, self.expected = npz_path, json_path, expected
+        self._raw, self._names = raw, names
+        sums = prov.get("table_blake2b")
+        self.sums = dict(sums) if isinstance(sums, dict) and set(sums) >= set(TABLES) else None
+        try:
+            self.tanh_kind, self.tanh_shift = self.array("tanh_kind"), self.array("tanh_shift")
+        except KeyError as exc:
+            raise _fail(npz_path, f"malformed content ({exc!r})") from exc
+
+    def array(self, key: str) -> np.ndarray:
+        if key not in self._names:
+            raise KeyError(key)
+        return self._raw[key]
+
+    def decode(self, name: str) -> np.ndarray:
+        """Table ``name`` decoded from the residuals (uint32 device bits), in chunks of 2^20
+        inputs so that the float64 reference needs little memory."""
+        try:
+            inputs = table_inputs(name, self.tanh_kind, self.tanh_shift)
+            res = self.array(f"{name}__res")
+            out = np.empty(inputs.size, dtype=np.uint32)
+            if res.shape != inputs.shape:
+                raise ValueError(f"{name}__res has shape {res.shape}, expected {inputs.shape}")
+            step = 1 << 20
+            for lo in range(0, inputs.size, step):
+                ref = reference_bits(name, inputs[lo:lo + step])
+                out[lo:lo + step] = (ref.astype(np.int64) + res[lo:lo + step]).astype(np.uint32)
+            out[self.array(f"{name}__exc_idx")] = self.array(f"{name}__exc_bits")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise _fail(self.npz_path, f"malformed content ({exc!r})") from exc
+        return out
+
+    def mismatch(self, what: str, got: str, want: str) -> MufuDataError:
+        return _fail(self.npz_path, f"checksum mismatch of the reconstructed {what}: got {got}, "
+                                    f"expected {want} (recorded in {self.json_path.name})")
+
+
+def _read_header(fh) -> tuple[np.dtype, tuple, int]:
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if fortran:
+        raise ValueError("Fortran-ordered array")
+    return dtype, shape, fh.tell()
+
+
+def _cache_file(path: Path):
+    """An open cache file, or None when there is none or it cannot be used (reported)."""
     try:
         mode = path.stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -215,53 +336,90 @@ def _read_cache(checksum_hex: str) -> dict[str, np.ndarray] | None:
         _unusable_cache(path, "not a regular file")
         return None
     try:
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
-    except Exception as exc:  # unreadable or foreign content: decode from the shipped data instead
-        _damaged_cache(path, f"cannot read it ({type(exc).__name__}: {exc})")
+        return open(path, "rb")  # noqa: SIM115 (closed by the caller)
+    except OSError as exc:
+        _unusable_cache(path, f"{type(exc).__name__}: {exc}")
         return None
 
 
-def _damaged_cache(path: Path, why: str) -> None:
-    warnings.warn(f"ignoring the MUFU table cache {path}: {why}; decoding the tables from the "
-                  "shipped data and rewriting the cache", RuntimeWarning, stacklevel=4)
+def _read_cached(path: Path, dtype: np.dtype, size: int, verify, mmap: bool):
+    """The array cached at ``path`` if it has ``dtype``, ``size`` elements and passes
+    ``verify(array) -> problem or None``; else None (after one warning; the caller rebuilds it).
 
-
-def _cached_tables(cached: dict[str, np.ndarray], raw: dict[str, np.ndarray],
-                   expected: str) -> dict[str, np.ndarray] | None:
-    """``cached`` if it holds exactly the tables whose checksum is ``expected``, else None
-    (after one warning)."""
-    want = {name: np.dtype(np.uint32) for name in TABLES}
-    for key in ("tanh_kind", "tanh_shift"):
-        want[key] = raw[key].dtype if key in raw else np.dtype(np.uint8)
-    path = _cache_path(expected)
-    missing = sorted(set(want) - set(cached))
-    if missing:
-        _damaged_cache(path, f"arrays {missing} are missing")
+    ``mmap``: map the file read-only (only the pages used become resident) after verifying its
+    bytes through ordinary reads of the same open file; otherwise read it into memory."""
+    fh = _cache_file(path)
+    if fh is None:
         return None
-    odd = sorted(k for k, dt in want.items() if cached[k].dtype != dt or cached[k].ndim != 1)
-    if odd:
-        _damaged_cache(path, f"arrays {odd} have the wrong dtype or shape")
+    with fh:
+        try:
+            got_dtype, shape, offset = _read_header(fh)
+        except Exception as exc:  # foreign content: rebuilt
+            _damaged_cache(path, f"cannot read it ({type(exc).__name__}: {exc})")
+            return None
+        if got_dtype != dtype or shape != (size,):
+            _damaged_cache(path, f"it holds {got_dtype} {shape}, expected {np.dtype(dtype)} "
+                                 f"({size},)")
+            return None
+        try:
+            if mmap:
+                problem = verify(_FileChunks(fh, offset, dtype, size))
+                arr = None if problem else np.memmap(fh, dtype=dtype, mode="r", offset=offset,
+                                                     shape=(size,))
+            else:
+                arr = np.empty(size, dtype=dtype)
+                if fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:
+                    raise ValueError("file is shorter than its header says")
+                problem = verify(arr)
+        except (OSError, ValueError) as exc:
+            _damaged_cache(path, f"cannot read it ({type(exc).__name__}: {exc})")
+            return None
+    if problem:
+        _damaged_cache(path, problem)
         return None
-    tables = {k: cached[k] for k in want}
-    got = checksum(tables)
-    if got != expected:
-        _damaged_cache(path, f"checksum {got} of its tables differs from the recorded {expected}")
-        return None
-    return tables
+    return arr
 
 
-def _write_cache(checksum_hex: str, tables: dict[str, np.ndarray]) -> None:
+class _FileChunks:
+    """The data of an open .npy file read in chunks (for verification without mapping it)."""
+
+    def __init__(self, fh, offset: int, dtype: np.dtype, size: int):
+        self.fh, self.offset, self.dtype, self.size = fh, offset, np.dtype(dtype), size
+
+    def chunks(self, step: int = 1 << 20):
+        self.fh.seek(self.offset)
+        buf = np.empty(step, dtype=self.dtype)
+        for lo in range(0, self.size, step):
+            n = min(step, self.size - lo)
+            view = buf[:n]
+            if self.fh.readinto(memoryview(view).cast("B")) != view.nbytes:
+                raise ValueError("file is shorter than its header says")
+            yield view
+
+
+def _chunks(a, step: int = 1 << 20):
+    if isinstance(a, _FileChunks):
+        yield from a.chunks(step)
+    else:
+        for lo in range(0, a.size, step):
+            yield a[lo:lo + step]
+
+
+def _write_cache(path: Path, table: np.ndarray) -> None:
     from ..io import write_bytes_atomic
 
-    buf = io.BytesIO()
-    np.savez(buf, **tables)  # uncompressed: the point is speed
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(table))
+    head = header.getvalue()
+    data = np.empty(len(head) + table.nbytes, dtype=np.uint8)
+    data[:len(head)] = np.frombuffer(head, dtype=np.uint8)
+    data[len(head):] = np.ascontiguousarray(table).view(np.uint8)
     try:
-        write_bytes_atomic(_cache_path(checksum_hex), buf.getvalue())
+        write_bytes_atomic(path, memoryview(data))
     except OSError:  # a read-only home is fine: we just decode next time
         pass
     except ValueError as exc:  # the cache path exists and is not a regular file
-        _unusable_cache(_cache_path(checksum_hex), str(exc))
+        _unusable_cache(path, str(exc))
 
 
 def _fail(path: Path, what: str) -> MufuDataError:
@@ -270,62 +428,152 @@ def _fail(path: Path, what: str) -> MufuDataError:
         f"with the GPU with: {REGENERATE}  (writes {path.parent}/)")
 
 
+def _table(src: _Source, name: str, mmap: bool, cache: bool = True) -> np.ndarray:
+    """Table ``name``, from the cache when it holds a verified copy, else decoded (and cached
+    when ``cache``)."""
+    want = src.sums[name]
+    path = _cache_path(name, want)
+
+    def verify(a):
+        h = _table_hasher(name)
+        for c in _chunks(a):
+            h.update(_le(c))
+        got = _finish_hash(h, name, src.tanh_kind, src.tanh_shift)
+        return None if got == want else f"checksum {got} of its table differs from the recorded {want}"
+
+    size = table_inputs(name, src.tanh_kind, src.tanh_shift).size if name == "tanh" else 1 << 23
+    if cache:
+        cached = _read_cached(path, np.dtype(np.uint32), size, verify, mmap)
+        if cached is not None:
+            return cached
+    table = src.decode(name)
+    got = table_checksum(name, table, src.tanh_kind, src.tanh_shift)
+    if got != want:
+        raise src.mismatch(f"table {name}", got, want)
+    if cache:
+        _write_cache(path, table)
+    return table
+
+
+def tables(arch: str, names, mmap: bool = True) -> dict[str, np.ndarray]:
+    """The decoded tables ``names`` of ``arch`` (read-only uint32 device bits) plus
+    ``tanh_kind`` and ``tanh_shift``, each verified against its recorded checksum.
+
+    Only the tables asked for are decoded (about half a second each on 2 cores) or read from
+    the cache (:func:`cache_dir`); with ``mmap`` a cached table is memory-mapped, so only the
+    pages a computation touches become resident. A cache file that is damaged or does not match
+    the recorded checksum is ignored with a RuntimeWarning and rewritten; a cache path that
+    cannot be used at all (a directory, a device) is reported once per process. Provenance
+    written before per-table checksums were recorded (no ``table_blake2b``) decodes and
+    verifies every table (:func:`load`).
+
+    Raises:
+        KeyError: a name is not one of :data:`TABLES`.
+        MufuDataError: a file is missing or unreadable, or a reconstructed table's checksum
+            differs from the one recorded at calibration (the message gives both).
+    """
+    names = tuple(names)
+    for n in names:
+        if n not in TABLES:
+            raise KeyError(f"names: expected tables from {TABLES}, got {n!r}")
+    src = _Source(arch)
+    if src.sums is None:
+        full = load(arch)
+        return {k: full[k] for k in (*names, "tanh_kind", "tanh_shift")}
+    out = {"tanh_kind": src.tanh_kind, "tanh_shift": src.tanh_shift}
+    for n in names:
+        out[n] = _table(src, n, mmap)
+    for a in out.values():
+        if a.flags.writeable:
+            a.setflags(write=False)
+    return out
+
+
+def ex2_table(arch: str) -> np.ndarray:
+    """MUFU.EX2's two tables in the layout of the emulation: int32, 2^24 entries,
+    ``[lo] = ex2_pos[lo]``, ``[2^23 | lo] = ex2_neg[2^23 - lo] + 2^23`` (lo > 0: twice the
+    value, in the bits' exponent field) and ``[2^23] = ex2_neg[0]``, read-only.
+
+    With ``f = trunc(x * 2^23)`` in two's complement, ``table[(sign << 23) | (f & (2^23 - 1))]
+    + (f & ~(2^23 - 1))`` is the device's bit pattern (see :mod:`.mufu`). Cached like the other
+    tables (in memory, not mapped: its gathers are the emulation's hot path) and verified by
+    the recorded checksums of ``ex2_pos`` and ``ex2_neg``, which it holds in full.
+
+    Raises:
+        MufuDataError: as :func:`tables`.
+    """
+    src = _Source(arch)
+    if src.sums is None:
+        full = load(arch)
+        out = _ex2_layout(full["ex2_pos"], full["ex2_neg"])
+        out.setflags(write=False)
+        return out
+    half = 1 << 23
+    want = {n: src.sums[n] for n in ("ex2_pos", "ex2_neg")}
+    key = hashlib.blake2b((want["ex2_pos"] + want["ex2_neg"]).encode(), digest_size=16).hexdigest()
+    path = _cache_path("ex2c", key)
+
+    def verify(a):
+        pos = _table_hasher("ex2_pos")
+        for c in _chunks(a[:half]):
+            pos.update(_le(c.view(np.uint32)))
+        neg = _table_hasher("ex2_neg")
+        neg.update(_le(a[half:half + 1].view(np.uint32)))
+        step = 1 << 20
+        for hi in range(2 * half, half + 1, -step):  # ex2_neg[k] = a[2^24 - k] - 2^23, k >= 1
+            seg = a[max(half + 1, hi - step):hi][::-1] - np.int32(half)
+            neg.update(_le(seg.view(np.uint32)))
+        got = {"ex2_pos": _finish_hash(pos, "ex2_pos", None, None),
+               "ex2_neg": _finish_hash(neg, "ex2_neg", None, None)}
+        bad = [f"{n} checksum {got[n]} differs from the recorded {want[n]}" for n in want
+               if got[n] != want[n]]
+        return "; ".join(bad) or None
+
+    cached = _read_cached(path, np.dtype(np.int32), 2 * half, verify, mmap=False)
+    if cached is None:  # decoded (not cached on their own: this layout holds both)
+        pos = _table(src, "ex2_pos", mmap=False, cache=False)
+        cached = _ex2_layout(pos, _table(src, "ex2_neg", mmap=False, cache=False))
+        del pos
+        _write_cache(path, cached)
+    cached.setflags(write=False)
+    return cached
+
+
+def _ex2_layout(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    half = pos.size
+    out = np.empty(2 * half, dtype=np.int32)
+    out[:half] = pos.view(np.int32)
+    out[half] = neg[0]
+    np.add(neg[:0:-1].view(np.int32), np.int32(half), out=out[half + 1:])
+    return out
+
+
 @functools.lru_cache(maxsize=8)
 def load(arch: str) -> dict[str, np.ndarray]:
-    """Decoded tables of ``arch`` (uint32 device bits plus tanh parameters), checksum-verified.
+    """Every decoded table of ``arch`` (uint32 device bits plus tanh parameters), read-only,
+    checksum-verified table by table (:func:`tables`) and as a whole (``tables_blake2b``).
 
-    A cache file of the decoded tables (:func:`cache_dir`) that is damaged or does not match
-    the recorded checksum is ignored with a RuntimeWarning and rewritten; a cache path that
-    cannot be used at all (a directory, a device) is reported once per process.
+    The emulation loads only the tables of the functions it runs (:func:`tables`); this is
+    for calibration and inspection.
 
     Raises:
         MufuDataError: a file is missing or unreadable, or the checksum of the reconstructed
             tables differs from the one recorded at calibration (the message gives both).
     """
-    npz_path, json_path = _paths(arch)
-    if not npz_path.is_file():
-        raise _fail(npz_path, "file not found")
-    if not json_path.is_file():
-        raise _fail(json_path, "provenance file not found")
-    try:
-        prov = json.loads(json_path.read_text())
-        expected = prov["tables_blake2b"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise _fail(json_path, f"cannot read the recorded checksum ({exc})") from exc
-    try:
-        with np.load(npz_path) as z:
-            raw = {k: z[k] for k in z.files}
-    except Exception as exc:  # zipfile/format errors of a damaged file
-        raise _fail(npz_path, f"cannot read ({exc})") from exc
-    want_sha = prov.get("npz_sha256")
-    if want_sha:
-        got_sha = hashlib.sha256(npz_path.read_bytes()).hexdigest()
-        if got_sha != want_sha:
-            raise _fail(npz_path, f"file checksum mismatch: sha256 {got_sha}, expected {want_sha} "
-                                  f"(recorded in {json_path.name})")
-    cached = _read_cache(expected)
-    if cached is not None:
-        cached = _cached_tables(cached, raw, expected)
-    if cached is not None:
-        tables = cached
+    src = _Source(arch)
+    if src.sums is not None:
+        out = tables(arch, TABLES, mmap=False)
     else:
-        try:
-            tables = {"tanh_kind": raw["tanh_kind"], "tanh_shift": raw["tanh_shift"]}
-            for name in TABLES:
-                ref = reference_bits(name, table_inputs(name, tables["tanh_kind"],
-                                                        tables["tanh_shift"]))
-                tables[name] = decode_table(raw[f"{name}__res"], raw[f"{name}__exc_idx"],
-                                            raw[f"{name}__exc_bits"], ref)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise _fail(npz_path, f"malformed content ({exc!r})") from exc
-        got = checksum(tables)  # a cached copy was verified the same way by _cached_tables
-        if got != expected:
-            raise _fail(npz_path, f"checksum mismatch of the reconstructed tables: got {got}, "
-                                  f"expected {expected} (recorded in {json_path.name})")
-        _write_cache(expected, tables)
-    for a in tables.values():
-        a.setflags(write=False)
-    return tables
+        out = {"tanh_kind": src.tanh_kind, "tanh_shift": src.tanh_shift}
+        for name in TABLES:
+            out[name] = src.decode(name)
+    got = checksum(out)
+    if got != src.expected:
+        raise src.mismatch("tables", got, src.expected)
+    for a in out.values():
+        if a.flags.writeable:
+            a.setflags(write=False)
+    return out
 
 
 def provenance(arch: str) -> dict:

@@ -64,8 +64,49 @@ def _nearest_f32(value: decimal.Decimal, guess: np.float32) -> np.uint32:
     return np.float32(best).view(np.uint32)
 
 
+# |y| in [2^-126, 2^127): float32 rounds y's 52-bit mantissa at its bit 29 (no subnormal, no
+# overflow), so y lies within 2^k float64 ulps of a float32 rounding midpoint exactly when its 29
+# low bits are within 2^k of 2^28. 2^10 ulps is over 2^-43 relative: a superset of _AMBIGUOUS_REL.
+_NORMAL_LO = np.float64(2.0**-126).view(np.uint64)
+_NORMAL_SPAN = np.float64(2.0**127).view(np.uint64) - _NORMAL_LO
+_LOW29 = np.uint64((1 << 29) - 1)
+_NEAR_MID = np.uint64((1 << 28) - (1 << 10))
+
+
 def _round_to_f32(x32: np.ndarray, y64: np.ndarray, exact) -> np.ndarray:
-    """float32 rounding of float64 values ``y64`` (approximations of f(x32)), made exact."""
+    """float32 rounding of float64 values ``y64`` (approximations of f(x32)), made exact.
+
+    Where ``|y|`` is in float32's normal range the test for a nearby rounding midpoint is done on
+    y's bits (any y within 2^10 float64 ulps of a midpoint is re-derived); the other elements
+    (zero, subnormal, overflowing or non-finite results) take :func:`_round_to_f32_general`.
+    """
+    x32 = np.ascontiguousarray(x32)
+    y64 = np.ascontiguousarray(y64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = y64.astype(np.float32)  # NaN and overflow cast silently
+    yb = y64.view(np.uint64)
+    t = yb & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+    t -= _NORMAL_LO
+    normal = t < _NORMAL_SPAN
+    np.bitwise_and(yb, _LOW29, out=t)
+    t -= _NEAR_MID
+    amb = t <= np.uint64(1 << 11)
+    amb &= normal
+    out = r.reshape(-1)
+    if amb.any():
+        xs = x32.reshape(-1)
+        with decimal.localcontext() as ctx:
+            ctx.prec = _PREC
+            for i in np.flatnonzero(amb.reshape(-1)):  # rare: ~2^-18 of the inputs
+                out[i] = _nearest_f32(+exact(float(xs[i])), out[i]).view(np.float32)
+    if not normal.all():
+        rest = np.flatnonzero(~normal.reshape(-1))
+        out[rest] = _round_to_f32_general(x32.reshape(-1)[rest], y64.reshape(-1)[rest], exact)
+    return r
+
+
+def _round_to_f32_general(x32: np.ndarray, y64: np.ndarray, exact) -> np.ndarray:
+    """:func:`_round_to_f32` for any values, with the relative tolerance ``_AMBIGUOUS_REL``."""
     with np.errstate(over="ignore", invalid="ignore"):
         r = y64.astype(np.float32)  # NaN and overflow cast silently
     fin = np.isfinite(r) & (r != 0)

@@ -1,0 +1,179 @@
+"""The MUFU model object, its lazily loaded tables and its fast ex2 path.
+
+The ex2 and lg2 cores were restructured for speed and memory (one gather into the combined ex2
+table with the range checks folded into two reductions; lg2's rounded-to-odd L computed per
+element instead of a float64 table). These tests hold them to the straightforward formulation
+they replaced, on a dense structured sample of every sign and exponent (each call on one
+binade pair, so the in-range, flush and clamping paths all run), bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.numerics import mufu, mufu_data
+
+LOW_BITS = np.array([0x00, 0x01, 0x5A, 0xA5, 0xFF], dtype=np.uint32)
+
+
+@pytest.fixture(scope="module")
+def tables():
+    t = dict(mufu_data.load("sm90"))
+    neg = t["ex2_neg"].astype(np.int32)
+    neg2 = np.empty_like(neg)
+    neg2[0] = neg[0]
+    neg2[1:] = neg[:0:-1] + (1 << 23)
+    t["ex2c"] = np.concatenate([t["ex2_pos"].astype(np.int32), neg2])
+    t0 = t["lg2_e0"].view(np.float32).astype(np.float64)
+    c = 1.0 + t["lg2_em1"].view(np.float32).astype(np.float64)
+    floor23 = np.floor(t0 * 2.0**23)
+    t["lg2_s"] = (floor23 * 2.0 + ((t0 * 2.0**23 != floor23) | (c != t0))) * 2.0**-24
+    return t
+
+
+def _binade(sign: int, e: int) -> np.ndarray:
+    """float32 bit patterns of one binade: every 2^15 high-mantissa value x LOW_BITS."""
+    hi = np.arange(1 << 15, dtype=np.uint32) << np.uint32(8)
+    u = (hi[:, None] | LOW_BITS[None, :]).reshape(-1)
+    return u | np.uint32((sign << 31) | (e << 23))
+
+
+def _ex2_straightforward(x: np.ndarray, t: dict) -> np.ndarray:
+    """MUFU.EX2 (ftz) as first written: clamp, fixed point, split, one gather, flush, NaN."""
+    ex2c = t["ex2c"]  # [lo] = ex2_pos[lo], [2^23 | lo] = 2 ex2_neg[2^23 - lo] (lo > 0)
+    f = np.fmin(x, np.float32(128.0))
+    f = np.fmax(f, np.float32(-130.0))
+    fx = (f * np.float32(2.0**23)).astype(np.int32)
+    idx = ((fx >> np.int32(8)) & np.int32(0x800000)) | (fx & np.int32(0x7FFFFF))
+    r = ex2c.take(idx, mode="clip") + (fx & np.int32(~0x7FFFFF))
+    r[r < np.int32(0x00800000)] = 0
+    r = r.view(np.uint32)
+    r[np.isnan(x)] = 0x7FFFFFFF
+    return r
+
+
+def _lg2_straightforward(x: np.ndarray, t: dict) -> np.ndarray:
+    """MUFU.LG2 (ftz) as first written, with the float64 table of L rounded to odd."""
+    lg2_s = t["lg2_s"]
+    u = x.view(np.uint32)
+    e = ((u >> np.uint32(23)) & np.uint32(0xFF)).view(np.int32) - np.int32(127)
+    j = u & np.uint32(0x7FFFFF)
+    v = lg2_s[j] + e
+    v.view(np.uint64)[:] &= np.uint64(0xFFFF_FFFF_E000_0000)
+    r = v.astype(np.float32).view(np.uint32)
+    r[e == 0] = t["lg2_e0"][j[e == 0]]
+    r[e == -1] = t["lg2_em1"][j[e == -1]]
+    r[e == -127] = 0xFF800000
+    r[e == 128] = 0x7F800000
+    r[(u > 0x80000000) & (e != -127)] = 0x7FFFFFFF
+    r[np.isnan(x)] = 0x7FFFFFFF
+    return r
+
+
+def test_ex2_equals_the_straightforward_formulation(tables):
+    checked = 0
+    for e in range(256):
+        pos, neg = _binade(0, e), _binade(1, e)
+        for u in (pos, neg, np.concatenate([pos, neg])):  # one sign each, then both in one call
+            x = u.view(np.float32)
+            want = _ex2_straightforward(x, tables)
+            got = mufu.ex2(x).view(np.uint32)
+            bad = np.flatnonzero(got != want)
+            assert bad.size == 0, f"exponent {e}: x bits {u[bad[:4]]}, got {got[bad[:4]]}"
+            checked += u.size
+    assert checked == 256 * 4 * 5 << 15
+
+
+@pytest.mark.parametrize("values", [
+    [-125.5, -125.0, 0.0, 1.0],  # in range, just above the no-flush bound
+    [-129.9, -126.5, -126.0, -3.0],  # in range, results flushed
+    [-130.0, 128.0, 127.99999, -0.0],  # the clamp bounds themselves
+    [np.nan, 1.0, -1.0, 2.5],  # NaN: clamped path
+    [np.inf, -np.inf, 3.0e38, -3.0e38],
+    [1e-45, -1e-45, 1.1754942e-38, -2.0**-24],
+])
+def test_ex2_range_paths_equal_the_straightforward_formulation(tables, values):
+    x = np.array(values, dtype=np.float32)
+    assert mufu.ex2(x).view(np.uint32).tolist() == _ex2_straightforward(x, tables).tolist()
+    assert mufu.ex2(x, ftz=False).view(np.uint32)[~(x < -126)].tolist() == \
+        _ex2_straightforward(x, tables)[~(x < -126)].tolist()
+
+
+def test_lg2_equals_the_straightforward_formulation(tables):
+    for e in range(256):
+        u = np.concatenate([_binade(0, e), _binade(1, e)])
+        x = u.view(np.float32)
+        got = mufu.lg2(x).view(np.uint32)
+        want = _lg2_straightforward(x, tables)
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, f"exponent {e}: x bits {u[bad[:4]]}"
+
+
+def test_model_is_resolved_once_per_arch():
+    assert mufu.model("sm90") is mufu.model("sm90")
+    assert mufu.model("ideal").ideal and not mufu.model("sm90").ideal
+    x = np.linspace(-4, 4, 33, dtype=np.float32)
+    m = mufu.model("sm90")
+    for name in ("ex2", "rcp", "lg2"):
+        assert getattr(m, name)(x).view(np.uint32).tolist() == \
+            getattr(mufu, name)(x).view(np.uint32).tolist()
+    assert m.tanh(x).view(np.uint32).tolist() == mufu.tanh(x).view(np.uint32).tolist()
+    with pytest.raises(ValueError, match=r"unknown arch 'sm80'.*\['sm90'\]"):
+        mufu.model("sm80")
+    for bad in (["sm90"], None, 90):  # unhashable too: a ValueError naming the argument
+        with pytest.raises(ValueError, match=r"arch: expected a string, one of \['ideal', 'sm90'\]"):
+            mufu.ex2(np.float32([1.0]), arch=bad)
+    with pytest.raises(TypeError, match="x: expected a float32 array, got dtype float64"):
+        m.ex2(np.zeros(2))
+
+
+def test_only_the_tables_a_function_needs_are_loaded(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
+    m = mufu.MufuModel("sm90")
+    m.rcp(np.float32([3.0]))
+    assert [p.name.split("-")[2] for p in tmp_path.glob("*.npy")] == ["rcp"]
+    assert "_rcp_table" in vars(m) and "_ex2c" not in vars(m) and "_tanh_tables" not in vars(m)
+    assert not m._rcp_table.flags.writeable
+    again = mufu.MufuModel("sm90")  # from the cache: mapped, not read
+    assert again.rcp(np.float32([3.0])).view(np.uint32) == m.rcp(np.float32([3.0])).view(np.uint32)
+    assert isinstance(again._rcp_table, np.memmap) and not again._rcp_table.flags.writeable
+
+
+def test_ex2_of_empty_and_scalar():
+    assert mufu.ex2(np.zeros(0, np.float32)).shape == (0,)
+    assert mufu.ex2(np.zeros((0, 3), np.float32), ftz=False).shape == (0, 3)
+    assert mufu.ex2(np.float32(-1.0)).view(np.uint32) == 0x3F000000
+
+
+@pytest.mark.parametrize("name", ["ex2", "rcp", "lg2", "tanh"])
+def test_ideal_rounding_equals_the_tolerance_test(name):
+    """The correctly rounded functions test for nearby midpoints on the bits of the float64
+    value; the relative-tolerance test they used before gives the same bits (random patterns
+    over every exponent, and three dense binades)."""
+    from simulator.numerics import mufu_ideal as mi
+
+    rng = np.random.default_rng(11)
+    u = np.concatenate([rng.integers(0, 1 << 32, 1 << 21, dtype=np.uint64).astype(np.uint32),
+                        _binade(0, 127)[::7], _binade(1, 126)[::7], _binade(0, 3)[::7]])
+    x = mi._prep(u.view(np.float32), False)
+    with np.errstate(all="ignore"):
+        f64 = x.astype(np.float64)
+        y = {"ex2": np.exp2, "rcp": lambda v: 1.0 / v, "lg2": np.log2, "tanh": np.tanh}[name](f64)
+    exact = {"ex2": mi._exact_ex2, "rcp": mi._exact_rcp, "lg2": mi._exact_lg2,
+             "tanh": mi._exact_tanh}[name]
+    got = mi._round_to_f32(x, y.copy(), exact).view(np.uint32)
+    want = mi._round_to_f32_general(x, y.copy(), exact).view(np.uint32)
+    assert np.array_equal(got, want)
+
+
+
+def test_resolve_loads_the_named_functions_tables(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    m = mufu.MufuModel("sm90").resolve(("rcp", "lg2"))
+    assert {"_rcp_table", "_lg2_tables"} <= set(vars(m)) and "_ex2c" not in vars(m)
+    assert mufu.model("ideal").resolve() is mufu.model("ideal")
+    want = r"functions: expected names from \['ex2', 'lg2', 'rcp', 'tanh'\], got \['exp'\]"
+    with pytest.raises(ValueError, match=want):
+        m.resolve(("ex2", "exp"))
