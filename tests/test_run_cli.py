@@ -780,6 +780,7 @@ def test_progress_reports_block_visits_when_stderr_is_not_a_terminal(tmp_path, m
     assert cli.main(["run", "--heads", "0", "--out", str(tmp_path / "o.npz")]) == 0
     err = capsys.readouterr().err
     assert "emulating: 4/4 K/V block visits (100%), in " in err
+    assert err.count("K/V block visits (100%)") == 1, err  # the last line once
     bar = chunks.Progress(True, 10, "x")
     step = bar.callback()
     for done, total in ((3, 6), (6, 6), (4, 4), (0, 0)):  # two forward calls, then an empty one

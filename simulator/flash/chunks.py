@@ -134,6 +134,7 @@ class Progress:
         self.total, self.done, self.what = total, 0, what
         self._clock, self._start = time.monotonic, time.monotonic()
         self._last = self._start
+        self._ended = False
         if progress is True:
             # off a terminal (a log file, a pipe) whole lines, never a bar redrawn with \r
             tqdm = _tqdm() if sys.stderr.isatty() else None
@@ -156,10 +157,11 @@ class Progress:
             self._callback(self.done, self.total)
         if self._bar is not None:
             self._bar.update(n)
-        if self._line is not None:
+        if self._line is not None and not self._ended:
             now = self._clock()
             if now - self._last >= 5.0 or self.done >= self.total:
                 self._last = now
+                self._ended = self.done >= self.total  # the last line is printed once
                 elapsed = now - self._start
                 rate = self.done / max(elapsed, 1e-9)
                 left = (self.total - self.done) / rate if rate > 0 else float("inf")

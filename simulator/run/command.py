@@ -243,9 +243,11 @@ def main(argv: list[str]) -> int:
         check_device()
 
     t0 = time.perf_counter()
-    from ..numerics.mufu import ex2
+    from ..numerics import mufu
 
-    ex2(np.zeros(1, np.float32))  # load the H200 MUFU tables (a few seconds, once per process)
+    # the H200 MUFU tables the forward reads (a few seconds on a cold cache, once per process):
+    # ex2 (softmax), rcp (finalize), lg2 (LSE), tanh with a softcap
+    mufu.model("sm90").resolve(("ex2", "rcp", "lg2") + (("tanh",) if args.softcap else ()))
     t1 = time.perf_counter()
     visits = _work_counts(seq_cfgs or cfg)[1]
     warning = slow_run_warning(seq_cfgs or cfg, visits, args.workers)
