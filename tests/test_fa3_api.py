@@ -614,3 +614,18 @@ def test_api_kvcache_too_small_a_memory_budget_leaves_the_cache_unwritten(num_sp
                                         num_splits=num_splits, return_softmax_lse=True,
                                         memory_budget=8 << 20)
     _bits_equal(serial + (kc, vc), tight + (kc2, vc2))
+
+
+def test_verify_row_of_drawn_calls_counts_values_and_catches_a_disagreement(monkeypatch):
+    """The row counts the values its digests cover (O, LSE, caches), like every other verify
+    row, and a call whose digests differ counts all of its values as mismatches."""
+    sample = DRAWN["sample"][:2]
+    monkeypatch.setattr(fa3_api, "DRAWN_REPORTS", ("fa3_api_replay_report.json",))
+    monkeypatch.setattr(fa3_api, "read_json", lambda *a: {"sample": sample})
+    (good,) = fa3_api.check_drawn()
+    sizes = [fa3_api._emulate_counted(r["case"])[1] for r in sample]
+    assert good["cases"] == sum(sizes) > 2 and good["mismatches"] == 0
+    wrong = [dict(sample[0], out="0" * 32), sample[1]]
+    monkeypatch.setattr(fa3_api, "read_json", lambda *a: {"sample": wrong})
+    (bad,) = fa3_api.check_drawn()
+    assert bad["mismatches"] == sizes[0] and bad["detail"]

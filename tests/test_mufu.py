@@ -224,8 +224,14 @@ def test_decoded_table_cache(tmp_path, monkeypatch):
     recorded checksum, re-verified, and a damaged cache file is ignored (the table is decoded
     again from the shipped data)."""
     monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    # files of earlier cache layouts go when the current one is written; others' files stay
+    stale = [tmp_path / "mufu-tables-1-00ff.npz", tmp_path / "mufu-1-ex2-00ff.npy"]
+    for p in stale:
+        p.write_bytes(b"old")
+    (tmp_path / "notes.txt").write_text("mine")
     mufu_data.load.cache_clear()
     first = mufu_data.load("sm90")
+    assert not any(p.exists() for p in stale) and (tmp_path / "notes.txt").exists()
     sums = mufu_data.provenance("sm90")["table_blake2b"]
     files = sorted(p.name for p in tmp_path.glob("mufu-*.npy"))
     assert files == sorted(f"mufu-{mufu_data.CACHE_VERSION}-{n}-{sums[n]}.npy" for n in sums)

@@ -417,9 +417,26 @@ def _write_cache(path: Path, table: np.ndarray) -> None:
     try:
         write_bytes_atomic(path, memoryview(data))
     except OSError:  # a read-only home is fine: we just decode next time
-        pass
+        return
     except ValueError as exc:  # the cache path exists and is not a regular file
         _unusable_cache(path, str(exc))
+        return
+    _remove_old_versions(path.parent)
+
+
+def _remove_old_versions(folder: Path) -> None:
+    """Delete the cache files of earlier cache layouts in ``folder`` (``mufu-tables-1-*.npz``
+    of version 1, ``mufu-<v>-*.npy`` of versions below :data:`CACHE_VERSION`): this process
+    just wrote the current layout, and nothing reads the old files any more."""
+    old = [*folder.glob("mufu-tables-*.npz"),
+           *(p for p in folder.glob("mufu-*-*.npy")
+             if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < CACHE_VERSION)]
+    for p in old:
+        try:
+            if p.is_file() and not p.is_symlink():
+                p.unlink()
+        except OSError:  # another process, or no permission: harmless, it is only disk space
+            pass
 
 
 def _fail(path: Path, what: str) -> MufuDataError:

@@ -13,9 +13,11 @@ from .workload import Workload, is_varlen, varlen_lengths
 
 #: seconds of one K/V block visit per score of the block times (kernel head dim + V head dim):
 #: the cost model of :func:`estimate_seconds`. flash.forward on the 2-core AMD EPYC development
-#: machine, its cores shared with other jobs, took 1.1e-8 to 2.0e-8 (bf16 head dims 32-256 and
-#: e4m3 128, tiles 128 x 80 to 192 x 192, 16-36 block visits per call)
-SECONDS_PER_BLOCK_ELEMENT = 1.5e-8
+#: machine took 5.3e-9 on idle cores (the embedded default job, tiles 192 x 192, and bf16
+#: 1 x 4096 x 8 heads x 128, tiles 128 x 176, 6,144 block visits) and 1.1e-8 to 4e-8 with
+#: the cores shared with other jobs (bf16 head dims 32-256 and e4m3 128, tiles 128 x 80 to
+#: 192 x 192): the estimate is good to a factor of 2-3 either way
+SECONDS_PER_BLOCK_ELEMENT = 1e-8
 #: a run expected to take longer than this (seconds) says so on stderr before it starts
 SLOW_RUN_SECONDS = 60.0
 _DESCALES = ("q_descale", "k_descale", "v_descale")
