@@ -132,7 +132,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     ("bad head_dim", ["--input", "{head_dim}"], "head_size should be a multiple of 8"),
     ("unknown option", ["--bogus"], "unrecognized arguments: --bogus"),
     ("bad choice", ["--dtype", "f64"], "invalid choice: 'f64'"),
-    ("bad kblock", ["--kblock-n", "100"], "kblock_n"),
+    ("bad kblock", ["--kblock-n", "100"], "--kblock-n: expected a multiple of 16"),
     ("bad cta", ["--trace-cta", "9,0,0"], "--trace-cta 9,0,0: out of range"),
     ("negative cta", ["--trace-cta", "-1,0,0"],
      "error: --trace-cta: expected B,H,M (three integers >= 0, e.g. 0,1,0), got '-1,0,0'"),
@@ -786,3 +786,17 @@ def test_progress_reports_block_visits_when_stderr_is_not_a_terminal(tmp_path, m
     for done, total in ((3, 6), (6, 6), (4, 4), (0, 0)):  # two forward calls, then an empty one
         step(done, total)
     assert bar.done == 10 and bar.total == 10
+
+
+@pytest.mark.parametrize("args, want", [
+    (["--kblock-n", "17"], "embedded input: --kblock-n: expected a multiple of 16"),
+    (["--softmax-scale", "nan"], "embedded input: --softmax-scale: expected a finite positive"),
+])
+def test_forward_errors_name_the_option(tmp_path, args, want):
+    r = _run(*args, "--out", str(tmp_path / "o.npz"))
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {want}"), r.stderr
+
+
+def test_a_reversed_heads_range_says_so(tmp_path):
+    r = _run("--heads", "3-1", "--out", str(tmp_path / "o.npz"))
+    _one_line_exit_2(r, "--heads: expected ranges low-high like 5-7, got '3-1' (high below low) in '3-1'")

@@ -108,12 +108,28 @@ def _heads(text: str) -> list[int]:
     try:
         for part in text.split(","):
             lo, _, hi = part.partition("-")
-            out.extend(range(int(lo), int(hi or lo) + 1))
+            first, last = int(lo), int(hi or lo)
+            if last < first:
+                raise argparse.ArgumentTypeError(f"expected ranges low-high like 5-7, got {part!r} "
+                                                 f"(high below low) in {text!r}")
+            out.extend(range(first, last + 1))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a list like 0,3,5-7, got {text!r}") from None
     if not out or min(out) < 0 or len(set(out)) != len(out):
         raise argparse.ArgumentTypeError(f"expected distinct heads >= 0 like 0,3,5-7, got {text!r}")
     return out
+
+
+#: flash.forward's arguments that run sets from an option of its own name
+_OPTION_OF = {"kblock_n": "--kblock-n", "kblock_m": "--kblock-m", "softmax_scale": "--softmax-scale",
+              "softcap": "--softcap", "window": "--window", "schedule": "--schedule"}
+
+
+def _as_option(message: str) -> str:
+    """A forward error about one of its arguments, naming the command-line option instead
+    (``kblock_n: ...`` -> ``--kblock-n: ...``)."""
+    name, sep, rest = message.partition(": ")
+    return f"{_OPTION_OF[name]}: {rest}" if sep and name in _OPTION_OF else message
 
 
 def _workers(text: str) -> int:
@@ -222,7 +238,7 @@ def main(argv: list[str]) -> int:
         seq_cfgs = sequence_configs(work, kwargs) if is_varlen(work) else None
         cfg = seq_cfgs[0] if seq_cfgs else make_config(work.q, work.k, work.v, **kwargs)
     except ValueError as exc:
-        raise UsageError(f"{work.label}: {exc}") from None
+        raise UsageError(f"{work.label}: {_as_option(str(exc))}") from None
     note = causal_window_note(args.causal, tuple(args.window))
     if note:
         print(note, file=sys.stderr)
