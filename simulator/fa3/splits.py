@@ -10,9 +10,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..flash.config import DTYPES
 from ..flash.dispatch import round_up_headdim, round_up_headdimv, should_pack_gqa, tile_size_fwd_sm90
 from ..numerics.bits import is_int
-from ..numerics.cvt import FORMATS
 from .checks import check_bool, check_int
 
 _INT32 = 1 << 32
@@ -26,11 +26,10 @@ def _fmt(dtype) -> str:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    names = {FORMATS[name].dtype: name for name in _ELEMENT_SIZE}
-    if dt is None or dt not in names:
+    if dt is None or dt not in DTYPES:
         raise ValueError(f"dtype: expected 'bf16', 'f16' or 'e4m3' (or the matching NumPy / ml_dtypes "
                          f"dtype), got {dtype!r}")
-    return names[dt]
+    return DTYPES[dt]
 
 
 # ---- split ranges (hopper/block.h) -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import fast
-from .spec import FusedDotAdd, canonical_nan, k_step_positions, round_to_float32
+from .spec import FusedDotAdd, dot_add_by_steps, round_to_float32
 from .termloop import term_loop_step
 
 __all__ = ["FusedDotAdd", "fused_dot_add", "fused_step", "round_to_float32"]
@@ -33,17 +33,7 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
     Raises:
         ValueError: ``p.k_steps`` does not cover K.
     """
-    if not p.c_in_sum:
-        # products first (from a zero accumulator), then a separate float32 add of c
-        zero = np.zeros(np.broadcast_shapes(a.shape[:-1] + (b.shape[-1],), np.shape(c)), np.float32)
-        s = fused_dot_add(a, b, zero, FusedDotAdd(**{**vars(p), "c_in_sum": True}))
-        with np.errstate(invalid="ignore"):
-            d = round_to_float32(s.astype(np.float64) + np.asarray(c, dtype=np.float64), p.c_round)
-        return canonical_nan(d)
-    d = np.asarray(c, dtype=np.float32)
-    for idx in k_step_positions(p, a.shape[-1]):  # the hardware's sequential steps, 1 or 2
-        d = fused_step(a[..., idx], b[..., idx, :], d, p)
-    return d
+    return dot_add_by_steps(a, b, c, p, fused_step)
 
 
 def fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:

@@ -141,15 +141,24 @@ def spec_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) ->
         memory of ``M N (K + 1)`` float64 terms per batch entry: the reference, not the path
         the emulator runs (``simulator.mma.fused.fused_dot_add``).
     """
+    return dot_add_by_steps(a, b, c, p, spec_step)
+
+
+def dot_add_by_steps(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd, step) -> np.ndarray:
+    """``p.k_steps`` and ``p.c_in_sum`` around one fused step: ``step(a, b, c, p)`` (C inside
+    the sum) runs on each sequential group of K positions, the previous group's float32 result
+    its accumulator; with ``c_in_sum`` False the products start from a zero accumulator and C
+    is added after them by a float32 add rounded by ``p.c_round``. Shared by the spec and
+    :func:`simulator.mma.fused.fused_dot_add`, which differ only in ``step``."""
     if not p.c_in_sum:  # products from a zero accumulator, then a separate float32 add of c
         zero = np.zeros(np.broadcast_shapes(a.shape[:-1] + (b.shape[-1],), np.shape(c)), np.float32)
-        s = spec_dot_add(a, b, zero, FusedDotAdd(**{**vars(p), "c_in_sum": True}))
+        s = dot_add_by_steps(a, b, zero, FusedDotAdd(**{**vars(p), "c_in_sum": True}), step)
         with np.errstate(invalid="ignore"):
             d = round_to_float32(s.astype(np.float64) + np.asarray(c, dtype=np.float64), p.c_round)
         return canonical_nan(d)
     d = np.asarray(c, dtype=np.float32)
     for idx in k_step_positions(p, a.shape[-1]):  # the hardware's sequential steps, 1 or 2
-        d = spec_step(a[..., idx], b[..., idx, :], d, p)
+        d = step(a[..., idx], b[..., idx, :], d, p)
     return d
 
 

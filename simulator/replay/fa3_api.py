@@ -134,9 +134,4 @@ def digests(name: str, args: dict, out, lse, caches: dict | None = None) -> dict
 
 def emulate(case: dict) -> dict:
     """The emulator's digests for one case (runs in a worker), or its error."""
-    name, args = call_args(case)
-    try:
-        out, lse = getattr(fa3, name)(**args)
-    except (ValueError, TypeError) as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    return digests(name, args, out, lse)
+    return _emulate_counted(case)[0]
