@@ -48,29 +48,29 @@ def check_probe(name: str, report: dict, digests: dict, blocks: int) -> list[dic
     kind, m, n, k, fmt = PROBES[name]
     tiles = tiles_per_block(name, report)
     params = params_for(kind, fmt)
-    rows, bad_blocks = [], []
+    bad_blocks, spec_bad = [], []
     head_bad = 0
     for blk in range(blocks):
-        emu = emulate_probe(name, *mma_block(fmt, m, n, k, blk, tiles), params)
+        operands = mma_block(fmt, m, n, k, blk, tiles)  # generated once, replayed by both
+        emu = emulate_probe(name, *operands, params)
         if blk == 0:
             head = digests[f"{name}_head"]
             head_bad = int(np.count_nonzero(emu.reshape(-1)[: head.size] != head))
-        if digest(emu) != digests[name][blk].tobytes():
+        want = digests[name][blk].tobytes()
+        if digest(emu) != want:
             bad_blocks.append(blk)
+        if digest(spec_probe(name, *operands, params)) != want:
+            spec_bad.append(blk)
     note = "" if (kind, fmt) in EXACT else " [model known inexact]"
-    rows.append(row(f"{name} raw head{note}", digests[f"{name}_head"].size, head_bad))
-    spec_bad = [blk for blk in range(blocks)
-                if digest(spec_probe(name, *mma_block(fmt, m, n, k, blk, tiles), params))
-                != digests[name][blk].tobytes()]
-    rows.append(row(f"{name} readable spec (simulator/mma/spec.py), {blocks} "
-                    f"block{'s' if blocks != 1 else ''}{note}", blocks * tiles * m * n,
-                    len(spec_bad) * tiles * m * n,
-                    f"blocks with differing digest: {spec_bad}" if spec_bad else ""))
-    rows.append(row(f"{name} digests of {blocks} block{'s' if blocks != 1 else ''}{note}",
-                    blocks * tiles * m * n,
-                    len(bad_blocks) * tiles * m * n,
-                    f"blocks with differing digest: {bad_blocks}" if bad_blocks else ""))
-    return rows
+    plural = "s" if blocks != 1 else ""
+
+    def digest_row(check: str, bad: list[int]) -> dict:
+        return row(f"{name} {check}{note}", blocks * tiles * m * n, len(bad) * tiles * m * n,
+                   f"blocks with differing digest: {bad}" if bad else "")
+
+    return [row(f"{name} raw head{note}", digests[f"{name}_head"].size, head_bad),
+            digest_row(f"readable spec (simulator/mma/spec.py), {blocks} block{plural}", spec_bad),
+            digest_row(f"digests of {blocks} block{plural}", bad_blocks)]
 
 
 _SPEC_TERMS = 1 << 22  # terms per chunk of the specification's [T, M, N, K + 1] tensor
