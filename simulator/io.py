@@ -29,8 +29,10 @@ MANIFEST_FORMAT = "fa3sim-manifest/1"
 MAKE_MANIFEST = "python scripts/make_manifest.py"
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically; parent folders are created. Returns the path.
+def write_bytes_atomic(path: str | os.PathLike, data) -> Path:
+    """Write ``data`` (bytes-like, or a list of bytes-like parts written one after the other,
+    which spares joining large buffers) to ``path`` atomically; parent folders are created.
+    Returns the path.
 
     A symbolic link is followed (its target is replaced, not the link). An existing path that
     is not a regular file (a directory, a device such as /dev/null, a FIFO) is refused.
@@ -49,7 +51,8 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file ordinary permissions
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for part in data if isinstance(data, list) else [data]:
+                fh.write(part)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
