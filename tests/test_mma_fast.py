@@ -134,3 +134,26 @@ def test_wrong_clean_test_is_caught(recorded, monkeypatch):
     assert rows["wgmma_m64n8k16_bf16 digests of 1 block"]["mismatches"] > 0
     # the readable spec does not use the fast path: its row stays clean
     assert rows["wgmma_m64n8k16_bf16 readable spec (simulator/mma/spec.py), 1 block"]["mismatches"] == 0
+
+
+def test_c_below_the_window_takes_blas_and_equals_per_term_model(monkeypatch):
+    """Outputs whose products are clean but whose C has bits below 2^(maxE - F) (C truncated,
+    E = maxE) go through BLAS plus a truncated C; with C ~ N(0, 1) beside 16 products of
+    N(0, 1) operands about a quarter of the outputs are such. Truncating nothing is caught."""
+    rng = np.random.default_rng(11)
+    A = rng.standard_normal((4, 64, 16)).astype(BF16)
+    B = rng.standard_normal((4, 16, 128)).astype(BF16)
+    c = rng.standard_normal((4, 64, 128)).astype(np.float32)
+    c[1] *= np.exp2(rng.integers(-40, 4, (64, 128))).astype(np.float32)  # C at every distance
+    c[2] = np.nextafter(np.exp2(np.floor(np.log2(np.abs(c[2])))), 0, dtype=np.float32)  # 24 bits
+    taken = []
+    orig = fast._c_below
+    monkeypatch.setattr(fast, "_c_below", lambda *a: taken.append(orig(*a)) or taken[-1])
+    inst = "wgmma.m64n128k16.f32.bf16.bf16"
+    got = mma.gemm(A, B, c, instruction=inst)
+    assert sum(t.size for t in taken if t is not None) > 0.15 * c.size
+    monkeypatch.setattr(fast, "_truncate_c", lambda cf, *rest: cf.astype(np.float64))
+    assert not np.array_equal(mma.gemm(A, B, c, instruction=inst).view(np.uint32), got.view(np.uint32))
+    _per_term_only(monkeypatch)
+    want = mma.gemm(A, B, c, instruction=inst)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

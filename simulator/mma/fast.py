@@ -194,6 +194,7 @@ def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None
     # k-step's result in a chained GEMM).
     c_zero = c == 0
     w = 24 if p.frac_bits >= 23 else p.out_bits
+    below = None
     if p.frac_bits >= w - 1:
         ecb = (c.view(np.int16)[..., 1::2] >> 7) & 0xFF                    # biased exponent of C
         sec = ecb * np.int16(s)                                             # s (ec + 127)
@@ -203,7 +204,11 @@ def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None
         if w < 24:
             c_ok &= (c.view(np.int32) & ((1 << (24 - w)) - 1)) == 0
         c_zero |= c_ok
+        if w == 24:
+            below = _c_below(clean & ~c_zero, hp, sec, ecb, wp, s, p.frac_bits)
     clean &= c_zero
+    if below is not None:
+        clean.reshape(-1)[below] = True
     dirty = np.flatnonzero(~clean)
     if dirty.size > _DENSE_FRACTION * clean.size:
         # mostly dirty (FP8's narrow window): the per-term loop over the whole tile is cheaper
@@ -212,9 +217,39 @@ def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None
         out[...] = tile_sum(ops.a[sl], ops.b[sb], *e16, c.astype(np.float64), p.frac_bits)
         return
     np.matmul(ops.a[sl], ops.b[sb], out=out)
+    if below is not None:  # the product sums of the outputs whose C is cut: kept before + c
+        flat = out.reshape(-1)
+        cut = flat[below] + _truncate_c(c.reshape(-1)[below], hp.reshape(-1)[below], s,
+                                        p.frac_bits)
     out += c  # exact for clean outputs: every partial sum is a float64 value
+    if below is not None:
+        flat[below] = cut
     if dirty.size:
         out.reshape(-1)[dirty] = _dirty(ops, sl, c, dirty, wp, hp, p.frac_bits)
+
+
+def _c_below(cand, hp, sec, ecb, wp, s: int, frac_bits: int):
+    """Flat indices of the outputs among ``cand`` (products clean, C not) whose C is a normal
+    float32 with ``maxE - ec >= F - 22``: C's lowest bits fall below ``q = 2^(maxE - F)``, so
+    ``E = maxE`` and the model's sum is the products' exact sum plus C truncated to a multiple
+    of q (:func:`_truncate_c`), again below ``2^(E + 8)`` and a multiple of q, so exact in
+    float64. Only outputs whose weight sum ``wp`` has its largest term unclipped, so that
+    ``maxE = floor((hp - 1023) / s)`` exactly. None when there is none."""
+    cand &= (ecb > 0) & (ecb < 255)
+    cand &= (hp - sec) >= s * (frac_bits - 22) + 1023 - 127 * s  # s (maxE - ec) + [0, s - 1]
+    idx = np.flatnonzero(cand)
+    if not idx.size:
+        return None
+    idx = idx[wp.reshape(-1)[idx] >= 2.0**_EXACT_MAX]
+    return idx if idx.size else None
+
+
+def _truncate_c(c: np.ndarray, hp: np.ndarray, s: int, frac_bits: int) -> np.ndarray:
+    """float32 C truncated toward zero to a multiple of ``2^(maxE - F)``, as float64, with
+    ``maxE = floor((hp - 1023) / s)`` (see :func:`_c_below`)."""
+    max_e = (hp.astype(np.int64) - 1023) // s
+    scale = ((frac_bits - max_e + 1023) << 52).view(np.float64)  # 2^(F - maxE), normal
+    return np.trunc(c.astype(np.float64) * scale) / scale
 
 
 def _dirty(ops: _Operands, sl: tuple, c, f, wp, hp, frac_bits: int) -> np.ndarray:
