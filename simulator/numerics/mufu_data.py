@@ -36,6 +36,7 @@ import io
 import json
 import os
 import stat
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -290,7 +291,7 @@ class _Source:
         return self._raw[key]
 
     def decode(self, name: str) -> np.ndarray:
-        """Table ``name`` decoded from the residuals (uint32 device bits), in chunks of 2^20
+        """Table ``name`` decoded from the residuals (uint32 device bits), in chunks of 2^18
         inputs so that the float64 reference needs little memory, the chunks spread over
         threads (NumPy's ufuncs release the GIL: 2 threads on 2 cores decode in half the
         time, measured). The result does not depend on the thread count: each chunk is a
@@ -305,12 +306,17 @@ class _Source:
                 raise ValueError(f"{name}__res has shape {res.shape}, expected {(size,)}")
             step = 1 << 18  # float64 temporaries of a chunk: a few MB
 
-            def chunk(lo: int) -> None:
-                x = table_inputs(name, lo=lo, hi=lo + step) if inputs is None else inputs[lo:lo + step]
-                ref = reference_bits(name, x)
-                out[lo:lo + step] = (ref.astype(np.int64) + res[lo:lo + step]).astype(np.uint32)
+            slots = _decode_slots()
 
-            list(_decode_pool().map(chunk, range(0, size, step)))  # re-raises a chunk's error
+            def chunk(lo: int) -> None:
+                with slots:
+                    x = table_inputs(name, lo=lo, hi=lo + step) if inputs is None else inputs[lo:lo + step]
+                    ref = reference_bits(name, x)
+                    out[lo:lo + step] = (ref.astype(np.int64) + res[lo:lo + step]).astype(np.uint32)
+
+            # the threads end with the decode: none is left running when a caller forks
+            with ThreadPoolExecutor(_decode_threads(), thread_name_prefix="mufu-decode") as pool:
+                list(pool.map(chunk, range(0, size, step)))  # list(): re-raises a chunk's error
             out[self.array(f"{name}__exc_idx")] = self.array(f"{name}__exc_bits")
         except (KeyError, IndexError, ValueError) as exc:
             raise _fail(self.npz_path, f"malformed content ({exc!r})") from exc
@@ -408,22 +414,27 @@ class _FileChunks:
             yield view
 
 
-_POOL: dict[int, ThreadPoolExecutor] = {}
+_SLOTS: dict[int, threading.BoundedSemaphore] = {}
 
 
-def _decode_pool() -> ThreadPoolExecutor:
-    """This process's thread pool for decoding chunks, one thread per CPU it may run on (at
-    most 8), shared by tables decoded at the same time so that their chunk temporaries stay
-    bounded (about 8 MB per thread). Keyed by process id: a forked worker process makes its
-    own (the parent's threads do not exist there)."""
-    pool = _POOL.get(os.getpid())
-    if pool is None:
-        try:
-            n = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):  # not Linux
-            n = os.cpu_count() or 1
-        pool = _POOL[os.getpid()] = ThreadPoolExecutor(min(8, n), thread_name_prefix="mufu-decode")
-    return pool
+def _decode_threads() -> int:
+    """The CPUs this process may run on (at most 8)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
+    return min(8, n)
+
+
+def _decode_slots() -> threading.BoundedSemaphore:
+    """This process's limit on chunks decoded at once, shared by tables decoded at the same
+    time, so that their float64 temporaries stay bounded (a few MB per chunk). Keyed by
+    process id: a forked process gets a fresh one (a slot held by a parent's thread would
+    never be released there)."""
+    slots = _SLOTS.get(os.getpid())
+    if slots is None:
+        slots = _SLOTS.setdefault(os.getpid(), threading.BoundedSemaphore(_decode_threads()))
+    return slots
 
 
 def _chunks(a, step: int = 1 << 20):
