@@ -141,6 +141,25 @@ def test_only_the_tables_a_function_needs_are_loaded(tmp_path, monkeypatch):
     assert isinstance(again._rcp_table, np.memmap) and not again._rcp_table.flags.writeable
 
 
+def test_cold_resolve_decodes_in_parallel_and_leaves_no_thread(tmp_path, monkeypatch):
+    """Decoding spreads chunks over threads and resolves functions side by side; the decoded
+    tables are the same as with one thread (they pass their recorded checksums either way)
+    and no decode thread outlives the call (a caller may fork right after)."""
+    import threading
+
+    monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
+    before = threading.active_count()
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path / "many"))
+    many = mufu.MufuModel("sm90").resolve(("rcp", "lg2"))
+    assert threading.active_count() == before
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path / "one"))
+    monkeypatch.setattr(mufu_data, "_decode_threads", lambda: 1)
+    monkeypatch.setattr(mufu_data, "_SLOTS", {})
+    one = mufu.MufuModel("sm90").resolve(("rcp", "lg2"))
+    assert np.array_equal(many._rcp_table, one._rcp_table)
+    assert all(np.array_equal(x, y) for x, y in zip(many._lg2_tables, one._lg2_tables, strict=True))
+
+
 def test_ex2_of_empty_and_scalar():
     assert mufu.ex2(np.zeros(0, np.float32)).shape == (0,)
     assert mufu.ex2(np.zeros((0, 3), np.float32), ftz=False).shape == (0, 3)
