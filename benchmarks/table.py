@@ -18,6 +18,7 @@ import bench_hw
 import bench_mma
 import bench_mufu
 import bench_numerics
+import bench_startup
 from timing import blas_info, blas_threads, emit, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,6 +56,7 @@ def main() -> None:
     rows += bench_hw.measure(threads=args.threads)[0]
     rows += bench_mma.measure(threads=args.threads)
     rows += bench_flash.measure(threads=args.threads, triton=not args.no_triton)
+    startup = bench_startup.measure()
     with blas_threads(args.threads):
         blas = blas_info()
     print(f"Measured on {machine()}; BLAS {blas}; medians after warm-up, ratios side by side "
@@ -64,6 +66,16 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     for r in rows:
         print(f"| `{r['script']}` | {r['measures']} | {_ratio(r)} | {_met(r)} |")
+    for r in startup:
+        lo, hi = r["spread_s"]
+        peak = f"{r['peak_mb']:.0f} MB"
+        met = r["target"] if r["target"] == "-" else \
+            f"{r['target']}: {'met' if r['ours_s'] < float(r['target'].split()[1]) else 'missed'}"
+        if r["peak_target_mb"]:
+            ok = "met" if r["peak_mb"] <= r["peak_target_mb"] else "missed"
+            peak += f" (target <= {r['peak_target_mb']} MB: {ok})"
+        print(f"| `{r['script']}` | {r['measures']} | {r['ours_s']:.2f} s (median; {lo:.2f}-{hi:.2f}), "
+              f"peak {peak} | {met} |")
     dev = json.loads((RESULTS / "bench_device.json").read_text())
     s = dev["shape"]
     for res in dev["results"]:
@@ -71,7 +83,7 @@ def main() -> None:
               f"the CUDA twin vs torch SDPA, batch {s['batch']}, {s['heads']} heads, {s['seqlen_q']}, "
               f"d {s['head_dim']}{', causal' if res['causal'] else ''} | "
               f"{res['ratio_ours_over_torch_throughput']:.2f}x torch's throughput | - |")
-    emit(rows, args.json)
+    emit(rows + startup, args.json)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,12 @@ MANIFEST_FORMAT = "fa3sim-manifest/1"
 MAKE_MANIFEST = "python scripts/make_manifest.py"
 
 
-def write_bytes_atomic(path: str | os.PathLike, data) -> Path:
+def write_bytes_atomic(path: str | os.PathLike, data, durable: bool = True) -> Path:
     """Write ``data`` (bytes-like, or a list of bytes-like parts written one after the other,
     which spares joining large buffers) to ``path`` atomically; parent folders are created.
-    Returns the path.
+    Returns the path. ``durable=False`` skips the fsync before the rename: for files whose
+    reader verifies them anyway (a crash may then leave a torn file under the final name,
+    which that reader detects).
 
     A symbolic link is followed (its target is replaced, not the link). An existing path that
     is not a regular file (a directory, a device such as /dev/null, a FIFO) is refused.
@@ -54,7 +56,8 @@ def write_bytes_atomic(path: str | os.PathLike, data) -> Path:
             for part in data if isinstance(data, list) else [data]:
                 fh.write(part)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
