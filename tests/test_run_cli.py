@@ -133,7 +133,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     ("unknown option", ["--bogus"], "unrecognized arguments: --bogus"),
     ("bad choice", ["--dtype", "f64"], "invalid choice: 'f64'"),
     ("bad kblock", ["--kblock-n", "100"], "--kblock-n: expected a multiple of 16"),
-    ("bad cta", ["--trace-cta", "9,0,0"], "--trace-cta 9,0,0: out of range"),
+    ("bad cta", ["--trace-cta", "9,0,0"], "--trace-cta 9,0,0: out of range; batch 0..3, heads 0..11, m_block 0..0"),
     ("negative cta", ["--trace-cta", "-1,0,0"],
      "error: --trace-cta: expected B,H,M (three integers >= 0, e.g. 0,1,0), got '-1,0,0'"),
     ("negative cta with =", ["--trace-cta=0,-2,0"], "error: --trace-cta: expected B,H,M"),

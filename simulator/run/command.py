@@ -248,7 +248,7 @@ def main(argv: list[str]) -> int:
         m_blocks = -(-(seq_cfgs[c[0]] if seq_cfgs and c[0] < batch else cfg).seqlen_q // cfg.kblock_m)
         if c[0] >= batch or c[1] not in work.heads or c[2] >= m_blocks:
             raise UsageError(f"--trace-cta {','.join(map(str, c))}: out of range; batch 0..{batch - 1}"
-                             f", heads {_ranges(work.heads)}, m_block 0..{m_blocks - 1}"
+                             f", heads {_ranges(work.heads).replace('-', '..')}, m_block 0..{m_blocks - 1}"
                              + (f" (sequence {c[0]})" if seq_cfgs and c[0] < batch else ""))
     if not 0 <= args.plot_batch < batch:
         raise UsageError(f"--plot-batch: expected 0..{batch - 1}, got {args.plot_batch}")
