@@ -198,14 +198,17 @@ def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None
     if p.frac_bits >= w - 1:
         ecb = (c.view(np.int16)[..., 1::2] >> 7) & 0xFF                    # biased exponent of C
         sec = ecb * np.int16(s)                                             # s (ec + 127)
+        c_in = (hp - sec) <= s * (p.frac_bits - w + 1) + s - 1 + 1023 - 127 * s
         c_ok = (sec + hq) <= lim + 1023 + 127 * s
-        c_ok &= (hp - sec) <= s * (p.frac_bits - w + 1) + s - 1 + 1023 - 127 * s
+        c_ok &= c_in
         c_ok &= ecb > 0
         if w < 24:
             c_ok &= (c.view(np.int32) & ((1 << (24 - w)) - 1)) == 0
         c_zero |= c_ok
-        if w == 24:
-            below = _c_below(clean & ~c_zero, hp, sec, ecb, wp, s, p.frac_bits)
+        if w == 24:  # products clean, C's low bits below the window (c_in False: E = maxE)
+            np.invert(c_in, out=c_in)
+            c_in &= clean
+            below = _c_below(np.flatnonzero(c_in), ecb, wp)
     clean &= c_zero
     if below is not None:
         clean.reshape(-1)[below] = True
@@ -228,19 +231,17 @@ def _tile(ops: _Operands, sl: tuple, c, p: FusedDotAdd, out: np.ndarray) -> None
         out.reshape(-1)[dirty] = _dirty(ops, sl, c, dirty, wp, hp, p.frac_bits)
 
 
-def _c_below(cand, hp, sec, ecb, wp, s: int, frac_bits: int):
-    """Flat indices of the outputs among ``cand`` (products clean, C not) whose C is a normal
-    float32 with ``maxE - ec >= F - 22``: C's lowest bits fall below ``q = 2^(maxE - F)``, so
-    ``E = maxE`` and the model's sum is the products' exact sum plus C truncated to a multiple
-    of q (:func:`_truncate_c`), again below ``2^(E + 8)`` and a multiple of q, so exact in
+def _c_below(idx: np.ndarray, ecb: np.ndarray, wp: np.ndarray):
+    """The outputs at flat indices ``idx`` (products clean, ``maxE - ec >= F - 22``) whose C
+    is a normal float32, so that its lowest bits fall below ``q = 2^(maxE - F)`` and ``E =
+    maxE``: the model's sum is then the products' exact sum plus C truncated to a multiple of
+    q (:func:`_truncate_c`), again below ``2^(E + 8)`` and a multiple of q, so exact in
     float64. Only outputs whose weight sum ``wp`` has its largest term unclipped, so that
     ``maxE = floor((hp - 1023) / s)`` exactly. None when there is none."""
-    cand &= (ecb > 0) & (ecb < 255)
-    cand &= (hp - sec) >= s * (frac_bits - 22) + 1023 - 127 * s  # s (maxE - ec) + [0, s - 1]
-    idx = np.flatnonzero(cand)
     if not idx.size:
         return None
-    idx = idx[wp.reshape(-1)[idx] >= 2.0**_EXACT_MAX]
+    e = ecb.reshape(-1)[idx]
+    idx = idx[(e > 0) & (e < 255) & (wp.reshape(-1)[idx] >= 2.0**_EXACT_MAX)]
     return idx if idx.size else None
 
 
