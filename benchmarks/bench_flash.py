@@ -18,11 +18,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 import ml_dtypes
 import numpy as np
-from timing import add_common_args, blas_info, blas_threads, emit, interleaved_medians, machine, ratio_row
+from timing import (
+    add_common_args,
+    blas_info,
+    blas_threads,
+    emit,
+    interleaved_medians,
+    machine,
+    median_time,
+    ratio_row,
+)
 
 from simulator import flash
 from simulator.flash.dispatch import fa3_dispatch
@@ -122,6 +134,43 @@ def _floor_row(seqlen, heads, head_dim, repeats, label) -> dict:
                      "numpy float32 attention")
 
 
+def _outside_gemm_row(q, k, v, repeats: int, label: str) -> dict:
+    """The forward's time outside ``mma.gemm`` (softmax, masks, MUFU, conversions, fragment
+    bookkeeping: everything but the tensor-core arithmetic), measured by timing every
+    ``mma.gemm`` call inside the forward and subtracting, in turns with the anchor: what the
+    forward would take if its GEMMs were free."""
+    fw = sys.modules["simulator.flash.forward"]
+    spent = [0.0]
+    gemm = fw.mma.gemm
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return gemm(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    def outside():
+        spent[0] = 0.0
+        t0 = time.perf_counter()
+        flash.forward(q, k, v)
+        return time.perf_counter() - t0 - spent[0]
+
+    q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+    fw.mma.gemm = timed
+    try:
+        outside()  # warm-up
+        samples, anchors = [], []
+        for _ in range(max(1, repeats)):
+            samples.append(outside())
+            anchors.append(median_time(lambda: numpy_attention(q32, k32, v32, False), 5, warmup=0))
+    finally:
+        fw.mma.gemm = gemm
+    return ratio_row("bench_flash.py", f"{label}: the forward's time outside mma.gemm alone vs NumPy "
+                     "float32 attention", statistics.median(samples), statistics.median(anchors),
+                     "numpy float32 attention")
+
+
 _LIMITS = []
 
 
@@ -170,6 +219,7 @@ def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3, triton=Tru
                 rows.append(_fast_path_row(q, k, v, causal, repeats, label))
             if name == "bf16" and not causal:
                 rows.append(_floor_row(seqlen, heads, head_dim, repeats, label))
+                rows.append(_outside_gemm_row(q, k, v, repeats, label))
             if processes > 1 and name == "bf16" and not causal:
                 rows.append(_executor_row(q, k, v, processes, threads, repeats, label))
             if tri is not None and name == "bf16":
