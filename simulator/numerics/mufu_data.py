@@ -30,6 +30,7 @@ Regenerate with ``python -m simulator calibrate`` on a machine with a CUDA GPU.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import io
@@ -67,6 +68,17 @@ TABLE_KERNEL = {"ex2_pos": "ex2_ftz", "ex2_neg": "ex2_ftz", "rcp": "rcp_ftz", "l
 
 class MufuDataError(RecordedDataError):
     """Calibrated MUFU data is missing, unreadable or fails its checksum; says how to regenerate."""
+
+
+#: An event that, once set, makes the decodes started in this context stop after their chunks
+#: in progress (raising :class:`DecodeStopped`): :meth:`.mufu.MufuModel.resolve` sets it in its
+#: loader threads and sets the event when it fails or is interrupted, so that the other tables'
+#: decodes do not run on to the end.
+DECODE_STOP: contextvars.ContextVar = contextvars.ContextVar("mufu_decode_stop", default=None)
+
+
+class DecodeStopped(Exception):
+    """A decode given up because :data:`DECODE_STOP`'s event was set."""
 
 
 def table_inputs(name: str, tanh_kind=None, tanh_shift=None, lo: int = 0, hi: int = 1 << 23) -> np.ndarray:
@@ -307,9 +319,12 @@ class _Source:
             step = 1 << 18  # float64 temporaries of a chunk: a few MB
 
             slots = _decode_slots()
+            stop = DECODE_STOP.get()
 
             def chunk(lo: int) -> None:
                 with slots:
+                    if stop is not None and stop.is_set():
+                        raise DecodeStopped(name)
                     x = table_inputs(name, lo=lo, hi=lo + step) if inputs is None else inputs[lo:lo + step]
                     ref = reference_bits(name, x)
                     out[lo:lo + step] = (ref.astype(np.int64) + res[lo:lo + step]).astype(np.uint32)
