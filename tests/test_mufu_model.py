@@ -211,6 +211,16 @@ def test_interrupted_cold_resolve_stops_decoding(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*.npy"))
 
 
+def test_a_function_named_twice_is_loaded_once(tmp_path, monkeypatch):
+    """resolve(("rcp", "rcp")) decodes rcp's table once (32 chunks), not once per name in two
+    threads at the same time (functools.cached_property has no lock from Python 3.12)."""
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
+    calls = _counting_reference(monkeypatch, lambda: None)
+    mufu.MufuModel("sm90").resolve(("rcp", "lg2", "rcp"))
+    assert calls.count("rcp") == 32
+
+
 def test_ex2_of_empty_and_scalar():
     assert mufu.ex2(np.zeros(0, np.float32)).shape == (0,)
     assert mufu.ex2(np.zeros((0, 3), np.float32), ftz=False).shape == (0, 3)

@@ -166,6 +166,7 @@ class MufuModel:
         if unknown:
             raise ValueError(f"functions: expected names from {sorted(self._TABLES_OF)}, "
                              f"got {unknown}")
+        names = tuple(dict.fromkeys(names))  # a name given twice: one loader (they would race)
         if not self.ideal:
             stop = threading.Event()
 
