@@ -160,6 +160,67 @@ def test_cold_resolve_decodes_in_parallel_and_leaves_no_thread(tmp_path, monkeyp
     assert all(np.array_equal(x, y) for x, y in zip(many._lg2_tables, one._lg2_tables, strict=True))
 
 
+def _counting_reference(monkeypatch, first_call):
+    """reference_bits counting its calls (one per decoded chunk), ``first_call()`` run at the
+    first one."""
+    calls = []
+    orig = mufu_data.reference_bits
+
+    def ref(name, x):
+        calls.append(name)
+        if len(calls) == 1:
+            first_call()
+        return orig(name, x)
+
+    monkeypatch.setattr(mufu_data, "reference_bits", ref)
+    return calls
+
+
+def test_chunk_error_surfaces_and_stops_the_decode(tmp_path, monkeypatch):
+    """An error in one chunk surfaces as the MufuDataError a one-thread decode gave, and the
+    chunks not started yet are skipped (a table has 32 of them)."""
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
+
+    def fail():
+        raise ValueError("bad chunk")
+
+    calls = _counting_reference(monkeypatch, fail)
+    with pytest.raises(mufu.MufuDataError, match=r"malformed content \(ValueError\('bad chunk'\)\)"):
+        mufu.MufuModel("sm90").resolve(("rcp",))
+    assert len(calls) < 32
+    assert not list(tmp_path.glob("*.npy"))
+
+
+def test_interrupted_cold_resolve_stops_decoding(tmp_path, monkeypatch):
+    """Ctrl-C during a cold resolve interrupts it at once: the other functions' decodes stop
+    after their chunks in progress (3 tables of 32 chunks here), nothing is cached, no thread
+    is left."""
+    import signal
+    import threading
+
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
+    main = threading.main_thread().ident
+    calls = _counting_reference(monkeypatch, lambda: signal.pthread_kill(main, signal.SIGINT))
+    before = threading.active_count()
+    with pytest.raises(KeyboardInterrupt):
+        mufu.MufuModel("sm90").resolve(("rcp", "lg2"))
+    assert threading.active_count() == before
+    assert len(calls) < 32  # not one table's worth (96 when the decodes ran on)
+    assert not list(tmp_path.glob("*.npy"))
+
+
+def test_a_function_named_twice_is_loaded_once(tmp_path, monkeypatch):
+    """resolve(("rcp", "rcp")) decodes rcp's table once (32 chunks), not once per name in two
+    threads at the same time (functools.cached_property has no lock from Python 3.12)."""
+    monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path))
+    monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
+    calls = _counting_reference(monkeypatch, lambda: None)
+    mufu.MufuModel("sm90").resolve(("rcp", "lg2", "rcp"))
+    assert calls.count("rcp") == 32
+
+
 def test_ex2_of_empty_and_scalar():
     assert mufu.ex2(np.zeros(0, np.float32)).shape == (0,)
     assert mufu.ex2(np.zeros((0, 3), np.float32), ftz=False).shape == (0, 3)

@@ -49,6 +49,7 @@ process, and its tables are loaded by the first function that needs them.
 from __future__ import annotations
 
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -165,16 +166,31 @@ class MufuModel:
         if unknown:
             raise ValueError(f"functions: expected names from {sorted(self._TABLES_OF)}, "
                              f"got {unknown}")
+        names = tuple(dict.fromkeys(names))  # a name given twice: one loader (they would race)
         if not self.ideal:
+            stop = threading.Event()
+
             def load(f: str) -> None:
-                for attr in self._TABLES_OF[f]:
-                    getattr(self, attr)
+                token = mufu_data.DECODE_STOP.set(stop)
+                try:
+                    for attr in self._TABLES_OF[f]:
+                        getattr(self, attr)
+                finally:
+                    mufu_data.DECODE_STOP.reset(token)
 
             # one thread per function: one table's hashing and cache write (which release the
             # GIL) overlap another's decoding; a cold resolve of ex2, rcp and lg2 measured
             # 0.9-1.2 s this way against 1.1-2.0 s one function after the other (2 cores)
             with ThreadPoolExecutor(max(1, len(names))) as pool:
-                list(pool.map(load, names))  # list(): re-raises a loader's exception here
+                futures = [pool.submit(load, f) for f in names]
+                try:
+                    for fut in futures:
+                        fut.result()  # re-raises a loader's exception (the first in name order)
+                except BaseException:
+                    # a loader's error, or Ctrl-C here: the other loaders' decodes stop after
+                    # their chunks in progress instead of running on (the pool waits for them)
+                    stop.set()
+                    raise
         return self
 
     # ---- MUFU cores (always .ftz), on 1-D contiguous float32 -------------------------------

@@ -30,6 +30,7 @@ Regenerate with ``python -m simulator calibrate`` on a machine with a CUDA GPU.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import io
@@ -44,6 +45,16 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RecordedDataError
+from .mufu_codec import (
+    TABLES,
+    checksum,
+    encode_table,
+    finish_hash,
+    little_endian,
+    table_checksum,
+    table_checksums,
+    table_hasher,
+)
 from .mufu_ideal import ideal_ex2, ideal_lg2, ideal_rcp, ideal_tanh
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "mufu"
@@ -55,7 +66,6 @@ CACHE_VERSION = 2  # layout of the cache files (one .npy per table)
 #: tanh binade kinds (per biased exponent of |x|)
 TANH_IDENTITY, TANH_TABLE, TANH_ONE, TANH_SPECIAL = 0, 1, 2, 3
 
-TABLES = ("ex2_pos", "ex2_neg", "rcp", "lg2_e0", "lg2_em1", "tanh")
 #: architectures whose data ships with the package (a missing file is an error, not an unknown arch)
 SHIPPED_ARCHS = ("sm90",)
 _REF = {"ex2_pos": ideal_ex2, "ex2_neg": ideal_ex2, "rcp": ideal_rcp, "lg2_e0": ideal_lg2,
@@ -67,6 +77,17 @@ TABLE_KERNEL = {"ex2_pos": "ex2_ftz", "ex2_neg": "ex2_ftz", "rcp": "rcp_ftz", "l
 
 class MufuDataError(RecordedDataError):
     """Calibrated MUFU data is missing, unreadable or fails its checksum; says how to regenerate."""
+
+
+#: An event that, once set, makes the decodes started in this context stop after their chunks
+#: in progress (raising :class:`DecodeStopped`): :meth:`.mufu.MufuModel.resolve` sets it in its
+#: loader threads and sets the event when it fails or is interrupted, so that the other tables'
+#: decodes do not run on to the end.
+DECODE_STOP: contextvars.ContextVar = contextvars.ContextVar("mufu_decode_stop", default=None)
+
+
+class DecodeStopped(Exception):
+    """A decode given up because :data:`DECODE_STOP`'s event was set."""
 
 
 def table_inputs(name: str, tanh_kind=None, tanh_shift=None, lo: int = 0, hi: int = 1 << 23) -> np.ndarray:
@@ -91,33 +112,6 @@ def table_inputs(name: str, tanh_kind=None, tanh_shift=None, lo: int = 0, hi: in
 def reference_bits(name: str, inputs: np.ndarray) -> np.ndarray:
     """Correctly rounded results (uint32 bits) for table ``name``'s inputs."""
     return _REF[name](inputs.view(np.float32)).view(np.uint32)
-
-
-def encode_table(device_bits: np.ndarray, ref_bits: np.ndarray) -> dict[str, np.ndarray]:
-    """Residual encoding: int8 ``res`` (device - reference, in ulps) plus raw exceptions."""
-    res = device_bits.astype(np.int64) - ref_bits.astype(np.int64)
-    exc = (res < -127) | (res > 127)
-    exc_idx = np.flatnonzero(exc).astype(np.uint32)
-    small = np.where(exc, 0, res).astype(np.int8)
-    return {"res": small, "exc_idx": exc_idx, "exc_bits": device_bits[exc_idx].astype(np.uint32)}
-
-
-def decode_table(res: np.ndarray, exc_idx: np.ndarray, exc_bits: np.ndarray,
-                 ref_bits: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`encode_table`."""
-    out = (ref_bits.astype(np.int64) + res).astype(np.uint32)
-    out[exc_idx] = exc_bits
-    return out
-
-
-def checksum(tables: dict[str, np.ndarray]) -> str:
-    """BLAKE2b-128 (hex) over the reconstructed tables and tanh parameters, in a fixed order."""
-    h = hashlib.blake2b(digest_size=16)
-    for key in (*TABLES, "tanh_kind", "tanh_shift"):
-        a = np.ascontiguousarray(tables[key])
-        h.update(key.encode())
-        h.update(a.astype(a.dtype.newbyteorder("<")).tobytes())
-    return h.hexdigest()
 
 
 def search_dirs() -> list[Path]:
@@ -215,41 +209,6 @@ def _damaged_cache(path: Path, why: str) -> None:
                   "shipped data and rewriting the cache", RuntimeWarning, stacklevel=5)
 
 
-def table_checksum(name: str, table: np.ndarray, tanh_kind=None, tanh_shift=None) -> str:
-    """BLAKE2b-128 (hex) of one decoded table (``tanh``: together with its two parameters).
-
-    Recorded per table in ``<arch>.json`` (``table_blake2b``) so that one table can be decoded,
-    cached and verified without the others."""
-    h = _table_hasher(name)
-    h.update(_le(table))
-    return _finish_hash(h, name, tanh_kind, tanh_shift)
-
-
-def table_checksums(tables: dict[str, np.ndarray]) -> dict[str, str]:
-    """:func:`table_checksum` of every table of ``tables`` (the dict :func:`load` returns)."""
-    return {n: table_checksum(n, tables[n], tables["tanh_kind"], tables["tanh_shift"])
-            for n in TABLES}
-
-
-def _le(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    return a.astype(a.dtype.newbyteorder("<"), copy=False)
-
-
-def _table_hasher(name: str):
-    h = hashlib.blake2b(digest_size=16)
-    h.update(name.encode())
-    return h
-
-
-def _finish_hash(h, name: str, tanh_kind, tanh_shift) -> str:
-    if name == "tanh":
-        for key, a in (("tanh_kind", tanh_kind), ("tanh_shift", tanh_shift)):
-            h.update(key.encode())
-            h.update(_le(np.asarray(a, dtype=np.uint8)))
-    return h.hexdigest()
-
-
 class _Source:
     """One architecture's shipped files, read once and checked (sha256 of the npz)."""
 
@@ -307,9 +266,12 @@ class _Source:
             step = 1 << 18  # float64 temporaries of a chunk: a few MB
 
             slots = _decode_slots()
+            stop = DECODE_STOP.get()
 
             def chunk(lo: int) -> None:
                 with slots:
+                    if stop is not None and stop.is_set():
+                        raise DecodeStopped(name)
                     x = table_inputs(name, lo=lo, hi=lo + step) if inputs is None else inputs[lo:lo + step]
                     ref = reference_bits(name, x)
                     out[lo:lo + step] = (ref.astype(np.int64) + res[lo:lo + step]).astype(np.uint32)
@@ -491,10 +453,10 @@ def _table(src: _Source, name: str, mmap: bool, cache: bool = True) -> np.ndarra
     path = _cache_path(name, want)
 
     def verify(a):
-        h = _table_hasher(name)
+        h = table_hasher(name)
         for c in _chunks(a):
-            h.update(_le(c))
-        got = _finish_hash(h, name, src.tanh_kind, src.tanh_shift)
+            h.update(little_endian(c))
+        got = finish_hash(h, name, src.tanh_kind, src.tanh_shift)
         return None if got == want else f"checksum {got} of its table differs from the recorded {want}"
 
     size = table_inputs(name, src.tanh_kind, src.tanh_shift).size if name == "tanh" else 1 << 23
@@ -570,17 +532,17 @@ def ex2_table(arch: str) -> np.ndarray:
     path = _cache_path("ex2c", key)
 
     def verify(a):
-        pos = _table_hasher("ex2_pos")
+        pos = table_hasher("ex2_pos")
         for c in _chunks(a[:half]):
-            pos.update(_le(c.view(np.uint32)))
-        neg = _table_hasher("ex2_neg")
-        neg.update(_le(a[half:half + 1].view(np.uint32)))
+            pos.update(little_endian(c.view(np.uint32)))
+        neg = table_hasher("ex2_neg")
+        neg.update(little_endian(a[half:half + 1].view(np.uint32)))
         step = 1 << 20
         for hi in range(2 * half, half + 1, -step):  # ex2_neg[k] = a[2^24 - k] - 2^23, k >= 1
             seg = a[max(half + 1, hi - step):hi][::-1] - np.int32(half)
-            neg.update(_le(seg.view(np.uint32)))
-        got = {"ex2_pos": _finish_hash(pos, "ex2_pos", None, None),
-               "ex2_neg": _finish_hash(neg, "ex2_neg", None, None)}
+            neg.update(little_endian(seg.view(np.uint32)))
+        got = {"ex2_pos": finish_hash(pos, "ex2_pos", None, None),
+               "ex2_neg": finish_hash(neg, "ex2_neg", None, None)}
         bad = [f"{n} checksum {got[n]} differs from the recorded {want[n]}" for n in want
                if got[n] != want[n]]
         return "; ".join(bad) or None

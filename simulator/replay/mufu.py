@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..numerics.mufu import FORMS as MUFU_FORMS
-from ..numerics.mufu_data import decode_table, encode_table
+from ..numerics.mufu_codec import decode_table, encode_table
 from .common import digest as _digest
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "device"
