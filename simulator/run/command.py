@@ -56,6 +56,17 @@ def _cta(text: str) -> tuple[int, int, int]:
     return parts
 
 
+def _worker_context():
+    """The start method of ``--workers`` processes: forkserver where the platform has it. A
+    fork of this process would copy its BLAS and MUFU-loading threads' state (Python 3.12+
+    warns that this may deadlock the child); forkserver workers start from a clean process
+    and read the MUFU tables from the cache this process wrote. None: the platform default."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver") if "forkserver" in methods else None
+
+
 def _check_trace_cta_args(argv: list[str]) -> None:
     """``--trace-cta`` values, checked before argparse: a value that starts with '-' (such as
     ``-1,0,0``) would otherwise read as an unknown option. Raises UsageError (one line)."""
@@ -270,7 +281,7 @@ def main(argv: list[str]) -> int:
     if warning:
         print(warning, file=sys.stderr, flush=True)
     bar = Progress(not args.no_progress, visits, "emulating")
-    executor = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
+    executor = ProcessPoolExecutor(args.workers, mp_context=_worker_context()) if args.workers > 1 else None
     try:
         out, lse, trace = emulate(work, kwargs, trace_ctas, bar.callback(), executor)
         bar.update(max(0, bar.total - bar.done))  # an estimate of the total may be a little high
