@@ -303,16 +303,18 @@ def _dirty(ops: _Operands, sl: tuple, c, f, wp, hp, frac_bits: int) -> np.ndarra
 
 def _rz(x: np.ndarray, bits: int) -> np.ndarray:
     """round_to_float32(x, "rz", bits) for finite-or-not x whose non-finite outputs are
-    replaced later (x is overwritten): bits cleared in float64, then an exact cast; results
-    at or below 2^-126 (where float32's quantum applies, zeros included) recomputed by the
-    reference."""
+    replaced later (x is overwritten): bits cleared in float64, then an exact cast; nonzero
+    results at or below 2^-126 (where float32's quantum applies) recomputed by the reference.
+    A cast that gives +-0 had ``|x| <= 2^-150``, whose truncation is that same signed zero."""
     keep = np.uint64(~((1 << (53 - bits)) - 1) & 0xFFFFFFFFFFFFFFFF)
     # in place: clearing bits below the 24th keeps zeros and non-zeros as they are, and below
     # 2^-126 it only drops bits under the float32 quantum (so the recomputation is unchanged)
     np.bitwise_and(x.view(np.uint64), keep, out=x.view(np.uint64))
     with np.errstate(over="ignore", invalid="ignore"):
         r = x.astype(np.float32)
-    small = np.flatnonzero((r.view(np.int32) & 0x7FFFFFFF) <= 0x00800000)
+    mag = r.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    mag -= np.uint32(1)  # zeros wrap to the top: not recomputed (the padded columns of a GEMM)
+    small = np.flatnonzero(mag < np.uint32(0x00800000))
     if small.size:
         r.reshape(-1)[small] = rz_to_float32(x.reshape(-1)[small], bits)
     return r
