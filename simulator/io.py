@@ -16,6 +16,7 @@ import io
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,17 @@ def write_bytes_atomic(path: str | os.PathLike, data, durable: bool = True) -> P
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     """Write ``obj`` as indented JSON (UTF-8, trailing newline) atomically."""
     return write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def npz_bytes(arrays: dict, compresslevel: int = 6) -> bytes:
+    """The bytes of a compressed ``.npz`` of ``arrays`` (as ``numpy.savez_compressed`` writes
+    them, for ``numpy.load``) at zlib level ``compresslevel``; no pickled objects."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as zf:
+        for name, a in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.asanyarray(a), allow_pickle=False)
+    return buf.getvalue()
 
 
 def save_npz_atomic(path: str | os.PathLike, **arrays: np.ndarray) -> Path:

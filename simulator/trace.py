@@ -88,16 +88,20 @@ class Trace:
     def __iter__(self):
         return iter(self.events)
 
-    def to_npz_bytes(self) -> bytes:
-        """Serialise (keys ``e{i}__{name}`` plus an index array) for ``np.load``."""
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays :meth:`to_npz_bytes` stores: keys ``e{i}__{name}`` plus an index array."""
         arrays, index = {}, []
         for i, e in enumerate(self.events):
             index.append([i, STEPS.index(e.step), *e.cta, -1 if e.n_block is None else e.n_block])
             for k, v in e.data.items():
                 arrays[f"e{i}__{k}"] = v
         arrays["index"] = np.array(index, dtype=np.int64).reshape(-1, 6)
+        return arrays
+
+    def to_npz_bytes(self) -> bytes:
+        """Serialise (:meth:`to_arrays`) for ``np.load``."""
         buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
+        np.savez_compressed(buf, **self.to_arrays())
         return buf.getvalue()
 
     @classmethod

@@ -3,7 +3,6 @@ parameters in one ``.npz``, written atomically) and the checks of an output path
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import stat
@@ -72,19 +71,17 @@ def check_output_path(path: Path, what: str) -> None:
 
 def save_result(path: Path, out, lse, ref_out, ref_lse, trace, params: dict) -> None:
     """O (float32 values and raw bits), LSE, the reference, the trace (keys ``trace__*``) and the
-    parameters (``params``, JSON) in one compressed ``.npz``, written atomically."""
-    from ..io import write_bytes_atomic
+    parameters (``params``, JSON) in one compressed ``.npz``, written atomically (deflate level 1:
+    60 ms less than numpy's level 6 for the default job's 1.2 MB, 2% larger)."""
+    from ..io import npz_bytes, write_bytes_atomic
 
     bits = out.view(np.uint16)
     arrays = {"out": out.astype(np.float32), "out_bits": bits, "out_dtype": np.array(str(out.dtype)),
               "lse": lse, "ref_out": ref_out, "ref_lse": ref_lse,
               "params": np.array(json.dumps(params))}
     if trace is not None and len(trace):
-        with np.load(io.BytesIO(trace.to_npz_bytes())) as t:
-            arrays.update({f"trace__{k}": t[k] for k in t.files})
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    write_bytes_atomic(path, buf.getvalue())
+        arrays.update({f"trace__{k}": v for k, v in trace.to_arrays().items()})
+    write_bytes_atomic(path, npz_bytes(arrays, compresslevel=1))
 
 
 def load_result(path) -> dict:
