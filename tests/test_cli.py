@@ -76,6 +76,9 @@ def test_sweep_without_gpu_or_with_bad_out_is_exit_2(tmp_path):
 # A real SIGINT, sent by the child to itself when it first imports MODULE: Ctrl-C at that moment.
 _CTRL_C_AT_IMPORT = r"""
 import os, runpy, signal, sys
+# Python's own handler, also when this test runs in a background job (which starts with SIGINT
+# ignored, so that the signal below would do nothing)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 target = sys.argv[1]
 fired = []
 def hook(event, args):
