@@ -245,11 +245,22 @@ def _c_below(idx: np.ndarray, ecb: np.ndarray, wp: np.ndarray):
     return idx if idx.size else None
 
 
+def _max_exponent(hp: np.ndarray, s: int) -> np.ndarray:
+    """The largest product exponent ``maxE = floor((hp - 1023) / s)`` (int64), exact where the
+    weight sum's largest term was not clipped (``hp - 1023`` is ``s maxE`` plus at most
+    ``log2 K < s``)."""
+    return (hp.astype(np.int64) - 1023) // s
+
+
+def _pow2(e: np.ndarray) -> np.ndarray:
+    """``2^e`` as float64 from its bits, for int64 ``e`` in float64's normal range."""
+    return ((e + 1023) << 52).view(np.float64)
+
+
 def _truncate_c(c: np.ndarray, hp: np.ndarray, s: int, frac_bits: int) -> np.ndarray:
     """float32 C truncated toward zero to a multiple of ``2^(maxE - F)``, as float64, with
-    ``maxE = floor((hp - 1023) / s)`` (see :func:`_c_below`)."""
-    max_e = (hp.astype(np.int64) - 1023) // s
-    scale = ((frac_bits - max_e + 1023) << 52).view(np.float64)  # 2^(F - maxE), normal
+    ``maxE`` from :func:`_max_exponent` (see :func:`_c_below`)."""
+    scale = _pow2(frac_bits - _max_exponent(hp, s))  # 2^(F - maxE), normal
     return np.trunc(c.astype(np.float64) * scale) / scale
 
 
@@ -264,7 +275,7 @@ def _dirty(ops: _Operands, sl: tuple, c, f, wp, hp, frac_bits: int) -> np.ndarra
     rn = (np.arange(rows * m) // m * n)[rm] + j          # column of B (flat over R, N)
     # the largest product exponent: (hp - 1023) is s maxE + [0, log2 K] when the weight sum's
     # largest term was not clipped, which holds when the sum is at least 2^_EXACT_MAX
-    max_e = (hp.reshape(-1)[f].astype(np.int64) - 1023) // s
+    max_e = _max_exponent(hp.reshape(-1)[f], s)
     slow = np.flatnonzero(wp.reshape(-1)[f] < 2.0**_EXACT_MAX)
     bt = bt.reshape(rows * n, k)
     if slow.size:  # no nonzero product, or a clipped one: from the exponents themselves
@@ -281,7 +292,7 @@ def _dirty(ops: _Operands, sl: tuple, c, f, wp, hp, frac_bits: int) -> np.ndarra
     c64 = cf.astype(np.float64)
     big_e = np.where(c_ok, np.maximum(max_e, ec), max_e)
     big_e[big_e < _NO_EXP // 2] = 0  # no nonzero finite term: any scale works
-    scale = ((frac_bits + 1023 - big_e) << 52).view(np.float64)
+    scale = _pow2(frac_bits - big_e)
     sh = frac_bits - big_e
     # float32 holds every product (E <= 125: below 2^128) and the scale (|F - E| <= 126)
     if ops.a32 is not None and big_e.max() <= 125 and sh.max() <= 126:
