@@ -124,12 +124,16 @@ def _emulate_counted(case: dict) -> tuple[dict, int]:
     except (ValueError, TypeError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}, 0
     bits = result_bits(name, args, out, lse)
-    return {k: digest(v).hex() for k, v in bits.items()}, sum(v.size for v in bits.values())
+    return _hex_digests(bits), sum(v.size for v in bits.values())
 
 
 def digests(name: str, args: dict, out, lse, caches: dict | None = None) -> dict:
     """Digests of the bits a call is compared on (:func:`simulator.replay.fa3_api_cases.result_bits`)."""
-    return {k: digest(v).hex() for k, v in result_bits(name, args, out, lse, caches).items()}
+    return _hex_digests(result_bits(name, args, out, lse, caches))
+
+
+def _hex_digests(bits: dict) -> dict:
+    return {k: digest(v).hex() for k, v in bits.items()}
 
 
 def emulate(case: dict) -> dict:
