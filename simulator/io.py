@@ -83,10 +83,8 @@ def npz_bytes(arrays: dict, compresslevel: int = 6) -> bytes:
 
 
 def save_npz_atomic(path: str | os.PathLike, **arrays: np.ndarray) -> Path:
-    """``numpy.savez_compressed`` to ``path`` atomically."""
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    return write_bytes_atomic(path, buf.getvalue())
+    """A compressed ``.npz`` (:func:`npz_bytes`, numpy's default level) to ``path`` atomically."""
+    return write_bytes_atomic(path, npz_bytes(arrays))
 
 
 def _quoted(regenerate: str) -> str:

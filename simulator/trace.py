@@ -10,7 +10,6 @@ state ``[W, 128, kNRows]`` (``row_max``, ``row_sum``, ``scores_scale``, ``lse``)
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,9 +99,9 @@ class Trace:
 
     def to_npz_bytes(self) -> bytes:
         """Serialise (:meth:`to_arrays`) for ``np.load``."""
-        buf = io.BytesIO()
-        np.savez_compressed(buf, **self.to_arrays())
-        return buf.getvalue()
+        from .io import npz_bytes
+
+        return npz_bytes(self.to_arrays())
 
     @classmethod
     def from_npz(cls, npz) -> Trace:
