@@ -1,0 +1,159 @@
+"""Record the real FlashAttention-3 backward (flash-attn3-jax 0.2.3) on the H200.
+
+Run on a machine with an sm_90 GPU, jax with CUDA and the wheel importable, from the
+repository root::
+
+    PYTHONUNBUFFERED=1 python3 -m simulator measure fa3_backward_record --out OUTDIR
+
+For every case of :func:`simulator.replay.bwd_cases.matrix`, then the drawn cases of
+:func:`simulator.replay.bwd_cases.drawn` until ``--time-limit``, the inputs are regenerated
+from the case, the library's forward gives out and LSE, and its backward runs three times with
+``deterministic=True`` and three times with ``deterministic=False``
+(:mod:`simulator.device.fa3_jax`). Written atomically to OUTDIR:
+
+* ``fa3_backward_report.json``: provenance, and per case the case, BLAKE2b-128 digests of the
+  forward's out / LSE bits, of the deterministic runs' dq, dk, dv, dPsum and LSE_log2 (and
+  whether the three runs agreed), of each default-mode run's dq, dk, dv, and how many values of
+  each differ from the deterministic run; or the library's error message;
+* ``fa3_backward_sample.npz``: the full bits of every ``SAMPLE_EVERY``-th case small enough
+  (``SAMPLE_LIMIT`` values of dq), ``{m|d}{i}_{name}`` (out, lse, dq, dk, dv, dpsum, lse_log2);
+* ``fa3_backward_diffs.npz``: for every case and default-mode run, the flat positions and bits
+  of the values that differ from the deterministic run (``c{i}_r{j}_{name}_idx`` / ``_bits``):
+  with the deterministic digests they reconstruct every recorded run;
+* with ``--full``, ``fa3_backward_full_{j}.npz``: the full bits of every case up to
+  ``FULL_LIMIT`` values, for analysis (not committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+from ..device import fa3_jax
+from ..io import save_npz_atomic, write_json_atomic
+from ..replay import bwd_cases
+from ..replay.common import digest
+
+REPORT_FILE = "fa3_backward_report.json"
+SAMPLE_FILE = "fa3_backward_sample.npz"
+DIFFS_FILE = "fa3_backward_diffs.npz"
+SAMPLE_LIMIT = 40_000
+SAMPLE_EVERY = 4
+FULL_LIMIT = 100_000
+FULL_FILE_BYTES = 12 << 20
+FULL_FILES = 4
+RUNS = 3
+GRADS = ("dq", "dk", "dv")
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    """The array's bits as unsigned ints of its width."""
+    return np.ascontiguousarray(x).view({2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
+
+
+def stats_rows(case: dict, x: np.ndarray) -> np.ndarray:
+    """The rows of dPsum / LSE_log2 the preprocess kernel writes, [heads, rows] (per sequence
+    for varlen, at FA3's padded offsets), so that digests skip memory FA3 leaves alone."""
+    if case["seqlens_q"] is None:
+        return np.ascontiguousarray(x)
+    is_causal, _, _, local = fa3_jax.window_flags(case["causal"], case["window"],
+                                                  case["seqlen_q"], case["seqlen_k"])
+    km = fa3_jax.bwd_kblock_m(is_causal, local)
+    parts, start = [], 0
+    for b, n in enumerate(case["seqlens_q"]):
+        off = (start + b * km) // km * km
+        parts.append(x[:, off: off + -(-n // km) * km])
+        start += n
+    return np.ascontiguousarray(np.concatenate(parts, axis=1))
+
+
+def record_case(case: dict) -> tuple[dict, dict, dict]:
+    """(report entry, full bits, default-mode diffs) of one case."""
+    x = bwd_cases.case_inputs(case)
+    kw = {"causal": x["causal"], "window": x["window"], "cu_seqlens_q": x["cu_seqlens_q"],
+          "cu_seqlens_k": x["cu_seqlens_k"], "max_seqlen_q": x["max_seqlen_q"],
+          "max_seqlen_k": x["max_seqlen_k"], "softmax_scale": x["softmax_scale"]}
+    t0 = time.perf_counter()
+    out, lse = fa3_jax.forward(x["q"], x["k"], x["v"], **kw)
+    entry = {"case": case, "out": digest(bits(out)).hex(), "lse": digest(bits(lse)).hex()}
+    det = [fa3_jax.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, deterministic=True, **kw)
+           for _ in range(RUNS)]
+    ref = {n: bits(det[0][n]) for n in GRADS}
+    ref["dpsum"] = bits(stats_rows(case, det[0]["dpsum"]))
+    ref["lse_log2"] = bits(stats_rows(case, det[0]["lse_log2"]))
+    entry["det"] = {n: digest(v).hex() for n, v in ref.items()}
+    entry["det_identical"] = all(np.array_equal(bits(r[n]), ref[n]) for r in det[1:] for n in GRADS)
+    diffs, entry["default"] = {}, []
+    for j in range(RUNS):
+        r = fa3_jax.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, deterministic=False, **kw)
+        row = {}
+        for n in GRADS:
+            got = bits(r[n]).ravel()
+            idx = np.flatnonzero(got != ref[n].ravel())
+            diffs[f"r{j}_{n}_idx"] = idx.astype(np.int64)
+            diffs[f"r{j}_{n}_bits"] = got[idx]
+            row[n] = {"digest": digest(got.reshape(ref[n].shape)).hex(), "differ": int(idx.size)}
+        entry["default"].append(row)
+    entry["seconds"] = round(time.perf_counter() - t0, 3)
+    return entry, {"out": bits(out), "lse": bits(lse), **ref}, diffs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m simulator measure fa3_backward_record",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--drawn", type=int, default=2500, help="drawn cases at most (default 2500)")
+    ap.add_argument("--time-limit", type=float, default=420.0,
+                    help="seconds after which no further case starts (default 420)")
+    ap.add_argument("--only", type=int, default=None, help="the first N matrix cases only")
+    ap.add_argument("--full", action="store_true", help="also the analysis files (full bits)")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    report = {"provenance": {**fa3_jax.provenance(), "python": sys.version.split()[0],
+                             "host": platform.node(), "date": time.strftime("%Y-%m-%d"),
+                             "runs": RUNS}, "matrix": [], "drawn": []}
+    sample, diffs, full_files = {}, {}, [{}]
+    matrix = bwd_cases.matrix()[: args.only]
+    drawn = bwd_cases.drawn(7, args.drawn)
+    for part, cases in (("matrix", matrix), ("drawn", drawn)):
+        for i, case in enumerate(cases):
+            if time.perf_counter() - start > args.time_limit:
+                report["stopped"] = f"time limit reached at {part} case {i}"
+                break
+            key = f"{part[0]}{i}"
+            try:
+                entry, full, d = record_case(case)
+            except Exception as exc:  # the library's refusal is a result too
+                entry, full, d = {"case": case, "error": f"{type(exc).__name__}: {exc}"[:400]}, {}, {}
+            report[part].append(entry)
+            size = full["dq"].size if full else 0
+            if full and i % SAMPLE_EVERY == 0 and size <= SAMPLE_LIMIT:
+                sample.update({f"{key}_{n}": v for n, v in full.items()})
+            if full and args.full and size <= FULL_LIMIT:
+                if sum(a.nbytes for a in full_files[-1].values()) > FULL_FILE_BYTES:
+                    full_files.append({})
+                if len(full_files) <= FULL_FILES:
+                    full_files[-1].update({f"{key}_{n}": v for n, v in full.items()})
+            diffs.update({f"{key}_{n}": v for n, v in d.items()})
+            if i % 25 == 0:
+                brief = {k: v for k, v in entry.items() if k in ("error", "seconds", "det_identical")}
+                print(f"{part} {i}/{len(cases)} {time.perf_counter() - start:.0f} s {json.dumps(brief)}",
+                      flush=True)
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    save_npz_atomic(f"{args.out}/{SAMPLE_FILE}", **sample)
+    save_npz_atomic(f"{args.out}/{DIFFS_FILE}", **diffs)
+    for j, arrays in enumerate(full_files[:FULL_FILES] if args.full else []):
+        save_npz_atomic(f"{args.out}/fa3_backward_full_{j}.npz", **arrays)
+    write_json_atomic(f"{args.out}/{REPORT_FILE}", report)
+    print(f"recorded {len(report['matrix'])} matrix and {len(report['drawn'])} drawn cases in "
+          f"{report['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
