@@ -1,0 +1,412 @@
+"""The FlashAttention-3 backward on emulated Hopper warpgroups (docs/backward.md).
+
+Three kernels, as ``hopper/flash_bwd_launch_template.h`` launches them:
+
+* preprocess (``flash_bwd_preprocess_kernel.h``): ``dPsum = rowsum(dO * O)`` as its threads sum
+  it (each thread an FMUL then an FFMA chain over its 8-element chunks, then a butterfly
+  shuffle sum over the threads of a row), ``LSE_log2 = LSE * log2(e)`` (0 for -inf rows, +inf
+  for the rows past seqlen_q of the last block), dQaccum cleared;
+* mainloop (``mainloop_bwd_sm90_tma_gmma_ws.hpp``), one CTA per (batch, head, n_block): over its
+  m_blocks in ascending order, ``S = Q K^T`` and ``dP = dO V^T`` (wgmma, zero-initialised),
+  ``P = ex2(S * scale_log2 - LSE_log2)`` (FFMA.FTZ, MUFU.EX2) after the masks,
+  ``dS = P * (dP - dPsum)`` (FADD.FTZ, FMUL.FTZ), P and dS rounded to the input type,
+  ``dV += P^T dO``, ``dK += dS^T Q`` (register accumulators across m_blocks), and the dQ partial
+  ``dS K`` (zero-initialised) reduce-added into float32 dQaccum; after the loop dK *= scale;
+* postprocess (``flash_bwd_postprocess_kernel.h``): ``dQ = dQaccum * scale`` rounded; with GQA
+  the float32 dK / dV of each query head reduce-added per kv head, then rounded (``* 1.0``).
+
+The float32 reduce-adds into dQaccum (and dK / dV accumulators with GQA) arrive in the order
+the CTAs finish; ``deterministic=True`` is FA3's semaphore order, which this emulation always
+uses (:func:`dq_order`); :mod:`simulator.flash.spread` bounds what any order gives.
+
+CTAs are emulated together: an array axis holds every (batch, head, n_block) CTA active at an
+m_block; the Python loops run over m_blocks and, for the ordered adds, over n_blocks: the
+sequential structure of the kernels, never threads or elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import mma
+from ..numerics import FORMATS, convert, fadd, ffma, fmul, fsub
+from ..numerics.mufu import ex2
+from .constants import host_constants
+from .dispatch import kernel_head_dim
+from .masks import allowed, fa3_window, kernel_flags, normalize_window
+
+_LOG2E_F32 = np.float32(np.log2(np.e))  # float(M_LOG2E), 0x3fb8aa3b
+_NEG_INF = np.float32(-np.inf)
+#: the input dtypes FA3's backward takes (mha_bwd: fp16 and bf16)
+DTYPES = {FORMATS[name].dtype: name for name in ("bf16", "f16")}
+
+
+@dataclass(frozen=True)
+class BackwardTiles:
+    """FA3's sm90 backward kernel for a head dim (``run_mha_bwd_hdim*`` in
+    ``hopper/flash_bwd_launch_template.h``; kBlockM / kBlockN also in ``mha_bwd``)."""
+
+    kernel_head_dim: int
+    kblock_m: int
+    kblock_n: int
+    deterministic_supported: bool
+
+    def describe(self) -> str:
+        return (f"kernel head dim {self.kernel_head_dim}, kBlockM x kBlockN "
+                f"{self.kblock_m} x {self.kblock_n}")
+
+
+def bwd_tiles(head_dim: int, causal: bool, local: bool, softcap: bool = False) -> BackwardTiles:
+    """FA3's sm90 backward tiles: hdim 64 128 x 128 (96 x 128 causal with softcap), 96
+    64 x 128, 128 64 x 128 (causal, local or softcap) else 80 x 128, 192 64 x 96, 256 64 x 80;
+    deterministic only below 256 (``mha_bwd``)."""
+    kd = kernel_head_dim(head_dim)
+    if kd == 64:
+        m, n = (96 if causal and softcap else 128), 128
+    elif kd == 96:
+        m, n = 64, 128
+    elif kd == 128:
+        m, n = (64 if causal or local or softcap else 80), 128
+    elif kd == 192:
+        m, n = 64, 96
+    else:
+        m, n = 64, 80
+    return BackwardTiles(kd, m, n, kd < 256)
+
+
+@dataclass
+class BackwardResult:
+    """Output of :func:`backward`: ``dq`` [B, Sq, H, d], ``dk`` / ``dv`` [B, Sk, Hkv, d] in the
+    input dtype; ``dpsum`` and ``lse_log2`` float32 [B, H, seqlen_q_rounded] (the preprocess
+    kernel's outputs). Unpacks as ``dq, dk, dv = result``."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dpsum: np.ndarray
+    lse_log2: np.ndarray
+    tiles: BackwardTiles
+
+    def __iter__(self):
+        return iter((self.dq, self.dk, self.dv))
+
+
+# ---- preprocess ---------------------------------------------------------------------------------
+def preprocess_dpsum(out: np.ndarray, dout: np.ndarray, kernel_hdim: int) -> np.ndarray:
+    """``dPsum = rowsum(dO * O)`` as ``flash_bwd_preprocess_kernel.h`` sums it.
+
+    A row of kHeadDim values is read by ``kBlockKGmem / 8`` threads (kBlockKGmem 128, 64 or 32,
+    the largest dividing kHeadDim), each taking 8 consecutive values per kBlockKGmem-wide chunk;
+    a thread's sum is FMUL.FTZ of its first pair then FFMA.FTZ of the others, chunk by chunk;
+    the threads' sums meet in a butterfly (shfl_xor by half the group, then halves again).
+
+    Args:
+        out, dout: [..., head_dim] bf16 / fp16 (head_dim <= kernel_hdim: zero columns added).
+    Returns:
+        float32 [...].
+    """
+    d = out.shape[-1]
+    o = np.zeros(out.shape[:-1] + (kernel_hdim,), np.float32)
+    g = np.zeros_like(o)
+    o[..., :d] = out.astype(np.float32)
+    g[..., :d] = dout.astype(np.float32)
+    width = 128 if kernel_hdim % 128 == 0 else (64 if kernel_hdim % 64 == 0 else 32)
+    threads = width // 8
+    chunks = kernel_hdim // width
+    # [..., chunk, thread, 8] -> per thread the values in order (chunk, element)
+    o = np.moveaxis(o.reshape(o.shape[:-1] + (chunks, threads, 8)), -2, -3)
+    g = np.moveaxis(g.reshape(g.shape[:-1] + (chunks, threads, 8)), -2, -3)
+    o = o.reshape(o.shape[:-3] + (threads, chunks * 8))
+    g = g.reshape(g.shape[:-3] + (threads, chunks * 8))
+    acc = fmul(g[..., 0], o[..., 0], ftz=True)
+    for i in range(1, chunks * 8):
+        acc = ffma(g[..., i], o[..., i], acc, ftz=True)
+    offset = threads // 2
+    lane = np.arange(threads)
+    while offset >= 1:
+        acc = fadd(acc, acc[..., lane ^ offset], ftz=True)
+        offset //= 2
+    return acc[..., 0]
+
+
+def preprocess_lse_log2(lse: np.ndarray) -> np.ndarray:
+    """``LSE * log2(e)`` (FMUL.FTZ by float(M_LOG2E)); 0 where LSE is -inf."""
+    scaled = fmul(lse.astype(np.float32), _LOG2E_F32, ftz=True)
+    return np.where(lse == _NEG_INF, np.float32(0), scaled).astype(np.float32)
+
+
+# ---- launch ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BackwardConfig:
+    """A backward call resolved once: shapes, format, FA3's window and tiles, the constants."""
+
+    fmt: str
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    heads_kv: int
+    head_dim: int
+    window: tuple[int, int]          # FA3-normalised (left, right), -1 unbounded
+    kernel_window: tuple[int, int]   # what the kernel receives: -1 replaced (set_params_fprop)
+    causal: bool                     # the kernel's Is_causal
+    local: bool                      # the kernel's Is_local
+    tiles: BackwardTiles
+    softmax_scale: np.float32
+    scale_log2: np.float32
+    deterministic: bool
+    arch: str
+
+    @property
+    def m_blocks(self) -> int:
+        return -(-self.seqlen_q // self.tiles.kblock_m)
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.seqlen_k // self.tiles.kblock_n)
+
+
+def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False,
+                         window=(-1, -1), softcap=0.0, deterministic=False, max_seqlen_q=None,
+                         max_seqlen_k=None, arch="sm90") -> BackwardConfig:
+    """Check a backward call's arguments as ``mha_bwd`` does and resolve FA3's choices.
+
+    Raises:
+        ValueError: naming the argument: dtypes (fp16 / bf16, all the same), shapes of dout,
+            out (q's), k / v (matching), softmax_lse ([batch, heads, seqlen_q] float32), head
+            dims (a multiple of 8, at most 256, V's equal to Q's), heads_kv dividing heads,
+            softcap (not emulated in the backward), deterministic with kernel head dim 256
+            (FA3 refuses it).
+    """
+    arrays = {"dout": dout, "q": q, "k": k, "v": v, "out": out}
+    for name, x in arrays.items():
+        if not isinstance(x, np.ndarray) or x.ndim != 4:
+            raise ValueError(f"{name}: expected a 4-d numpy array [batch, seqlen, heads, head_dim], "
+                             f"got {getattr(x, 'shape', type(x).__name__)}")
+    if q.dtype not in DTYPES:
+        raise ValueError(f"q: expected dtype bfloat16 or float16 (FA3's backward has no other), "
+                         f"got {q.dtype}")
+    for name, x in arrays.items():
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name}: expected dtype {q.dtype} (q's), got {x.dtype}")
+    b, sq, h, d = q.shape
+    _, sk, hk, _ = k.shape
+    if k.shape[0] != b or k.shape[3] != d:
+        raise ValueError(f"k: expected shape [{b}, seqlen_k, heads_kv, {d}], got {k.shape}")
+    if v.shape != k.shape:
+        raise ValueError(f"v: expected shape {k.shape} (k's; the backward takes V's head dim "
+                         f"equal to Q's), got {v.shape}")
+    for name in ("dout", "out"):
+        if arrays[name].shape != q.shape:
+            raise ValueError(f"{name}: expected shape {q.shape} (q's), got {arrays[name].shape}")
+    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (b, h, sq):
+        raise ValueError(f"softmax_lse: expected float32 [{b}, {h}, {sq}] (batch, heads, seqlen_q), "
+                         f"got {getattr(lse, 'dtype', type(lse).__name__)} "
+                         f"{getattr(lse, 'shape', '')}")
+    if d % 8 or d > 256:
+        raise ValueError(f"q: head_dim must be a multiple of 8 up to 256 (mha_bwd), got {d}")
+    if h % hk:
+        raise ValueError(f"k: heads_kv = {hk} must divide heads = {h}")
+    if softcap:
+        raise ValueError("softcap: the backward with softcap is not emulated (no FA3 build with a "
+                         "softcap backward was measured); pass softcap=0.0")
+    if arch not in ("sm90", "ideal"):
+        raise ValueError(f"arch: expected 'sm90' or 'ideal', got {arch!r}")
+    msq = sq if max_seqlen_q is None else int(max_seqlen_q)
+    msk = sk if max_seqlen_k is None else int(max_seqlen_k)
+    win = fa3_window(normalize_window(bool(causal), window), msq, msk)
+    if causal:
+        win = (win[0], 0)
+    is_causal, is_local = kernel_flags(win)
+    tiles = bwd_tiles(d, is_causal, is_local)
+    if deterministic and not tiles.deterministic_supported:
+        raise ValueError("deterministic: FA3's backward has no deterministic kernel for head dim "
+                         f"{tiles.kernel_head_dim} (mha_bwd: 'Deterministic backward not supported "
+                         "for hdim 256')")
+    kwin = (msk - 1 if win[0] < 0 else win[0], msq - 1 if win[1] < 0 else win[1])
+    consts = host_constants(d, softmax_scale, 0.0)
+    return BackwardConfig(DTYPES[q.dtype], b, sq, sk, h, hk, d, win, kwin, is_causal, is_local,
+                          tiles, consts["softmax_scale"], consts["scale_log2"], bool(deterministic),
+                          arch)
+
+
+def m_block_range(cfg: BackwardConfig, n_block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(m_block_min, m_block_max)`` of n_block CTAs (``get_m_block_min_max`` in
+    ``hopper/block.h``, with C's truncating division)."""
+    m, n = cfg.tiles.kblock_m, cfg.tiles.kblock_n
+    wl, wr = cfg.kernel_window
+    sq, sk = cfg.seqlen_q, cfg.seqlen_k
+    m_max = np.full(n_block.shape, -(-sq // m), dtype=np.int64)
+    if cfg.local:
+        m_max = np.minimum(m_max, _cdiv((n_block + 1) * n + sq - sk + wl, m))
+    m_min = np.zeros_like(m_max)
+    if cfg.causal or cfg.local:
+        right = 0 if cfg.causal else wr
+        m_min = np.maximum(0, _tdiv(n_block * n + sq - sk - right, m))
+    return m_min, m_max
+
+
+def _tdiv(a, b):
+    """C integer division (truncation toward zero)."""
+    a = np.asarray(a, dtype=np.int64)
+    return np.sign(a) * (np.abs(a) // b)
+
+
+def _cdiv(a, b):
+    """cute::ceil_div: (a + b - 1) / b in C ints."""
+    return _tdiv(np.asarray(a, dtype=np.int64) + b - 1, b)
+
+
+def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
+    """The rank of each n_block's dQ partial in FA3's deterministic order of arrival at an
+    m_block (``store_dq``: ascending n_block, descending with a causal mask): a sort key."""
+    return -n_block if cfg.causal else n_block
+
+
+def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
+             softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
+             arch="sm90") -> BackwardResult:
+    """FlashAttention-3's backward, emulated bit for bit on Hopper warpgroups.
+
+    Args:
+        dout, q, out: [batch, seqlen_q, heads, head_dim]; k, v: [batch, seqlen_k, heads_kv,
+            head_dim]; all bf16 or all fp16.
+        lse: the forward's softmax_lse, float32 [batch, heads, seqlen_q] (natural log).
+        softmax_scale: default 1/sqrt(head_dim). causal, window: as the forward.
+        softcap: must be 0 (the backward with softcap is not emulated).
+        deterministic: FA3's ``deterministic`` flag. Both modes give the bits of FA3's
+            deterministic order of the float32 reduce-adds (:func:`dq_order`, GQA heads
+            ascending); with False the library's own run may differ where
+            :func:`simulator.flash.spread.backward_spread` says so.
+        max_seqlen_q, max_seqlen_k: the launch's maxima when this call is one sequence of a
+            varlen launch (FA3 normalises the window with them).
+        arch: "sm90" (the H200's MUFU.EX2) or "ideal" (correctly rounded).
+    Returns:
+        :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2).
+    Raises:
+        ValueError: see :func:`make_backward_config`.
+    """
+    cfg = make_backward_config(dout, q, k, v, out, lse, softmax_scale=softmax_scale,
+                               causal=causal, window=window, softcap=softcap,
+                               deterministic=deterministic, max_seqlen_q=max_seqlen_q,
+                               max_seqlen_k=max_seqlen_k, arch=arch)
+    dpsum, lse_log2 = _preprocess(cfg, out, dout, lse)
+    dq_accum, dk, dv = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2)
+    dtype = q.dtype
+    dq = convert(fmul(dq_accum[:, :, : cfg.seqlen_q, : cfg.head_dim], cfg.softmax_scale, ftz=True),
+                 cfg.fmt)
+    dk, dv = _postprocess_kv(cfg, dk, dv)
+    return BackwardResult(np.ascontiguousarray(np.swapaxes(dq, 1, 2)).astype(dtype, copy=False),
+                          dk.astype(dtype, copy=False), dv.astype(dtype, copy=False),
+                          dpsum, lse_log2, cfg.tiles)
+
+
+def _preprocess(cfg: BackwardConfig, out, dout, lse):
+    """dPsum and LSE_log2, [B, H, seqlen_q_rounded] (rows past seqlen_q: 0 and +inf)."""
+    rows = cfg.m_blocks * cfg.tiles.kblock_m
+    dpsum = np.zeros((cfg.batch, cfg.heads, rows), np.float32)
+    lse_log2 = np.full((cfg.batch, cfg.heads, rows), np.inf, np.float32)
+    dpsum[..., : cfg.seqlen_q] = preprocess_dpsum(np.swapaxes(out, 1, 2), np.swapaxes(dout, 1, 2),
+                                                  cfg.tiles.kernel_head_dim)
+    lse_log2[..., : cfg.seqlen_q] = preprocess_lse_log2(lse)
+    return dpsum, lse_log2
+
+
+def _ctas(cfg: BackwardConfig):
+    """Every (batch, head, n_block) CTA: int arrays [C] and its m_block range."""
+    b, h, n = np.meshgrid(np.arange(cfg.batch), np.arange(cfg.heads), np.arange(cfg.n_blocks),
+                          indexing="ij")
+    b, h, n = b.ravel(), h.ravel(), n.ravel()
+    m_min, m_max = m_block_range(cfg, n)
+    return b, h, n, m_min, m_max
+
+
+def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2):
+    """dQaccum [B, H, rows, kd] float32 and each CTA's dK (scaled) and dV, float32
+    [B, H, n_blocks * kBlockN, kd]."""
+    M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
+    rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
+    g = cfg.heads // cfg.heads_kv
+    qp = _pad(q, rows, kd)
+    dop = _pad(dout, rows, kd)
+    kp = _pad(k, keys, kd)
+    vp = _pad(v, keys, kd)
+    b, h, n, m_min, m_max = _ctas(cfg)
+    key_idx = n[:, None] * N + np.arange(N)[None, :]                                  # [C, N]
+    kc = kp[b[:, None], key_idx, (h // g)[:, None]]                                   # [C, N, kd]
+    vc = vp[b[:, None], key_idx, (h // g)[:, None]]
+    dk = np.zeros((len(b), N, kd), np.float32)
+    dv = np.zeros((len(b), N, kd), np.float32)
+    dq_accum = np.zeros((cfg.batch, cfg.heads, rows, kd), np.float32)
+    ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}")
+    order = dq_order(cfg, n)
+    for m in range(int(m_min.min(initial=0)), int(m_max.max(initial=0))):
+        act = np.flatnonzero((m_min <= m) & (m < m_max))
+        if act.size == 0:
+            continue
+        ab, ah = b[act], h[act]
+        r = m * M + np.arange(M)
+        qm = qp[ab[:, None], r[None, :], ah[:, None]]                                 # [A, M, kd]
+        dom = dop[ab[:, None], r[None, :], ah[:, None]]
+        kt, vt = kc[act], vc[act]
+        zero = np.full((act.size, M, N), -0.0, np.float32)
+        s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)                # [A, M, N]
+        dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
+        ok = allowed(r[None, :, None], key_idx[act][:, None, :], cfg.seqlen_q, cfg.seqlen_k,
+                     cfg.window)
+        s = np.where(ok, s, _NEG_INF)
+        lse_m = lse_log2[ab, ah][:, r]                                                  # [A, M]
+        p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
+        ds = fmul(p, fsub(dp, dpsum[ab, ah][:, r][..., None], ftz=True), ftz=True)
+        p16 = convert(p, cfg.fmt)
+        ds16 = convert(ds, cfg.fmt)
+        dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
+        dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), instruction=ins)
+        dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
+        _ordered_add(dq_accum, ab, ah, r, dqp, order[act])
+    dk = fmul(dk, cfg.softmax_scale, ftz=True)
+    shape = (cfg.batch, cfg.heads, cfg.n_blocks, N, kd)
+    return dq_accum, dk.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd), \
+        dv.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd)
+
+
+def _ordered_add(acc, ab, ah, rows, parts, key):
+    """``acc[b, h, rows] += parts`` (float32 adds, FTZ) in ascending ``key`` within each (b, h):
+    the reduce-adds of several CTAs into one dQaccum tile, one after the other."""
+    bh = ab * acc.shape[1] + ah
+    idx = np.lexsort((key, bh))
+    bh_sorted = bh[idx]
+    first = np.r_[True, bh_sorted[1:] != bh_sorted[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(idx)), 0))
+    rank = np.empty(len(idx), np.int64)
+    rank[idx] = np.arange(len(idx)) - start
+    for k in range(int(rank.max()) + 1):
+        sel = np.flatnonzero(rank == k)
+        cur = acc[ab[sel][:, None], ah[sel][:, None], rows[None, :]]
+        acc[ab[sel][:, None], ah[sel][:, None], rows[None, :]] = fadd(cur, parts[sel], ftz=True)
+
+
+def _pad(x, length, kd):
+    """[B, S, H, d] -> zero-padded [B, length, H, kd]."""
+    out = np.zeros((x.shape[0], length, x.shape[2], kd), x.dtype)
+    out[:, : x.shape[1], :, : x.shape[3]] = x
+    return out
+
+
+def _postprocess_kv(cfg: BackwardConfig, dk, dv):
+    """dK / dV [B, Sk, Hkv, d] in the input format: with GQA the query heads of each kv head
+    reduce-added in ascending head order into float32 accumulators, then ``* 1.0`` (FMUL.FTZ)."""
+    g = cfg.heads // cfg.heads_kv
+    res = []
+    for x in (dk, dv):
+        x = x[:, :, : cfg.seqlen_k, : cfg.head_dim]
+        if g > 1:
+            x = x.reshape(cfg.batch, cfg.heads_kv, g, cfg.seqlen_k, cfg.head_dim)
+            acc = np.zeros(x.shape[:2] + x.shape[3:], np.float32)
+            for i in range(g):
+                acc = fadd(acc, x[:, :, i], ftz=True)
+            x = fmul(acc, np.float32(1.0), ftz=True)
+        res.append(np.ascontiguousarray(np.swapaxes(convert(x, cfg.fmt), 1, 2)))
+    return res
