@@ -36,6 +36,7 @@ from ..numerics.mufu import ex2
 from .constants import host_constants
 from .dispatch import kernel_head_dim
 from .masks import allowed, fa3_window, kernel_flags, normalize_window
+from .spread import ordered_sum, sum_bounds
 
 _LOG2E_F32 = np.float32(np.log2(np.e))  # float(M_LOG2E), 0x3fb8aa3b
 _NEG_INF = np.float32(-np.inf)
@@ -88,6 +89,7 @@ class BackwardResult:
     dpsum: np.ndarray
     lse_log2: np.ndarray
     tiles: BackwardTiles
+    spread: dict | None = None
 
     def __iter__(self):
         return iter((self.dq, self.dk, self.dv))
@@ -267,7 +269,7 @@ def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
-             arch="sm90") -> BackwardResult:
+             arch="sm90", spread=False) -> BackwardResult:
     """FlashAttention-3's backward, emulated bit for bit on Hopper warpgroups.
 
     Args:
@@ -278,13 +280,17 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         softcap: must be 0 (the backward with softcap is not emulated).
         deterministic: FA3's ``deterministic`` flag. Both modes give the bits of FA3's
             deterministic order of the float32 reduce-adds (:func:`dq_order`, GQA heads
-            ascending); with False the library's own run may differ where
-            :func:`simulator.flash.spread.backward_spread` says so.
+            ascending); with False the library's own run may differ where ``spread`` says so.
         max_seqlen_q, max_seqlen_k: the launch's maxima when this call is one sequence of a
             varlen launch (FA3 normalises the window with them).
         arch: "sm90" (the H200's MUFU.EX2) or "ideal" (correctly rounded).
+        spread: also compute, per value, the smallest and largest result any arrival order
+            of the reduce-adds gives (:mod:`simulator.flash.spread`): ``result.spread``.
     Returns:
-        :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2).
+        :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2; with
+        ``spread`` a dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` of arrays like dq, dk, dv;
+        ``lo == hi`` where no order changes the value). With ``deterministic=True`` (a kernel
+        head dim below 256) the spread is the result itself.
     Raises:
         ValueError: see :func:`make_backward_config`.
     """
@@ -292,15 +298,22 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
                                causal=causal, window=window, softcap=softcap,
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
                                max_seqlen_k=max_seqlen_k, arch=arch)
+    want = spread and not cfg.deterministic
     dpsum, lse_log2 = _preprocess(cfg, out, dout, lse)
-    dq_accum, dk, dv = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2)
-    dtype = q.dtype
-    dq = convert(fmul(dq_accum[:, :, : cfg.seqlen_q, : cfg.head_dim], cfg.softmax_scale, ftz=True),
-                 cfg.fmt)
-    dk, dv = _postprocess_kv(cfg, dk, dv)
-    return BackwardResult(np.ascontiguousarray(np.swapaxes(dq, 1, 2)).astype(dtype, copy=False),
-                          dk.astype(dtype, copy=False), dv.astype(dtype, copy=False),
-                          dpsum, lse_log2, cfg.tiles)
+    dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want)
+    dq = _postprocess_dq(cfg, dq_accum)
+    (dk, dv), kv_bounds = _postprocess_kv(cfg, dk, dv, want)
+    result = BackwardResult(dq, dk, dv, dpsum, lse_log2, cfg.tiles)
+    if spread:
+        result.spread = ({"dq": tuple(_postprocess_dq(cfg, x) for x in bounds), **kv_bounds}
+                         if want else {n: (x, x.copy()) for n, x in zip(("dq", "dk", "dv"), result, strict=True)})
+    return result
+
+
+def _postprocess_dq(cfg: BackwardConfig, dq_accum):
+    """dQ [B, Sq, H, d] in the input type: ``dQaccum * scale`` (FMUL.FTZ), rounded."""
+    x = fmul(dq_accum[:, :, : cfg.seqlen_q, : cfg.head_dim], cfg.softmax_scale, ftz=True)
+    return np.ascontiguousarray(np.swapaxes(convert(x, cfg.fmt), 1, 2))
 
 
 def _preprocess(cfg: BackwardConfig, out, dout, lse):
@@ -323,9 +336,10 @@ def _ctas(cfg: BackwardConfig):
     return b, h, n, m_min, m_max
 
 
-def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2):
-    """dQaccum [B, H, rows, kd] float32 and each CTA's dK (scaled) and dV, float32
-    [B, H, n_blocks * kBlockN, kd]."""
+def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False):
+    """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32
+    [B, H, n_blocks * kBlockN, kd], and with ``spread`` dQaccum's (lo, hi) over every order of
+    its reduce-adds (else None)."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
     g = cfg.heads // cfg.heads_kv
@@ -340,6 +354,7 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2):
     dk = np.zeros((len(b), N, kd), np.float32)
     dv = np.zeros((len(b), N, kd), np.float32)
     dq_accum = np.zeros((cfg.batch, cfg.heads, rows, kd), np.float32)
+    bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}")
     order = dq_order(cfg, n)
     for m in range(int(m_min.min(initial=0)), int(m_max.max(initial=0))):
@@ -365,16 +380,18 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2):
         dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
         dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), instruction=ins)
         dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
-        _ordered_add(dq_accum, ab, ah, r, dqp, order[act])
+        _ordered_add(dq_accum, ab, ah, r, dqp, order[act], bounds)
     dk = fmul(dk, cfg.softmax_scale, ftz=True)
     shape = (cfg.batch, cfg.heads, cfg.n_blocks, N, kd)
-    return dq_accum, dk.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd), \
-        dv.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd)
+    return (dq_accum, dk.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd),
+            dv.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd), bounds)
 
 
-def _ordered_add(acc, ab, ah, rows, parts, key):
+def _ordered_add(acc, ab, ah, rows, parts, key, bounds=None):
     """``acc[b, h, rows] += parts`` (float32 adds, FTZ) in ascending ``key`` within each (b, h):
-    the reduce-adds of several CTAs into one dQaccum tile, one after the other."""
+    the reduce-adds of several CTAs into one dQaccum tile, one after the other. With
+    ``bounds = (lo, hi)`` arrays like ``acc``, also what any order of those adds gives
+    (:func:`simulator.flash.spread.sum_bounds`; the tile is zero before this m_block's adds)."""
     bh = ab * acc.shape[1] + ah
     idx = np.lexsort((key, bh))
     bh_sorted = bh[idx]
@@ -386,6 +403,22 @@ def _ordered_add(acc, ab, ah, rows, parts, key):
         sel = np.flatnonzero(rank == k)
         cur = acc[ab[sel][:, None], ah[sel][:, None], rows[None, :]]
         acc[ab[sel][:, None], ah[sel][:, None], rows[None, :]] = fadd(cur, parts[sel], ftz=True)
+    if bounds is None:
+        return
+    count = np.bincount(bh, minlength=int(bh.max()) + 1)[bh]
+    for c in np.unique(count):
+        tiles = np.flatnonzero((count == c) & (rank == 0))        # one CTA per (b, h) tile
+        stack = np.stack([parts[_member(bh, rank, bh[tiles], j)] for j in range(c)])
+        lo, hi = sum_bounds(stack)
+        at = (ab[tiles][:, None], ah[tiles][:, None], rows[None, :])
+        bounds[0][at], bounds[1][at] = lo, hi
+
+
+def _member(bh, rank, tiles_bh, j):
+    """Index of the CTA of rank ``j`` in each tile ``tiles_bh`` (ranks are unique per tile)."""
+    pos = np.flatnonzero(rank == j)
+    order = np.argsort(bh[pos])
+    return pos[order[np.searchsorted(bh[pos][order], tiles_bh)]]
 
 
 def _pad(x, length, kd):
@@ -395,18 +428,29 @@ def _pad(x, length, kd):
     return out
 
 
-def _postprocess_kv(cfg: BackwardConfig, dk, dv):
-    """dK / dV [B, Sk, Hkv, d] in the input format: with GQA the query heads of each kv head
-    reduce-added in ascending head order into float32 accumulators, then ``* 1.0`` (FMUL.FTZ)."""
+def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread=False):
+    """(dK, dV) [B, Sk, Hkv, d] in the input type, and with ``spread`` their (lo, hi) over
+    every order of the GQA reduce-adds ({} without). With GQA the query heads of each kv head
+    are reduce-added in ascending head order into zeroed float32 accumulators, then
+    ``* 1.0`` (FMUL.FTZ) and rounded; without GQA each CTA's accumulator is rounded."""
     g = cfg.heads // cfg.heads_kv
-    res = []
-    for x in (dk, dv):
+    res, bounds = [], {}
+    for name, x in (("dk", dk), ("dv", dv)):
         x = x[:, :, : cfg.seqlen_k, : cfg.head_dim]
         if g > 1:
-            x = x.reshape(cfg.batch, cfg.heads_kv, g, cfg.seqlen_k, cfg.head_dim)
-            acc = np.zeros(x.shape[:2] + x.shape[3:], np.float32)
-            for i in range(g):
-                acc = fadd(acc, x[:, :, i], ftz=True)
-            x = fmul(acc, np.float32(1.0), ftz=True)
-        res.append(np.ascontiguousarray(np.swapaxes(convert(x, cfg.fmt), 1, 2)))
-    return res
+            x = np.moveaxis(x.reshape(cfg.batch, cfg.heads_kv, g, cfg.seqlen_k, cfg.head_dim), 2, 0)
+            if spread:
+                bounds[name] = tuple(_round_kv(cfg, b) for b in sum_bounds(x))
+            x = ordered_sum(x)
+        elif spread:
+            r = _round_kv(cfg, x)
+            bounds[name] = (r, r.copy())
+        res.append(_round_kv(cfg, x))
+    return res, bounds
+
+
+def _round_kv(cfg: BackwardConfig, x):
+    """[B, Hkv, Sk, d] float32 -> [B, Sk, Hkv, d] in the input type (GQA sums ``* 1.0`` first)."""
+    if cfg.heads != cfg.heads_kv:
+        x = fmul(x, np.float32(1.0), ftz=True)
+    return np.ascontiguousarray(np.swapaxes(convert(x, cfg.fmt), 1, 2))

@@ -1,0 +1,91 @@
+"""What any arrival order of float32 reduce-adds can give: FA3's default backward.
+
+FA3 accumulates dQ across key blocks (and, with GQA, dK / dV across the query heads of a kv
+head) with float32 reduce-adds into a zeroed buffer (``SM90_BULK_REDUCE_ADD`` /
+``atomicAdd``: ``cp.reduce.async.bulk`` and ``red.global.add.f32``, round to nearest,
+subnormals flushed). Without ``deterministic`` the partials arrive in the order the CTAs
+finish, so every order is possible: the result is ``fl(...fl(fl(0 + x_a) + x_b)...)`` for some
+permutation of the partials.
+
+:func:`ordered_sum` is one order; :func:`sum_bounds` the smallest and largest result over all
+orders: exact (every permutation evaluated) up to ``EXACT_UP_TO`` partials; beyond, a rigorous
+bound from the exact sum and the rounding errors an order can make (each of the n - 1 adds
+errs by at most half an ulp of its result, and every partial sum lies between minus the sum of
+the negative partials and the sum of the positive ones; flushed subnormals add at most 2^-126
+each). Two partials give one result in either order (the adds commute).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..numerics import fadd
+
+#: partial counts whose every permutation is evaluated (5! = 120 orders)
+EXACT_UP_TO = 5
+_TINY = 2.0**-126
+
+
+def ordered_sum(parts: np.ndarray) -> np.ndarray:
+    """float32 ``[...]``: ``parts[0], parts[1], ...`` (axis 0) reduce-added in that order into
+    a zeroed float32 accumulator (FADD.FTZ, round to nearest)."""
+    acc = np.zeros(parts.shape[1:], np.float32)
+    for x in parts:
+        acc = fadd(acc, x, ftz=True)
+    return acc
+
+
+def sum_bounds(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi), float32 ``[...]``: the smallest and largest float32 results of
+    :func:`ordered_sum` over every order of ``parts`` along axis 0 (exact up to
+    ``EXACT_UP_TO`` partials, a rigorous enclosure beyond). NaN where every order gives NaN."""
+    n = parts.shape[0]
+    if n <= 2:
+        r = ordered_sum(parts)
+        return r, r.copy()
+    if n <= EXACT_UP_TO:
+        lo = hi = None
+        for perm in itertools.permutations(range(n)):
+            if perm[0] > perm[1]:  # the first two adds commute: 0 + a + b == 0 + b + a
+                continue
+            r = ordered_sum(parts[list(perm)])
+            lo = r if lo is None else np.fmin(lo, r)
+            hi = r if hi is None else np.fmax(hi, r)
+        return lo, hi
+    return _enclosure(parts)
+
+
+def _enclosure(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A rigorous float32 enclosure of every order's result (see the module docstring)."""
+    n = parts.shape[0]
+    x = parts.astype(np.float64)
+    finite = np.isfinite(x).all(axis=0)
+    x = np.where(np.isfinite(x), x, 0.0)
+    exact = x.sum(axis=0)
+    pos = np.maximum(x, 0).sum(axis=0)
+    neg = np.maximum(-x, 0).sum(axis=0)
+    reach = np.maximum(pos, neg) * (1 + 2.0**-23) ** n       # bound on |every partial sum|
+    with np.errstate(divide="ignore"):
+        e = np.floor(np.log2(np.where(reach > 0, reach, 1.0)))
+    half_ulp = np.where(reach > 0, np.ldexp(1.0, (e - 24).astype(np.int64)), 0.0)
+    # every add's rounding, every flushed subnormal, and the float64 sum's own error
+    err = (n - 1) * half_ulp + np.where(reach > 0, n * _TINY, 0.0) + (n + 1) * 2.0**-52 * (pos + neg)
+    lo = _round_f32(exact - err, up=True)
+    hi = _round_f32(exact + err, up=False)
+    # non-finite partials: +-inf and NaN propagate the same way in every order
+    # all partials zero: +0 in every order (the accumulator starts at +0, round to nearest)
+    r = ordered_sum(parts)
+    zero = finite & (reach == 0)
+    return np.where(finite & ~zero, lo, r), np.where(finite & ~zero, hi, r)
+
+
+def _round_f32(v: np.ndarray, up: bool) -> np.ndarray:
+    """float64 -> the nearest float32 on one side (>= v with ``up``, else <= v)."""
+    with np.errstate(over="ignore"):
+        f = v.astype(np.float32)
+    f64 = f.astype(np.float64)
+    step = np.float32(np.inf) if up else np.float32(-np.inf)
+    fix = (f64 < v) if up else (f64 > v)
+    return np.where(fix, np.nextafter(f, step), f).astype(np.float32)
