@@ -304,9 +304,10 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     dq = _postprocess_dq(cfg, dq_accum)
     (dk, dv), kv_bounds = _postprocess_kv(cfg, dk, dv, want)
     result = BackwardResult(dq, dk, dv, dpsum, lse_log2, cfg.tiles)
-    if spread:
-        result.spread = ({"dq": tuple(_postprocess_dq(cfg, x) for x in bounds), **kv_bounds}
-                         if want else {n: (x, x.copy()) for n, x in zip(("dq", "dk", "dv"), result, strict=True)})
+    if want:
+        result.spread = {"dq": tuple(_postprocess_dq(cfg, x) for x in bounds), **kv_bounds}
+    elif spread:  # one order only: the deterministic kernel
+        result.spread = {"dq": (dq, dq.copy()), "dk": (dk, dk.copy()), "dv": (dv, dv.copy())}
     return result
 
 
