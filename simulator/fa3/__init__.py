@@ -11,9 +11,13 @@ its combine), and give the bits the library gives on an H200. Inputs are NumPy a
 (ml_dtypes bfloat16 / float8_e4m3fn, numpy float16) or CPU torch tensors (returned as torch
 tensors). Keyword-only extras for what a host decides on its GPU: ``num_sms`` (132, the
 H200's) for the split heuristic. The kernel-level entry point, one launch with explicit tiles,
-stays :func:`simulator.flash.forward`; this package is the host side over it.
+stays :func:`simulator.flash.forward`; this package is the host side over it. The backward:
+:func:`flash_attn_backward` (``_flash_attn_backward``), :func:`backward_spread` (what the default
+mode's float32 reduce-adds can give in any order), and ``loss.backward()`` through
+``flash_attn_func`` / ``flash_attn_varlen_func`` on CPU torch tensors that require grad.
 """
 
+from .backward import backward_spread, flash_attn_backward
 from .interface import (
     flash_attn_combine,
     flash_attn_func,
@@ -21,5 +25,5 @@ from .interface import (
     flash_attn_with_kvcache,
 )
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
-           "flash_attn_combine"]
+__all__ = ["backward_spread", "flash_attn_backward", "flash_attn_combine", "flash_attn_func",
+           "flash_attn_varlen_func", "flash_attn_with_kvcache"]

@@ -27,6 +27,7 @@ import numpy as np
 from .. import flash
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..trace import Trace
+from . import autograd
 from .arrays import returned, to_numpy
 from .checks import (
     check_4d,
@@ -79,7 +80,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         q_descale, k_descale, v_descale: e4m3, float32 [batch, heads_kv] (or scalars).
         num_splits: 1 (default) the unsplit kernel; > 1 that many K/V splits and the combine
             kernel; <= 0 FA3's heuristic (``get_num_splits``, with ``num_sms - sm_margin``).
-        pack_gqa, deterministic: accepted, no effect on the forward's bits.
+        pack_gqa, deterministic: accepted, no effect on the forward's bits (deterministic is
+            passed to the backward under autograd).
         return_attn_probs: also return softmax_lse.
         num_sms: keyword-only: the GPU's multiprocessors (the H200's 132) for the heuristic.
         trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` whose steps to
@@ -96,8 +98,24 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     Raises:
         ValueError: what FA3 refuses, with its rule, and the arguments not emulated.
         TypeError: ``executor`` or ``progress`` of the wrong type (as flash.forward).
+        With CPU torch tensors that require grad (and grad mode on), out is part of torch's
+        graph: ``loss.backward()`` runs :func:`simulator.fa3.flash_attn_backward` with this
+        call's softmax_scale, causal, window_size, softcap and deterministic (FA3's
+        ``FlashAttnFunc``); not with ``trace``.
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd).
     """
+    if trace is None and autograd.needs_grad(q, k, v):
+        bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=tuple(window_size),
+                   softcap=softcap, deterministic=deterministic)
+
+        def run(q_, k_, v_):
+            return flash_attn_func(
+                q_, k_, v_, softmax_scale, causal, qv, q_descale, k_descale, v_descale,
+                window_size, attention_chunk, softcap, num_splits, pack_gqa, deterministic,
+                sm_margin, True, num_sms=num_sms, executor=executor, progress=progress,
+                memory_budget=memory_budget)
+
+        return autograd.apply(run, bwd, q, k, v, return_attn_probs)
     refuse(qv=qv, attention_chunk=attention_chunk)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
@@ -171,8 +189,25 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Raises:
         ValueError: bad offsets or lengths (naming the argument), what FA3 refuses.
         TypeError: ``executor`` or ``progress`` of the wrong type (as flash.forward).
+        With CPU torch tensors that require grad, out is part of torch's graph as for
+        :func:`flash_attn_func` (FA3's ``FlashAttnVarlenFunc``; seqused_* not in the backward).
     Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
     """
+    if trace is None and autograd.needs_grad(q, k, v):
+        bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=tuple(window_size),
+                   softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                   max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k)
+
+        def run(q_, k_, v_):
+            return flash_attn_varlen_func(
+                q_, k_, v_, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                seqused_k, softmax_scale, causal, qv, q_descale, k_descale, v_descale,
+                window_size, attention_chunk, softcap, num_splits, pack_gqa, deterministic,
+                sm_margin, True, num_sms=num_sms, executor=executor, progress=progress,
+                memory_budget=memory_budget)
+
+        return autograd.apply(run, bwd, q, k, v, return_attn_probs)
     refuse(qv=qv, attention_chunk=attention_chunk)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")

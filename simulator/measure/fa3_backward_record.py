@@ -18,8 +18,9 @@ from the case, the library's forward gives out and LSE, and its backward runs th
 * ``fa3_backward_sample.npz``: the full bits of every ``SAMPLE_EVERY``-th case small enough
   (``SAMPLE_LIMIT`` values of dq), ``{m|d}{i}_{name}`` (out, lse, dq, dk, dv, dpsum, lse_log2);
 * ``fa3_backward_diffs.npz``: for every case and default-mode run, the flat positions and bits
-  of the values that differ from the deterministic run (``c{i}_r{j}_{name}_idx`` / ``_bits``):
-  with the deterministic digests they reconstruct every recorded run;
+  of the values that differ from the deterministic run, packed by
+  :func:`simulator.replay.bwd_cases.pack_diffs`: with the deterministic digests they rebuild
+  every recorded run;
 * with ``--full``, ``fa3_backward_full_{j}.npz``: the full bits of every case up to
   ``FULL_LIMIT`` values, for analysis (not committed).
 """
@@ -146,7 +147,7 @@ def main(argv=None) -> int:
                       flush=True)
     report["seconds"] = round(time.perf_counter() - start, 1)
     save_npz_atomic(f"{args.out}/{SAMPLE_FILE}", **sample)
-    save_npz_atomic(f"{args.out}/{DIFFS_FILE}", **diffs)
+    save_npz_atomic(f"{args.out}/{DIFFS_FILE}", **bwd_cases.pack_diffs(diffs))
     for j, arrays in enumerate(full_files[:FULL_FILES] if args.full else []):
         save_npz_atomic(f"{args.out}/fa3_backward_full_{j}.npz", **arrays)
     write_json_atomic(f"{args.out}/{REPORT_FILE}", report)

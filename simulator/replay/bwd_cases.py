@@ -181,3 +181,25 @@ def case_inputs(case: dict) -> dict:
 def _cu(lengths):
     """cu_seqlens (int32 [batch + 1], prefix sums from 0) of per-sequence lengths, or None."""
     return None if lengths is None else np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+
+
+def pack_diffs(diffs: dict) -> dict:
+    """The default-mode differences ``{"{key}_r{j}_{grad}_idx": int64, ..._bits: uint16}`` as
+    three arrays (one npz entry per array would cost more than the data): ``names`` (the
+    keys without ``_idx``, newline-joined, uint8), ``offsets`` int64 [len + 1], and the
+    concatenated ``idx`` (int64) and ``bits`` (uint16)."""
+    names = sorted(k[: -len("_idx")] for k in diffs if k.endswith("_idx"))
+    idx = [np.asarray(diffs[f"{n}_idx"], np.int64) for n in names]
+    val = [np.asarray(diffs[f"{n}_bits"], np.uint16) for n in names]
+    offsets = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
+    return {"names": np.frombuffer("\n".join(names).encode(), np.uint8),
+            "offsets": offsets,
+            "idx": np.concatenate(idx) if idx else np.zeros(0, np.int64),
+            "bits": np.concatenate(val) if val else np.zeros(0, np.uint16)}
+
+
+def unpack_diffs(packed) -> dict:
+    """:func:`pack_diffs`' arrays back to ``{name: (idx, bits)}``."""
+    names = bytes(np.asarray(packed["names"])).decode().split("\n") if len(packed["names"]) else []
+    off, idx, val = packed["offsets"], packed["idx"], packed["bits"]
+    return {n: (idx[off[i]: off[i + 1]], val[off[i]: off[i + 1]]) for i, n in enumerate(names)}

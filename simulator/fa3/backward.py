@@ -1,0 +1,157 @@
+"""FA3's backward from Python: ``flash_attn_backward`` (``_flash_attn_backward`` of
+``hopper/flash_attn_interface.py``, ``mha_bwd`` of ``hopper/flash_api.cpp``) and
+``backward_spread``, over the kernel-level :func:`simulator.flash.backward`.
+
+A varlen launch (``cu_seqlens_q`` / ``cu_seqlens_k``) runs one kernel-level call per sequence
+with the launch's ``max_seqlen_q`` / ``max_seqlen_k`` (FA3's window normalisation and tile
+choice use them); a sequence without queries or keys gets zero gradients, as FA3's kernels
+write them (no K/V block visited: dQaccum stays 0; no m_block: ``store_zero``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import flash
+from .arrays import returned, to_numpy
+from .checks import check_bool, cu_seqlens, refuse
+
+__all__ = ["backward_spread", "flash_attn_backward"]
+
+
+def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=False,
+                        window_size=(-1, -1), softcap=0.0, deterministic=False,
+                        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                        max_seqlen_k=None, seqused_q=None, seqused_k=None, sm_margin=0):
+    """FA3's backward: (dq, dk, dv) for ``dout`` at a forward's ``out`` and ``softmax_lse``.
+
+    Args:
+        dout, q, out: [batch, seqlen_q, heads, head_dim] (varlen: [total_q, heads, head_dim]);
+            k, v: [batch, seqlen_k, heads_kv, head_dim] (varlen: [total_k, ...]); bf16 or fp16
+            NumPy arrays or CPU torch tensors, all the same dtype.
+        softmax_lse: the forward's LSE, float32 [batch, heads, seqlen_q] (varlen:
+            [heads, total_q], FA3's layout).
+        softmax_scale: default ``head_dim ** -0.5``. causal, window_size: as the forward.
+        softcap: must be 0 (not emulated in the backward).
+        deterministic: FA3's flag. The bits returned are FA3's deterministic order in both
+            modes; without it the library may give any value of :func:`backward_spread`.
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: a varlen launch (int32
+            [batch + 1] offsets; the maxima default to the longest sequence).
+        seqused_q, seqused_k: not emulated in the backward (ValueError when given).
+        sm_margin: accepted (it changes no bits).
+    Returns:
+        (dq, dk, dv) like q, k, v (NumPy, or CPU torch tensors when q was one).
+    Raises:
+        ValueError: what ``mha_bwd`` refuses (shapes, dtypes, head dims, deterministic with
+            head dim 256), naming the argument; softcap or seqused given.
+    Source: hopper/flash_api.cpp (mha_bwd), hopper/flash_bwd_launch_template.h.
+    """
+    deterministic = check_bool("deterministic", deterministic)
+    res, tq = launch(locals(), deterministic, spread=False)
+    return returned(tuple(res), tq)
+
+
+def backward_spread(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None,
+                    max_seqlen_q=None, max_seqlen_k=None, seqused_q=None, seqused_k=None,
+                    sm_margin=0) -> dict:
+    """What FA3's default (``deterministic=False``) backward can give on these inputs.
+
+    FA3 reduce-adds dQ's float32 partials (one per key block) and, with GQA, dK / dV's (one per
+    query head of a kv head) in the order its CTAs finish. This returns, per value, the
+    smallest and largest result any order gives (exact for up to five partials, a rigorous
+    enclosure beyond: :mod:`simulator.flash.spread`).
+
+    Args: as :func:`flash_attn_backward`, without ``deterministic``.
+    Returns:
+        ``{"dq": (lo, hi), "dk": (lo, hi), "dv": (lo, hi)}``, arrays like dq, dk, dv (NumPy or
+        CPU torch tensors as the inputs); ``lo == hi`` where no order changes the value. With
+        kernel head dim 256 FA3 has no deterministic kernel, and this is also what
+        ``deterministic=True`` gives there (FA3 refuses that flag).
+    Raises:
+        ValueError: as :func:`flash_attn_backward`.
+    """
+    res, tq = launch(locals(), False, spread=True)
+    return {name: returned(res.spread[name], tq) for name in ("dq", "dk", "dv")}
+
+
+def launch(args: dict, deterministic: bool, spread: bool):
+    """One backward launch on ``args`` (the arguments of :func:`flash_attn_backward` by name):
+    (a result with ``dq``, ``dk``, ``dv`` as NumPy arrays and ``spread`` (a dict, or None
+    without ``spread``), whether q was a torch tensor)."""
+    refuse(seqused_q=args["seqused_q"], seqused_k=args["seqused_k"])
+    names = ("dout", "q", "k", "v", "out", "softmax_lse")
+    arrs = {}
+    tq = False
+    for name in names:
+        arrs[name], was = to_numpy(args[name], name)
+        tq = tq or (name == "q" and was)
+    window = tuple(args["window_size"])
+    kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
+              window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread)
+    if args["cu_seqlens_q"] is None and args["cu_seqlens_k"] is None:
+        d = arrs
+        return flash.backward(d["dout"], d["q"], d["k"], d["v"], d["out"], d["softmax_lse"],
+                              **kw), tq
+    return _varlen(arrs, args, kw), tq
+
+
+class _Varlen:
+    """dq, dk, dv (and spread) of a varlen launch, assembled sequence by sequence."""
+
+    def __init__(self, dq, dk, dv, spread):
+        self.dq, self.dk, self.dv, self.spread = dq, dk, dv, spread
+
+    def __iter__(self):
+        return iter((self.dq, self.dk, self.dv))
+
+
+def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
+    q, k, v, dout, out, lse = a["q"], a["k"], a["v"], a["dout"], a["out"], a["softmax_lse"]
+    for name in ("dout", "q", "k", "v", "out"):
+        x = a[name]
+        if not isinstance(x, np.ndarray) or x.ndim != 3:
+            raise ValueError(f"{name}: expected [total, heads, head_dim] with cu_seqlens, got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    if args["cu_seqlens_q"] is None or args["cu_seqlens_k"] is None:
+        raise ValueError("cu_seqlens_q, cu_seqlens_k: a varlen backward needs both")
+    cq = cu_seqlens(args["cu_seqlens_q"], "cu_seqlens_q", q.shape[0])
+    ck = cu_seqlens(args["cu_seqlens_k"], "cu_seqlens_k", k.shape[0])
+    if ck.shape != cq.shape:
+        raise ValueError(f"cu_seqlens_k: expected {cq.shape[0]} offsets (as cu_seqlens_q), got "
+                         f"{ck.shape[0]}")
+    h = q.shape[1]
+    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (h, q.shape[0]):
+        raise ValueError(f"softmax_lse: expected float32 [{h}, {q.shape[0]}] (heads, total_q: "
+                         f"FA3's varlen layout), got {getattr(lse, 'dtype', type(lse).__name__)} "
+                         f"{getattr(lse, 'shape', '')}")
+    lq, lk = np.diff(cq), np.diff(ck)
+    msq = _max_seqlen(args["max_seqlen_q"], "max_seqlen_q", lq)
+    msk = _max_seqlen(args["max_seqlen_k"], "max_seqlen_k", lk)
+    grads = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)]
+    lows = [np.zeros_like(x) for x in grads]
+    highs = [np.zeros_like(x) for x in grads]
+    for i in range(len(lq)):
+        sq_, sk_ = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
+        if lq[i] == 0 or lk[i] == 0:
+            continue  # no K/V block or no m_block: zero gradients
+        res = flash.backward(dout[None, sq_], q[None, sq_], k[None, sk_], v[None, sk_],
+                             out[None, sq_], np.ascontiguousarray(lse[None, :, sq_]),
+                             max_seqlen_q=msq, max_seqlen_k=msk, **kw)
+        for j, (name, rows) in enumerate((("dq", sq_), ("dk", sk_), ("dv", sk_))):
+            grads[j][rows] = getattr(res, name)[0]
+            if res.spread is not None:
+                lows[j][rows], highs[j][rows] = (x[0] for x in res.spread[name])
+    spread = None
+    if kw["spread"]:
+        spread = {n: (lows[j], highs[j]) for j, n in enumerate(("dq", "dk", "dv"))}
+    return _Varlen(*grads, spread)
+
+
+def _max_seqlen(m, name: str, lengths: np.ndarray) -> int:
+    longest = max(1, int(lengths.max(initial=0)))
+    if m is None:
+        return longest
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < longest:
+        raise ValueError(f"{name}: expected an int >= every sequence's length ({longest}), got {m!r}")
+    return int(m)

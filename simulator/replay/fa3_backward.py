@@ -1,0 +1,165 @@
+"""Replay of the real FA3 backward's recordings (``fa3_backward_*``, flash-attn3-jax 0.2.3 on
+the H200; :mod:`simulator.measure.fa3_backward_record`).
+
+Per recorded case: the inputs are regenerated (:mod:`simulator.replay.bwd_cases`), the
+emulator's forward must give the library's out / LSE digests, then one emulated backward
+launch with the spread (:func:`simulator.fa3.backward.launch`) must give
+
+* the digests of the deterministic runs' dq, dk, dv (and, without varlen, dPsum / LSE_log2);
+* for each recorded default-mode run, rebuilt from the deterministic bits and the recorded
+  differences: its recorded digest (so the differences are complete), and every value inside
+  the spread ``lo <= x <= hi`` (equal bits where lo == hi).
+
+``quick`` replays the cases whose emulation is cheap (:func:`cost` at most ``QUICK_COST``;
+of the drawn ones every ``QUICK_DRAWN_EVERY``-th) and the ``QUICK_DIFFERING`` cheapest cases
+whose default-mode runs differed from the deterministic one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import fa3
+from ..fa3.backward import launch
+from ..flash.backward import m_block_range, make_backward_config
+from ..io import read_json, read_npz
+from . import bwd_cases
+from .common import DATA_DIR, digest, row
+
+REPORT = DATA_DIR / "fa3_backward_report.json"
+SAMPLE = DATA_DIR / "fa3_backward_sample.npz"
+DIFFS = DATA_DIR / "fa3_backward_diffs.npz"
+#: the cost (millions of score elements the mainloop visits) up to which ``quick`` replays a case
+QUICK_COST = 0.1
+QUICK_DRAWN_EVERY = 10
+QUICK_DIFFERING = 12
+GRADS = ("dq", "dk", "dv")
+REGENERATE = ("bash scripts/device_bwd_session.sh (on an H200 with jax and flash-attn3-jax 0.2.3 "
+              "in .fa3bwd/), then copy the report, sample and diffs here")
+
+
+def cost(case: dict) -> float:
+    """Millions of S elements the emulated backward visits (an upper estimate: masks ignored
+    inside a visited block; the block ranges are the kernel's)."""
+    lens = (case["seqlens_q"], case["seqlens_k"]) if case["seqlens_q"] is not None else \
+        ([case["seqlen_q"]] * case["batch"], [case["seqlen_k"]] * case["batch"])
+    total = 0
+    for sq, sk in zip(*lens, strict=True):
+        if sq == 0 or sk == 0:
+            continue
+        cfg = _cfg_for(case, sq, sk)
+        m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
+        total += np.maximum(m_max - m_min, 0).sum() * cfg.tiles.kblock_m * cfg.tiles.kblock_n
+    return total * case["heads"] / 1e6
+
+
+def _cfg_for(case, sq, sk):
+    """The kernel configuration of one sequence of ``case`` (one head, zero arrays)."""
+    d = case["head_dim"]
+    z = np.zeros((1, sq, 1, d), np.float16)
+    zk = np.zeros((1, sk, 1, d), np.float16)
+    return make_backward_config(z, z, zk, zk, z, np.zeros((1, 1, sq), np.float32),
+                                causal=case["causal"], window=tuple(case["window"]),
+                                max_seqlen_q=case["seqlen_q"], max_seqlen_k=case["seqlen_k"])
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view({2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
+
+
+def emulate(case: dict) -> dict:
+    """The emulator's forward digests, backward bits and spread for one case."""
+    x = bwd_cases.case_inputs(case)
+    common = dict(softmax_scale=x["softmax_scale"], causal=x["causal"], window_size=x["window"])
+    if x["cu_seqlens_q"] is None:
+        out, lse = fa3.flash_attn_func(x["q"], x["k"], x["v"], return_attn_probs=True, **common)
+        var = {}
+    else:
+        var = dict(cu_seqlens_q=x["cu_seqlens_q"], cu_seqlens_k=x["cu_seqlens_k"],
+                   max_seqlen_q=x["max_seqlen_q"], max_seqlen_k=x["max_seqlen_k"])
+        out, lse = fa3.flash_attn_varlen_func(x["q"], x["k"], x["v"], return_attn_probs=True,
+                                              **var, **common)
+    args = dict(dout=x["dout"], q=x["q"], k=x["k"], v=x["v"], out=out, softmax_lse=lse,
+                softcap=0.0, seqused_q=None, seqused_k=None,
+                cu_seqlens_q=var.get("cu_seqlens_q"), cu_seqlens_k=var.get("cu_seqlens_k"),
+                max_seqlen_q=var.get("max_seqlen_q"), max_seqlen_k=var.get("max_seqlen_k"),
+                **common)
+    res, _ = launch(args, deterministic=False, spread=True)
+    got = {"out": digest(bits(out)).hex(), "lse": digest(bits(lse)).hex(), "res": res}
+    if x["cu_seqlens_q"] is None:
+        got["dpsum"] = digest(bits(res.dpsum)).hex()
+        got["lse_log2"] = digest(bits(res.lse_log2)).hex()
+    return got
+
+
+def check(key: str, entry: dict, diffs: dict) -> dict:
+    """One recorded case against the emulator (``diffs``: :func:`bwd_cases.unpack_diffs`):
+    counts of what was compared and what differed."""
+    got = emulate(entry["case"])
+    res = got["res"]
+    out = {"values": 0, "mismatches": [], "default_values": 0, "outside": 0, "spread_values": 0}
+    for name in ("out", "lse"):
+        if got[name] != entry[name]:
+            out["mismatches"].append(f"forward {name}")
+    for name in GRADS + ("dpsum", "lse_log2"):
+        if name in GRADS or name in got:
+            mine = got[name] if name not in GRADS else digest(bits(getattr(res, name))).hex()
+            if mine != entry["det"][name]:
+                out["mismatches"].append(f"deterministic {name}")
+    for name in GRADS:
+        det = bits(getattr(res, name)).ravel()
+        out["values"] += det.size
+        lo, hi = (np.asarray(a, np.float32).ravel() for a in res.spread[name])
+        out["spread_values"] += int(np.sum(bits(lo) != bits(hi)))
+        for j, run in enumerate(entry["default"]):
+            idx, vals = diffs[f"{key}_r{j}_{name}"]
+            rebuilt = det.copy()
+            rebuilt[idx] = vals
+            if digest(rebuilt.reshape(getattr(res, name).shape)).hex() != run[name]["digest"]:
+                out["mismatches"].append(f"default run {j} {name} digest")
+            v = vals.view(getattr(res, name).dtype).astype(np.float32)
+            inside = ((lo[idx] <= v) & (v <= hi[idx])) | (bits(lo[idx]) == bits(v))
+            out["default_values"] += int(idx.size)
+            out["outside"] += int(np.sum(~inside))
+    return out
+
+
+def _differed(entry: dict) -> bool:
+    return any(r[n]["differ"] for r in entry["default"] for n in GRADS)
+
+
+def _quick(entries: list, every: int) -> list:
+    """The cheap cases (every ``every``-th) and the cheapest ones whose default runs differed."""
+    costs = {k: cost(e["case"]) for k, e in entries}
+    cheap = {k for i, (k, _) in enumerate(entries) if i % every == 0 and costs[k] <= QUICK_COST}
+    differing = sorted((costs[k], k) for k, e in entries if _differed(e))[:QUICK_DIFFERING]
+    keep = cheap | {k for _, k in differing}
+    return [(k, e) for k, e in entries if k in keep]
+
+
+def replay(quick: bool = False, progress=None) -> list[dict]:
+    """verify rows: the matrix and the drawn cases (``quick``: the cheap ones)."""
+    report = read_json(REPORT, REGENERATE)
+    diffs = bwd_cases.unpack_diffs(read_npz(DIFFS, REGENERATE))
+    rows = []
+    for part in ("matrix", "drawn"):
+        entries = [(f"{part[0]}{i}", e) for i, e in enumerate(report[part]) if "error" not in e]
+        if quick:
+            entries = _quick(entries, QUICK_DRAWN_EVERY if part == "drawn" else 1)
+        bad, vals, dvals, outside, spread = [], 0, 0, 0, 0
+        for key, e in entries:
+            r = check(key, e, diffs)
+            if r["mismatches"] or r["outside"]:
+                bad.append(f"{e['case']['name']}: {', '.join(r['mismatches'])} "
+                           f"{r['outside']} outside the spread")
+            vals += r["values"]
+            dvals += r["default_values"]
+            outside += r["outside"]
+            spread += r["spread_values"]
+            if progress:
+                progress(key)
+        rows.append(row(f"fa3 backward ({part}, flash-attn3-jax on the H200)", len(entries), len(bad),
+                        f"{vals:,} dq/dk/dv values per mode; {dvals:,} default-mode values that "
+                        f"differ from deterministic, {outside} outside the spread; spread > 1 "
+                        f"value at {spread:,}" + (f"; first: {bad[0]}" if bad else "")))
+    return rows
