@@ -218,3 +218,18 @@ def test_tiles_follow_fa3():
     widths = [bwd.bwd_tiles(d, False, False).kblock_n for d in (64, 96, 128, 192, 256)]
     assert widths == [128, 128, 128, 96, 80]
     assert bwd.bwd_tiles(64, True, False, softcap=True).kblock_m == 96
+
+
+def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps():
+    x = bwd_cases.case_inputs(_entry(143)["case"])
+    out, lse = fa3.flash_attn_func(x["q"], x["k"], x["v"], causal=True, return_attn_probs=True)
+    whole = flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, causal=True)
+    seen = []
+    parts = flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, causal=True,
+                           memory_budget=8_000_000, progress=lambda d, t: seen.append((d, t)))
+    for name in ("dq", "dk", "dv"):
+        np.testing.assert_array_equal(getattr(whole, name).view(np.uint16),
+                                      getattr(parts, name).view(np.uint16))
+    assert len(seen) > 2 and seen[-1][0] == seen[-1][1]
+    with pytest.raises(MemoryError, match="memory_budget"):
+        flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, memory_budget=1000)

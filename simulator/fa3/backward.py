@@ -22,7 +22,8 @@ __all__ = ["backward_spread", "flash_attn_backward"]
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=False,
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                        max_seqlen_k=None, seqused_q=None, seqused_k=None, sm_margin=0):
+                        max_seqlen_k=None, seqused_q=None, seqused_k=None, sm_margin=0, *,
+                        memory_budget=None, progress=None):
     """FA3's backward: (dq, dk, dv) for ``dout`` at a forward's ``out`` and ``softmax_lse``.
 
     Args:
@@ -39,6 +40,8 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
             [batch + 1] offsets; the maxima default to the longest sequence).
         seqused_q, seqused_k: not emulated in the backward (ValueError when given).
         sm_margin: accepted (it changes no bits).
+        memory_budget, progress: keyword-only, not FA3's: as :func:`simulator.flash.backward`
+            (per kernel-level call; a varlen launch makes one per sequence).
     Returns:
         (dq, dk, dv) like q, k, v (NumPy, or CPU torch tensors when q was one).
     Raises:
@@ -54,7 +57,7 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
 def backward_spread(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None,
                     max_seqlen_q=None, max_seqlen_k=None, seqused_q=None, seqused_k=None,
-                    sm_margin=0) -> dict:
+                    sm_margin=0, *, memory_budget=None, progress=None) -> dict:
     """What FA3's default (``deterministic=False``) backward can give on these inputs.
 
     FA3 reduce-adds dQ's float32 partials (one per key block) and, with GQA, dK / dV's (one per
@@ -88,7 +91,8 @@ def launch(args: dict, deterministic: bool, spread: bool):
         tq = tq or (name == "q" and was)
     window = tuple(args["window_size"])
     kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
-              window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread)
+              window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread,
+              memory_budget=args.get("memory_budget"), progress=args.get("progress"))
     if args["cu_seqlens_q"] is None and args["cu_seqlens_k"] is None:
         d = arrs
         return flash.backward(d["dout"], d["q"], d["k"], d["v"], d["out"], d["softmax_lse"],

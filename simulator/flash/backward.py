@@ -33,8 +33,10 @@ import numpy as np
 from .. import mma
 from ..numerics import FORMATS, convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2
+from . import chunks
 from .constants import host_constants
 from .dispatch import kernel_head_dim
+from .grid import ceil_div, pad_rows, trunc_div
 from .masks import allowed, fa3_window, kernel_flags, normalize_window
 from .spread import ordered_sum, sum_bounds
 
@@ -242,23 +244,12 @@ def m_block_range(cfg: BackwardConfig, n_block: np.ndarray) -> tuple[np.ndarray,
     sq, sk = cfg.seqlen_q, cfg.seqlen_k
     m_max = np.full(n_block.shape, -(-sq // m), dtype=np.int64)
     if cfg.local:
-        m_max = np.minimum(m_max, _cdiv((n_block + 1) * n + sq - sk + wl, m))
+        m_max = np.minimum(m_max, ceil_div((n_block + 1) * n + sq - sk + wl, m))
     m_min = np.zeros_like(m_max)
     if cfg.causal or cfg.local:
         right = 0 if cfg.causal else wr
-        m_min = np.maximum(0, _tdiv(n_block * n + sq - sk - right, m))
+        m_min = np.maximum(0, trunc_div(n_block * n + sq - sk - right, m))
     return m_min, m_max
-
-
-def _tdiv(a, b):
-    """C integer division (truncation toward zero)."""
-    a = np.asarray(a, dtype=np.int64)
-    return np.sign(a) * (np.abs(a) // b)
-
-
-def _cdiv(a, b):
-    """cute::ceil_div: (a + b - 1) / b in C ints."""
-    return _tdiv(np.asarray(a, dtype=np.int64) + b - 1, b)
 
 
 def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
@@ -269,7 +260,7 @@ def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
-             arch="sm90", spread=False) -> BackwardResult:
+             arch="sm90", spread=False, memory_budget=None, progress=None) -> BackwardResult:
     """FlashAttention-3's backward, emulated bit for bit on Hopper warpgroups.
 
     Args:
@@ -286,21 +277,35 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         arch: "sm90" (the H200's MUFU.EX2) or "ideal" (correctly rounded).
         spread: also compute, per value, the smallest and largest result any arrival order
             of the reduce-adds gives (:mod:`simulator.flash.spread`): ``result.spread``.
+        memory_budget: bytes for the padded operands, the accumulators and the working arrays
+            (default 4 GiB): CTAs run in chunks of whole (batch, head) rows that fit.
+        progress: None, True (a bar on stderr) or a callable ``progress(done, total)`` in CTA
+            m_block steps, as :func:`simulator.flash.forward`'s.
     Returns:
         :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2; with
         ``spread`` a dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` of arrays like dq, dk, dv;
         ``lo == hi`` where no order changes the value). With ``deterministic=True`` (a kernel
         head dim below 256) the spread is the result itself.
     Raises:
-        ValueError: see :func:`make_backward_config`.
+        ValueError: see :func:`make_backward_config`; ``memory_budget`` not a positive int.
+        MemoryError: up front, with the estimate, when not even one CTA fits the budget.
+        TypeError: ``progress`` of another type.
     """
+    budget = chunks.check_budget(memory_budget)
+    chunks.check_progress(progress)
     cfg = make_backward_config(dout, q, k, v, out, lse, softmax_scale=softmax_scale,
                                causal=causal, window=window, softcap=softcap,
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
                                max_seqlen_k=max_seqlen_k, arch=arch)
     want = spread and not cfg.deterministic
     dpsum, lse_log2 = _preprocess(cfg, out, dout, lse)
-    dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want)
+    m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
+    steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
+    bar = chunks.Progress(progress, steps, "flash.backward")
+    try:
+        dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar)
+    finally:
+        bar.close()
     dq = _postprocess_dq(cfg, dq_accum)
     (dk, dv), kv_bounds = _postprocess_kv(cfg, dk, dv, want)
     result = BackwardResult(dq, dk, dv, dpsum, lse_log2, cfg.tiles)
@@ -337,37 +342,55 @@ def _ctas(cfg: BackwardConfig):
     return b, h, n, m_min, m_max
 
 
-def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False):
+def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False, budget=None,
+              bar=None):
     """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32
     [B, H, n_blocks * kBlockN, kd], and with ``spread`` dQaccum's (lo, hi) over every order of
-    its reduce-adds (else None)."""
+    its reduce-adds (else None). CTAs run in chunks of whole (batch, head) rows of n_blocks
+    (their dQ tiles meet no other chunk's) that fit ``budget`` bytes."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
-    g = cfg.heads // cfg.heads_kv
-    qp = _pad(q, rows, kd)
-    dop = _pad(dout, rows, kd)
-    kp = _pad(k, keys, kd)
-    vp = _pad(v, keys, kd)
+    padded = [pad_rows(x, length, kd) for x, length in ((q, rows), (dout, rows), (k, keys), (v, keys))]
     b, h, n, m_min, m_max = _ctas(cfg)
-    key_idx = n[:, None] * N + np.arange(N)[None, :]                                  # [C, N]
-    kc = kp[b[:, None], key_idx, (h // g)[:, None]]                                   # [C, N, kd]
-    vc = vp[b[:, None], key_idx, (h // g)[:, None]]
     dk = np.zeros((len(b), N, kd), np.float32)
     dv = np.zeros((len(b), N, kd), np.float32)
     dq_accum = np.zeros((cfg.batch, cfg.heads, rows, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
+    fixed = chunks.fixed_bytes(*padded, dk, dv, dq_accum, dpsum, lse_log2) * (2 if spread else 1)
+    per_cta = 2 * chunks.cta_bytes(M, N, kd)  # five GEMMs per step, two of them of [M, N]
+    size = chunks.chunk_size(budget, fixed, per_cta, "this backward")
+    per_row = max(1, size // max(1, cfg.n_blocks))      # (batch, head) rows of CTAs per chunk
+    for start in range(0, cfg.batch * cfg.heads, per_row):
+        sel = np.arange(start * cfg.n_blocks, min(len(b), (start + per_row) * cfg.n_blocks))
+        _run_chunk(cfg, sel, (b, h, n, m_min, m_max), padded, dpsum, lse_log2, dk, dv, dq_accum,
+                   bounds, bar)
+    dk = fmul(dk, cfg.softmax_scale, ftz=True)
+    shape = (cfg.batch, cfg.heads, keys, kd)
+    return dq_accum, dk.reshape(shape), dv.reshape(shape), bounds
+
+
+def _run_chunk(cfg, sel, ctas, padded, dpsum, lse_log2, dk, dv, dq_accum, bounds, bar):
+    """The m_block loop of the CTAs ``sel`` (indices into ``ctas``), in place."""
+    M, N = cfg.tiles.kblock_m, cfg.tiles.kblock_n
+    kd = cfg.tiles.kernel_head_dim
+    b, h, n, m_min, m_max = (x[sel] for x in ctas)
+    qp, dop, kp, vp = padded
+    g = cfg.heads // cfg.heads_kv
+    key_idx = n[:, None] * N + np.arange(N)[None, :]                                  # [C, N]
+    kc = kp[b[:, None], key_idx, (h // g)[:, None]]                                   # [C, N, kd]
+    vc = vp[b[:, None], key_idx, (h // g)[:, None]]
     ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}")
     order = dq_order(cfg, n)
     for m in range(int(m_min.min(initial=0)), int(m_max.max(initial=0))):
         act = np.flatnonzero((m_min <= m) & (m < m_max))
         if act.size == 0:
             continue
-        ab, ah = b[act], h[act]
+        ab, ah, at = b[act], h[act], sel[act]
         r = m * M + np.arange(M)
         qm = qp[ab[:, None], r[None, :], ah[:, None]]                                 # [A, M, kd]
         dom = dop[ab[:, None], r[None, :], ah[:, None]]
         kt, vt = kc[act], vc[act]
-        zero = np.full((act.size, M, N), -0.0, np.float32)
+        zero = np.full((act.size, M, N), -0.0, np.float32)  # zero_init: scale-d = 0
         s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)                # [A, M, N]
         dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
         ok = allowed(r[None, :, None], key_idx[act][:, None, :], cfg.seqlen_q, cfg.seqlen_k,
@@ -378,14 +401,12 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False)
         ds = fmul(p, fsub(dp, dpsum[ab, ah][:, r][..., None], ftz=True), ftz=True)
         p16 = convert(p, cfg.fmt)
         ds16 = convert(ds, cfg.fmt)
-        dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
+        dv[at] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[at], instruction=ins)
         dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), instruction=ins)
-        dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
+        dk[at] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[at], instruction=ins)
         _ordered_add(dq_accum, ab, ah, r, dqp, order[act], bounds)
-    dk = fmul(dk, cfg.softmax_scale, ftz=True)
-    shape = (cfg.batch, cfg.heads, cfg.n_blocks, N, kd)
-    return (dq_accum, dk.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd),
-            dv.reshape(shape).reshape(cfg.batch, cfg.heads, keys, kd), bounds)
+        if bar is not None:
+            bar.update(int(act.size))
 
 
 def _ordered_add(acc, ab, ah, rows, parts, key, bounds=None):
@@ -420,13 +441,6 @@ def _member(bh, rank, tiles_bh, j):
     pos = np.flatnonzero(rank == j)
     order = np.argsort(bh[pos])
     return pos[order[np.searchsorted(bh[pos][order], tiles_bh)]]
-
-
-def _pad(x, length, kd):
-    """[B, S, H, d] -> zero-padded [B, length, H, kd]."""
-    out = np.zeros((x.shape[0], length, x.shape[2], kd), x.dtype)
-    out[:, : x.shape[1], :, : x.shape[3]] = x
-    return out
 
 
 def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread=False):

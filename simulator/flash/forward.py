@@ -22,6 +22,7 @@ from . import chunks
 from .config import DTYPES as DTYPES  # re-exported: the input dtypes FA3 takes
 from .config import Config, ForwardResult, make_config
 from .constants import MAX_OFFSET
+from .grid import pad_rows
 from .masks import allowed, block_range, masking_steps
 from .softmax import Softmax, rescale_o
 
@@ -208,13 +209,10 @@ def _padded_inputs(cfg: Config, q, k, v):
     them)."""
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m) + 1  # + 1: PackGQA tiles reach a little beyond
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
-    d, kd = cfg.head_dim, cfg.kernel_head_dim
-    qp = np.zeros((cfg.batch, m_blocks * cfg.kblock_m, cfg.heads, kd), dtype=q.dtype)
-    qp[:, : cfg.seqlen_q, :, :d] = q
-    kp = np.zeros((cfg.batch, n_pad, cfg.heads_kv, kd), dtype=k.dtype)
-    vp = np.zeros((cfg.batch, n_pad, cfg.heads_kv, cfg.kernel_head_dim_v), dtype=v.dtype)
-    kp[:, : cfg.seqlen_k, :, :d] = k
-    vp[:, : cfg.seqlen_k, :, : cfg.head_dim_v] = v
+    kd = cfg.kernel_head_dim
+    qp = pad_rows(q, m_blocks * cfg.kblock_m, kd)
+    kp = pad_rows(k, n_pad, kd)
+    vp = pad_rows(v, n_pad, cfg.kernel_head_dim_v)
     absent = np.arange(n_pad)[None, :] >= cfg.seqlens_k[:, None]  # [batch, keys]
     kp[absent] = 0
     vp[absent] = 0
