@@ -10,8 +10,8 @@ from .backward import BackwardResult, backward
 from .config import ForwardResult, make_config
 from .constants import host_constants
 from .forward import forward
-from .reference import reference
+from .reference import reference, reference_backward
 from .softmax import Softmax, rescale_o
 
 __all__ = ["BackwardResult", "ForwardResult", "Softmax", "backward", "forward", "host_constants",
-           "make_config", "reference", "rescale_o"]
+           "make_config", "reference", "reference_backward", "rescale_o"]

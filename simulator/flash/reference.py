@@ -77,3 +77,52 @@ def _rows(cfg, qd, kd, vd, descale_qk, descale_v, scale, rows):
     lse = np.where(nan_rows, np.nan, lse)
     out = np.where(nan_rows.transpose(0, 2, 1)[..., None], np.nan, out)
     return out, lse
+
+
+def reference_backward(dout, q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1)):
+    """The exact gradients of attention in float64 on the exact input values (no softcap).
+
+    ``P = softmax(scale * Q K^T)`` under the masks, ``O = P V``; ``dV = P^T dO``,
+    ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = scale * dS K``, ``dK = scale * dS^T Q``,
+    summed over the query heads of each kv head (GQA). O is the exact one, not the kernel's.
+
+    Args: as :func:`simulator.flash.backward` (bf16 / fp16 arrays).
+    Returns:
+        (dq, dk, dv) float64 of q's, k's and v's shapes; rows that see no key give zeros.
+    Raises:
+        ValueError: invalid arguments, as :func:`simulator.flash.forward`.
+    """
+    cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window)
+    group = cfg.heads // cfg.heads_kv
+    kvh = np.arange(cfg.heads) // group
+    kd, vd = k.astype(np.float64)[:, :, kvh], v.astype(np.float64)[:, :, kvh]
+    scale = float(cfg.consts["softmax_scale"])
+    dq = np.zeros(q.shape)
+    dk_h = np.zeros(kd.shape)
+    dv_h = np.zeros(vd.shape)
+    if cfg.seqlen_k == 0:
+        return dq, np.zeros(k.shape), np.zeros(v.shape)
+    rows_per_chunk = max(1, _CHUNK_ELEMENTS // (cfg.batch * cfg.heads * cfg.seqlen_k))
+    cols = np.arange(cfg.seqlen_k)[None, :]
+    for r0 in range(0, cfg.seqlen_q, rows_per_chunk):
+        r1 = min(cfg.seqlen_q, r0 + rows_per_chunk)
+        qd = q[:, r0:r1].astype(np.float64)
+        g = dout[:, r0:r1].astype(np.float64)
+        s = np.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
+        ok = allowed(np.arange(r0, r1)[None, :, None], cols[None], cfg.seqlen_q,
+                     cfg.seqlens_k[:, None, None], cfg.window)
+        s = np.where(ok[:, None], s, -np.inf)
+        with np.errstate(invalid="ignore"):
+            m = s.max(axis=-1, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+        total = e.sum(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.where(total > 0, e / total, 0.0)                       # [B, H, rows, Sk]
+        o = np.einsum("bhqk,bkhd->bqhd", p, vd)
+        dp = np.einsum("bqhd,bkhd->bhqk", g, vd)
+        ds = p * (dp - np.einsum("bqhd,bqhd->bhq", g, o)[..., None])
+        dq[:, r0:r1] = scale * np.einsum("bhqk,bkhd->bqhd", ds, kd)
+        dk_h += scale * np.einsum("bhqk,bqhd->bkhd", ds, qd)
+        dv_h += np.einsum("bhqk,bqhd->bkhd", p, g)
+    shape = (cfg.batch, cfg.seqlen_k, cfg.heads_kv, group, -1)
+    return dq, dk_h.reshape(shape).sum(axis=3), dv_h.reshape(shape).sum(axis=3)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EXIT_MISMATCH, EXIT_OK, UsageError
+from .backward import check_backward_args, report, run_backward
 from .device import check_device, run_device, run_device_varlen
 from .emulation import (
     emulate,
@@ -193,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--workers", type=_workers, default=1, metavar="N",
                    help="worker processes for the forward's CTA chunks (default: 1, in this "
                    "process); the bits are the same for every N")
+    g = p.add_argument_group("backward")
+    g.add_argument("--backward", action="store_true",
+                   help="also FA3's backward at the forward's out and LSE (dO from --dout-seed): "
+                        "gradients against float64, and how many values FA3's default mode "
+                        "could change from run to run")
+    g.add_argument("--dout-seed", type=int, default=0, metavar="N",
+                   help="seed of dO for --backward (default 0)")
     g = p.add_argument_group("what to show and write")
     g.add_argument("--trace-cta", type=_cta, action="append", metavar="B,H,M",
                    help="record the trace of this CTA (batch, head, m_block); repeatable "
@@ -268,6 +276,12 @@ def main(argv: list[str]) -> int:
                          f"{cfg.kblock_m}, got {args.quad}")
     if args.device:
         check_device()
+    if args.backward:
+        check_backward_args(work, args.softcap)
+        if work.seqlens_k is not None and not is_varlen(work):
+            raise UsageError("--backward: keys absent past seqlens_k are not emulated in the backward")
+        if args.dout_seed < 0:
+            raise UsageError(f"--dout-seed: expected an int >= 0, got {args.dout_seed}")
 
     t0 = time.perf_counter()
     from ..numerics import mufu
@@ -314,6 +328,11 @@ def main(argv: list[str]) -> int:
             rows = (seq_cfgs[shown[0]] if seq_cfgs else cfg).seqlen_q
             print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads, rows=rows))
         print()
+    grads = None
+    if args.backward:
+        grads = run_backward(work, kwargs, out, lse, args.dout_seed)
+        print(report(grads, args.dout_seed, "the deterministic order (FA3's semaphores); "
+                     "checked on the H200 at head dim 128 (flash-attn3-jax)"))
     status = EXIT_OK
     if args.device:
         same, text = (run_device_varlen(work, kwargs, out, lse) if seq_cfgs else
@@ -332,8 +351,15 @@ def main(argv: list[str]) -> int:
               "descales": {k: v.tolist() for k, v in work.descales.items()},
               "metrics": {k: v for k, v in m.items()}, "times_s": times,
               "provenance": work.provenance}
-    save_result(out_path, out, lse, ref_out, ref_lse, trace, params)
-    print(f"wrote     {out_path}: out, lse, ref_out, ref_lse, params, trace of "
+    extra = {}
+    if grads is not None:
+        params["backward"] = {"dout_seed": args.dout_seed, "errors": grads["errors"],
+                              "spread_values": grads["spread"], "times_s": grads["times"],
+                              "tiles": grads["tiles"].describe()}
+        extra = {"dout": grads["dout"], "dq": grads["dq"], "dk": grads["dk"], "dv": grads["dv"]}
+    save_result(out_path, out, lse, ref_out, ref_lse, trace, params, extra)
+    print(f"wrote     {out_path}: out, lse, ref_out, ref_lse, "
+          f"{'dout, dq, dk, dv, ' if grads is not None else ''}params, trace of "
           f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
           f"simulator.run.load_result")
     if plot_path is not None:

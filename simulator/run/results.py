@@ -69,16 +69,22 @@ def check_output_path(path: Path, what: str) -> None:
                 pass
 
 
-def save_result(path: Path, out, lse, ref_out, ref_lse, trace, params: dict) -> None:
+def save_result(path: Path, out, lse, ref_out, ref_lse, trace, params: dict,
+                extra: dict | None = None) -> None:
     """O (float32 values and raw bits), LSE, the reference, the trace (keys ``trace__*``) and the
     parameters (``params``, JSON) in one compressed ``.npz``, written atomically (deflate level 1:
-    60 ms less than numpy's level 6 for the default job's 1.2 MB, 2% larger)."""
+    60 ms less than numpy's level 6 for the default job's 1.2 MB, 2% larger). ``extra``: more
+    arrays (``--backward``'s dout, dq, dk, dv: bf16 / fp16 kept as their raw uint16 bits,
+    ``{name}_bits``, with ``{name}_dtype``)."""
     from ..io import npz_bytes, write_bytes_atomic
 
     bits = out.view(np.uint16)
     arrays = {"out": out.astype(np.float32), "out_bits": bits, "out_dtype": np.array(str(out.dtype)),
               "lse": lse, "ref_out": ref_out, "ref_lse": ref_lse,
               "params": np.array(json.dumps(params))}
+    for name, x in (extra or {}).items():
+        arrays[f"{name}_bits"] = x.view(np.uint16)
+        arrays[f"{name}_dtype"] = np.array(str(x.dtype))
     if trace is not None and len(trace):
         arrays.update({f"trace__{k}": v for k, v in trace.to_arrays().items()})
     write_bytes_atomic(path, npz_bytes(arrays, compresslevel=1))

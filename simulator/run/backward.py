@@ -1,0 +1,127 @@
+"""``run --backward``: FA3's backward on the run's input after its forward.
+
+dO is drawn from a stated seed (normal-ish, std 1: :class:`simulator.flash.inputs.InputStream`),
+the backward runs at the forward's out and LSE (per sequence of a varlen launch, with the
+launch's max_seqlen, as :func:`simulator.fa3.flash_attn_backward` does), and the gradients are
+measured against the float64 gradients of exact attention
+(:func:`simulator.flash.reference_backward`), in ulps of the input format at the reference
+value. The spread says how many values FA3's default (non-deterministic) mode could change
+from run to run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import UsageError
+from ..flash import backward, reference_backward
+from ..flash.inputs import InputStream
+from .metrics import ulp
+from .workload import Workload, is_varlen, varlen_lengths
+
+GRADS = ("dq", "dk", "dv")
+
+
+def check_backward_args(work: Workload, softcap: float) -> None:
+    """UsageError for what the emulated backward does not take (before any work)."""
+    if work.fmt not in ("bf16", "f16"):
+        raise UsageError(f"--backward: FA3's backward takes bf16 or f16 inputs, got --dtype {work.fmt}")
+    if softcap:
+        raise UsageError("--backward: the backward with --softcap is not emulated")
+    if work.q.shape[-1] != work.v.shape[-1]:
+        raise UsageError("--backward: V's head dim must equal Q's")
+
+
+def draw_dout(out: np.ndarray, seed: int) -> np.ndarray:
+    """dO like ``out``: normal-ish values (std 1) from ``InputStream(seed)``, cast to out's type."""
+    return InputStream(seed).normalish(out.shape).astype(np.float32).astype(out.dtype)
+
+
+def _sequences(work: Workload, out, lse):
+    """(q, k, v, out, lse, rows, keys) per kernel-level call: each sequence of a varlen workload,
+    else the whole batch."""
+    if not is_varlen(work):
+        return [(work.q, work.k, work.v, out, lse, slice(None), slice(None), None)]
+    rows, keys = varlen_lengths(work)
+    msq, msk = int(rows.max()), int(keys.max())
+    calls = []
+    for b, (r, kk) in enumerate(zip(rows, keys, strict=True)):
+        rs, ks = slice(0, int(r)), slice(0, int(kk))
+        calls.append((work.q[b:b + 1, rs], work.k[b:b + 1, ks], work.v[b:b + 1, ks],
+                      out[b:b + 1, rs], np.ascontiguousarray(lse[b:b + 1, :, rs]), (b, rs), (b, ks),
+                      (msq, msk)))
+    return calls
+
+
+def run_backward(work: Workload, kwargs: dict, out, lse, seed: int, progress=None) -> dict:
+    """The backward of the run: gradients, spread counts, errors against float64, times.
+
+    Returns:
+        dict with ``dout``, ``dq``, ``dk``, ``dv`` (arrays shaped like q, k, v; padding rows of
+        a varlen workload 0), ``ref`` (float64 dq, dk, dv), ``spread`` (values per gradient
+        whose default-mode result could differ), ``errors`` (per gradient: mean / p99 / max ulp,
+        relative Frobenius), ``tiles`` (FA3's backward tiles), ``partials`` (the most float32
+        partials one value receives: key blocks for dQ, query heads per kv head for dK / dV),
+        ``times`` (seconds).
+    """
+    dout = draw_dout(out, seed)
+    grads = {n: np.zeros_like(x) for n, x in zip(GRADS, (work.q, work.k, work.v), strict=True)}
+    refs = {n: np.zeros(x.shape) for n, x in zip(GRADS, (work.q, work.k, work.v), strict=True)}
+    spread = dict.fromkeys(GRADS, 0)
+    kw = {n: kwargs[n] for n in ("softmax_scale", "causal", "window") if n in kwargs}
+    t0 = time.perf_counter()
+    tiles = None
+    ref_time = 0.0
+    partials = 1
+    for q, k, v, o, l_, rs, ks, maxima in _sequences(work, out, lse):
+        dout_s = dout[rs[0]: rs[0] + 1, rs[1]] if maxima else dout
+        extra = {} if maxima is None else {"max_seqlen_q": maxima[0], "max_seqlen_k": maxima[1]}
+        res = backward(dout_s, q, k, v, o, l_, spread=True, progress=progress, **kw, **extra)
+        tiles = res.tiles
+        partials = max(partials, -(-k.shape[1] // tiles.kblock_n), q.shape[2] // k.shape[2])
+        t_ref = time.perf_counter()
+        ref = reference_backward(dout_s, q, k, v, **kw)
+        ref_time += time.perf_counter() - t_ref
+        for name, where in (("dq", rs), ("dk", ks), ("dv", ks)):
+            idx = (slice(None),) if maxima is None else (slice(where[0], where[0] + 1), where[1])
+            grads[name][idx] = getattr(res, name)
+            refs[name][idx] = ref[GRADS.index(name)]
+            lo, hi = res.spread[name]
+            spread[name] += int(np.sum(lo.view(np.uint16) != hi.view(np.uint16)))
+    total = time.perf_counter() - t0
+    errors = {n: _errors(grads[n], refs[n], work.fmt) for n in GRADS}
+    return {"dout": dout, **grads, "ref": refs, "spread": spread, "errors": errors, "tiles": tiles,
+            "partials": partials,
+            "times": {"backward": total - ref_time, "reference": ref_time}}
+
+
+def _errors(x: np.ndarray, ref: np.ndarray, fmt: str) -> dict:
+    err = np.abs(x.astype(np.float64) - ref)
+    u = err / ulp(ref, fmt)
+    norm = float(np.linalg.norm(ref))
+    return {"mean_ulp": float(u.mean()), "p99_ulp": float(np.percentile(u, 99)),
+            "max_ulp": float(u.max()), "rel_frobenius": float(np.linalg.norm(err) / norm) if norm else 0.0}
+
+
+def report(res: dict, seed: int, deterministic_note: str) -> str:
+    """The printed lines of ``run --backward``."""
+    t = res["tiles"]
+    lines = [f"backward  dO normal-ish (std 1) from seed {seed}; FA3's {t.describe()}; "
+             f"{deterministic_note}"]
+    for n in GRADS:
+        e = res["errors"][n]
+        lines.append(f"          {n} vs float64: mean {e['mean_ulp']:.3g} ulp, 99th percentile "
+                     f"{e['p99_ulp']:.3g} ulp, max {e['max_ulp']:.3g} ulp, relative Frobenius "
+                     f"{e['rel_frobenius']:.3g}")
+    sp = res["spread"]
+    values = sum(res[n].size for n in GRADS)
+    lines.append(f"          deterministic=False: {sum(sp.values()):,} of {values:,} values could "
+                 f"differ from run to run (dq {sp['dq']:,}, dk {sp['dk']:,}, dv {sp['dv']:,}: "
+                 f"the arrival order of at most {res['partials']} float32 partials per value"
+                 + ("; two commute)" if res["partials"] <= 2 else ")"))
+    tm = res["times"]
+    lines.append(f"          backward {tm['backward']:.1f} s (with the spread), reference "
+                 f"{tm['reference']:.2f} s")
+    return "\n".join(lines)
