@@ -801,3 +801,25 @@ def test_forward_errors_name_the_option(tmp_path, args, want):
 def test_a_reversed_heads_range_says_so(tmp_path):
     r = _run("--heads", "3-1", "--out", str(tmp_path / "o.npz"))
     _one_line_exit_2(r, "--heads: expected ranges low-high like 5-7, got '3-1' (high below low) in '3-1'")
+
+
+def test_backward_on_the_embedded_input(tmp_path):
+    out = tmp_path / "run.npz"
+    r = _run("--backward", "--heads", "0-3", "--causal", "--dout-seed", "5", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "backward  dO normal-ish (std 1) from seed 5" in r.stdout
+    for name in ("dq", "dk", "dv"):
+        assert f"{name} vs float64: mean" in r.stdout
+    assert "deterministic=False:" in r.stdout
+    res = run.load_result(out)
+    assert res["params"]["backward"]["dout_seed"] == 5
+    q_rows = res["params"]["varlen"]["cu_seqlens"][-1]
+    assert res["dq_bits"].dtype == np.uint16 and res["dq_bits"].shape[2] == 4 and q_rows == 201
+    from simulator.run.backward import draw_dout
+    assert np.isfinite(res["dq_bits"].view(BF16).astype(np.float32)).all()
+    np.testing.assert_array_equal(res["dout_bits"], draw_dout(res["out"].astype(BF16), 5).view(np.uint16))
+
+
+def test_backward_refuses_e4m3():
+    r = _run("--backward", "--dtype", "e4m3")
+    assert r.returncode == 2 and "--backward: FA3's backward takes bf16 or f16" in r.stderr
