@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+import bench_backward
 import bench_flash
 import bench_hw
 import bench_mma
@@ -56,6 +57,7 @@ def main() -> None:
     rows += bench_hw.measure(threads=args.threads)[0]
     rows += bench_mma.measure(threads=args.threads)
     rows += bench_flash.measure(threads=args.threads, triton=not args.no_triton)
+    rows += bench_backward.measure(threads=args.threads)
     startup = bench_startup.measure()
     with blas_threads(args.threads):
         blas = blas_info()
