@@ -23,6 +23,10 @@ from the case, the library's forward gives out and LSE, and its backward runs th
   every recorded run;
 * with ``--full``, ``fa3_backward_full_{j}.npz``: the full bits of every case up to
   ``FULL_LIMIT`` values, for analysis (not committed).
+
+With ``--stress R`` it records instead the cases of the committed report whose default-mode
+runs differed, with R default-mode runs each: ``fa3_backward_stress_report.json`` (entries as
+above, each with its ``key`` in the main report) and ``fa3_backward_stress_diffs.npz``.
 """
 
 from __future__ import annotations
@@ -73,8 +77,9 @@ def stats_rows(case: dict, x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts, axis=1))
 
 
-def record_case(case: dict) -> tuple[dict, dict, dict]:
-    """(report entry, full bits, default-mode diffs) of one case."""
+def record_case(case: dict, runs: int = RUNS) -> tuple[dict, dict, dict]:
+    """(report entry, full bits, default-mode diffs) of one case: ``RUNS`` deterministic runs,
+    ``runs`` default-mode ones."""
     x = bwd_cases.case_inputs(case)
     kw = {"causal": x["causal"], "window": x["window"], "cu_seqlens_q": x["cu_seqlens_q"],
           "cu_seqlens_k": x["cu_seqlens_k"], "max_seqlen_q": x["max_seqlen_q"],
@@ -90,7 +95,7 @@ def record_case(case: dict) -> tuple[dict, dict, dict]:
     entry["det"] = {n: digest(v).hex() for n, v in ref.items()}
     entry["det_identical"] = all(np.array_equal(bits(r[n]), ref[n]) for r in det[1:] for n in GRADS)
     diffs, entry["default"] = {}, []
-    for j in range(RUNS):
+    for j in range(runs):
         r = fa3_jax.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, deterministic=False, **kw)
         row = {}
         for n in GRADS:
@@ -113,7 +118,11 @@ def main(argv=None) -> int:
                     help="seconds after which no further case starts (default 420)")
     ap.add_argument("--only", type=int, default=None, help="the first N matrix cases only")
     ap.add_argument("--full", action="store_true", help="also the analysis files (full bits)")
+    ap.add_argument("--stress", type=int, default=0, metavar="R",
+                    help="re-record the cases whose default runs differed, R default runs each")
     args = ap.parse_args(argv)
+    if args.stress:
+        return stress(args.out, args.stress, args.time_limit)
     start = time.perf_counter()
     report = {"provenance": {**fa3_jax.provenance(), "python": sys.version.split()[0],
                              "host": platform.node(), "date": time.strftime("%Y-%m-%d"),
@@ -153,6 +162,35 @@ def main(argv=None) -> int:
     write_json_atomic(f"{args.out}/{REPORT_FILE}", report)
     print(f"recorded {len(report['matrix'])} matrix and {len(report['drawn'])} drawn cases in "
           f"{report['seconds']} s")
+    return 0
+
+
+def stress(out: str, runs: int, time_limit: float) -> int:
+    """``--stress``: the varying cases of the committed report, ``runs`` default runs each."""
+    from ..io import read_json  # noqa: PLC0415
+    from ..replay.fa3_backward import REGENERATE, REPORT, differed  # noqa: PLC0415
+
+    start = time.perf_counter()
+    base = read_json(REPORT, REGENERATE)
+    report = {"provenance": {**fa3_jax.provenance(), "python": sys.version.split()[0],
+                             "date": time.strftime("%Y-%m-%d"), "runs": runs}, "entries": []}
+    diffs = {}
+    todo = [(f"{part[0]}{i}", e) for part in ("matrix", "drawn") for i, e in enumerate(base[part])
+            if "error" not in e and differed(e)]
+    for n, (key, e) in enumerate(todo):
+        if time.perf_counter() - start > time_limit:
+            report["stopped"] = f"time limit reached after {n} of {len(todo)} cases"
+            break
+        entry, _, d = record_case(e["case"], runs)
+        entry["key"] = key
+        report["entries"].append(entry)
+        diffs.update({f"{key}_{k}": v for k, v in d.items()})
+        if n % 25 == 0:
+            print(f"stress {n}/{len(todo)} {time.perf_counter() - start:.0f} s", flush=True)
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    save_npz_atomic(f"{out}/fa3_backward_stress_diffs.npz", **bwd_cases.pack_diffs(diffs))
+    write_json_atomic(f"{out}/fa3_backward_stress_report.json", report)
+    print(f"stress: {len(report['entries'])} cases, {runs} default runs each, {report['seconds']} s")
     return 0
 
 

@@ -124,7 +124,8 @@ def check(key: str, entry: dict, diffs: dict) -> dict:
     return out
 
 
-def _differed(entry: dict) -> bool:
+def differed(entry: dict) -> bool:
+    """Whether any recorded default-mode run of ``entry`` differed from the deterministic one."""
     return any(r[n]["differ"] for r in entry["default"] for n in GRADS)
 
 
@@ -132,7 +133,7 @@ def _quick(entries: list, every: int) -> list:
     """The cheap cases (every ``every``-th) and the cheapest ones whose default runs differed."""
     costs = {k: cost(e["case"]) for k, e in entries}
     cheap = {k for i, (k, _) in enumerate(entries) if i % every == 0 and costs[k] <= QUICK_COST}
-    differing = sorted((costs[k], k) for k, e in entries if _differed(e))[:QUICK_DIFFERING]
+    differing = sorted((costs[k], k) for k, e in entries if differed(e))[:QUICK_DIFFERING]
     keep = cheap | {k for _, k in differing}
     return [(k, e) for k, e in entries if k in keep]
 
