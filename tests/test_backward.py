@@ -45,6 +45,20 @@ def test_recorded_case_bit_exact_and_default_runs_inside_spread(i):
     assert r["default_values"] == differed > 0  # these cases really did vary on the device
 
 
+def test_stress_runs_inside_spread():
+    """12 more default-mode runs of the varying cases (``--stress 12``), with the emulation of
+    the main entry reused."""
+    stress = dict(replay.stress_entries(REPORT))
+    sdiffs = bwd_cases.unpack_diffs(read_npz(replay.STRESS_DIFFS, replay.REGENERATE))
+    assert len(stress) == sum(replay.differed(e) for p in ("matrix", "drawn") for e in REPORT[p])
+    for i in (17, 143):
+        key = f"m{i}"
+        e = stress[key]
+        assert len(e["default"]) == 12 and e["det"] == _entry(i)["det"]
+        r = replay.check(key, e, sdiffs)
+        assert r["mismatches"] == [] and r["outside"] == 0 and r["default_values"] > 0
+
+
 def test_recording_provenance_and_determinism():
     prov = REPORT["provenance"]
     assert prov["wheel"] == "flash-attn3-jax" and prov["version"] == "0.2.3"

@@ -29,6 +29,8 @@ from .common import DATA_DIR, digest, row
 REPORT = DATA_DIR / "fa3_backward_report.json"
 SAMPLE = DATA_DIR / "fa3_backward_sample.npz"
 DIFFS = DATA_DIR / "fa3_backward_diffs.npz"
+STRESS_REPORT = DATA_DIR / "fa3_backward_stress_report.json"
+STRESS_DIFFS = DATA_DIR / "fa3_backward_stress_diffs.npz"
 #: the cost (millions of score elements the mainloop visits) up to which ``quick`` replays a case
 QUICK_COST = 0.1
 QUICK_DRAWN_EVERY = 10
@@ -92,10 +94,11 @@ def emulate(case: dict) -> dict:
     return got
 
 
-def check(key: str, entry: dict, diffs: dict) -> dict:
-    """One recorded case against the emulator (``diffs``: :func:`bwd_cases.unpack_diffs`):
-    counts of what was compared and what differed."""
-    got = emulate(entry["case"])
+def check(key: str, entry: dict, diffs: dict, got: dict | None = None) -> dict:
+    """One recorded case against the emulator (``diffs``: :func:`bwd_cases.unpack_diffs`;
+    ``got``: its :func:`emulate`, computed when None): counts of what was compared and what
+    differed, and ``got``."""
+    got = emulate(entry["case"]) if got is None else got
     res = got["res"]
     out = {"values": 0, "mismatches": [], "default_values": 0, "outside": 0, "spread_values": 0}
     for name in ("out", "lse"):
@@ -121,6 +124,7 @@ def check(key: str, entry: dict, diffs: dict) -> dict:
             inside = ((lo[idx] <= v) & (v <= hi[idx])) | (bits(lo[idx]) == bits(v))
             out["default_values"] += int(idx.size)
             out["outside"] += int(np.sum(~inside))
+    out["got"] = got
     return out
 
 
@@ -138,31 +142,57 @@ def _quick(entries: list, every: int) -> list:
     return [(k, e) for k, e in entries if k in keep]
 
 
+def stress_entries(report: dict) -> list[tuple[str, dict]]:
+    """(key, entry) of the stress recording (``--stress``: the varying cases again, 12 default
+    runs each), each entry completed with its case from the main report."""
+    stress = read_json(STRESS_REPORT, REGENERATE)
+    cases = {f"{p[0]}{i}": e["case"] for p in ("matrix", "drawn") for i, e in enumerate(report[p])}
+    return [(e["key"], {**e, "case": cases[e["key"]]}) for e in stress["entries"]]
+
+
 def replay(quick: bool = False, progress=None) -> list[dict]:
-    """verify rows: the matrix and the drawn cases (``quick``: the cheap ones)."""
+    """verify rows: the matrix, the drawn cases and the stress recording of the varying ones
+    (``quick``: the cheap ones, and their stress runs). A case of the stress recording reuses
+    the emulation of its main entry."""
     report = read_json(REPORT, REGENERATE)
     diffs = bwd_cases.unpack_diffs(read_npz(DIFFS, REGENERATE))
-    rows = []
+    stress_diffs = bwd_cases.unpack_diffs(read_npz(STRESS_DIFFS, REGENERATE))
+    stress = dict(stress_entries(report))
+    tally = {part: _Tally() for part in ("matrix", "drawn", "stress")}
     for part in ("matrix", "drawn"):
         entries = [(f"{part[0]}{i}", e) for i, e in enumerate(report[part]) if "error" not in e]
         if quick:
             entries = _quick(entries, QUICK_DRAWN_EVERY if part == "drawn" else 1)
-        bad, vals, dvals, outside, spread = [], 0, 0, 0, 0
         for key, e in entries:
             r = check(key, e, diffs)
-            if r["mismatches"] or r["outside"]:
-                bad.append(f"{e['case']['name']}: {', '.join(r['mismatches'])} "
-                           f"{r['outside']} outside the spread")
-            vals += r["values"]
-            dvals += r["default_values"]
-            outside += r["outside"]
-            spread += r["spread_values"]
+            tally[part].add(e, r)
+            if key in stress:
+                tally["stress"].add(stress[key], check(key, stress[key], stress_diffs, r["got"]))
             if progress:
                 progress(key)
-        rows.append(row(f"fa3 backward ({part}: {len(entries)} calls, flash-attn3-jax, H200)",
-                        4 * vals, len(bad),
-                        f"dq/dk/dv values of 1 deterministic + 3 default-mode runs; mismatches "
-                        f"count calls; {dvals:,} default-mode values that "
-                        f"differ from deterministic, {outside} outside the spread; spread > 1 "
-                        f"value at {spread:,}" + (f"; first: {bad[0]}" if bad else "")))
-    return rows
+    return [tally[part].row(part, 12 if part == "stress" else 3) for part in tally]
+
+
+class _Tally:
+    """Counts of one verify row."""
+
+    def __init__(self):
+        self.calls, self.bad, self.vals, self.dvals, self.outside, self.spread = 0, [], 0, 0, 0, 0
+
+    def add(self, entry: dict, r: dict) -> None:
+        self.calls += 1
+        if r["mismatches"] or r["outside"]:
+            self.bad.append(f"{entry['case']['name']}: {', '.join(r['mismatches'])} "
+                            f"{r['outside']} outside the spread")
+        self.vals += r["values"]
+        self.dvals += r["default_values"]
+        self.outside += r["outside"]
+        self.spread += r["spread_values"]
+
+    def row(self, part: str, runs: int) -> dict:
+        return row(f"fa3 backward ({part}: {self.calls} calls, flash-attn3-jax, H200)",
+                   (1 + runs) * self.vals, len(self.bad),
+                   f"dq/dk/dv values of 1 deterministic + {runs} default-mode runs; mismatches "
+                   f"count calls; {self.dvals:,} default-mode values that differ from "
+                   f"deterministic, {self.outside} outside the spread; spread > 1 value at "
+                   f"{self.spread:,}" + (f"; first: {self.bad[0]}" if self.bad else ""))
