@@ -131,6 +131,21 @@ def test_spread_encloses_every_order_beyond(n):
     assert np.all(lo[700:800] == 0) and np.all(hi[700:800] == 0)  # all-zero partials: +0
 
 
+@pytest.mark.parametrize("parts, lo, hi", [
+    ([3e38, 3e38, -3e38, -3e38, 1, 1], -np.inf, np.inf),   # some orders overflow, some do not
+    ([3e38, 3e38, -np.inf], -np.inf, np.inf),              # NaN in one order, -inf in another
+    ([np.inf, 1, 2, 3, 4, 5], np.inf, np.inf),             # +inf in every order
+    ([np.nan, 1, 2, 3, 4, 5], np.nan, np.nan),             # NaN in every order
+    ([np.inf, -np.inf, 1], np.nan, np.nan),
+])
+def test_spread_of_non_finite_sums(parts, lo, hi):
+    x = np.array(parts, np.float32)[:, None]
+    got = spread.sum_bounds(x)
+    np.testing.assert_array_equal(np.array([got[0][0], got[1][0]]), np.array([lo, hi], np.float32))
+    every = _all_orders(x) if len(parts) <= 6 else None
+    assert spread.contains(*got, every).all()
+
+
 def test_two_partials_commute():
     x = _partials(np.random.default_rng(2), 2)
     lo, hi = spread.sum_bounds(x)
@@ -155,9 +170,7 @@ def test_spread_contains_the_emulated_result(seed, g, mask):
     dq, dk, dv = fa3.flash_attn_backward(dout, x["q"], x["k"], x["v"], out, lse, causal=causal,
                                          window_size=window)
     for name, val in (("dq", dq), ("dk", dk), ("dv", dv)):
-        lo, hi = (a.astype(np.float32) for a in sp[name])
-        v = val.astype(np.float32)
-        assert np.all((lo <= v) & (v <= hi)), name
+        assert spread.contains(*sp[name], val).all(), name
 
 
 # ---- autograd and the API ---------------------------------------------------------------------

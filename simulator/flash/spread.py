@@ -13,6 +13,11 @@ bound from the exact sum and the rounding errors an order can make (each of the 
 errs by at most half an ulp of its result, and every partial sum lies between minus the sum of
 the negative partials and the sum of the positive ones; flushed subnormals add at most 2^-126
 each). Two partials give one result in either order (the adds commute).
+
+Non-finite results: a NaN partial, or +inf with -inf, gives NaN in every order (lo = hi =
+NaN). Where some orders can overflow or give NaN and others not, the bounds are
+``(-inf, +inf)``: any value, NaN included (:func:`contains` says so). A +-inf partial with no
+partial sum able to overflow the other way gives that infinity in every order.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from ..numerics import fadd
 #: partial counts whose every permutation is evaluated (5! = 120 orders)
 EXACT_UP_TO = 5
 _TINY = 2.0**-126
+#: the smallest magnitude that rounds to infinity in float32: max + half an ulp (2^128 - 2^103)
+_OVERFLOW = 2.0**128 - 2.0**103
 
 
 def ordered_sum(parts: np.ndarray) -> np.ndarray:
@@ -40,21 +47,44 @@ def ordered_sum(parts: np.ndarray) -> np.ndarray:
 def sum_bounds(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi), float32 ``[...]``: the smallest and largest float32 results of
     :func:`ordered_sum` over every order of ``parts`` along axis 0 (exact up to
-    ``EXACT_UP_TO`` partials, a rigorous enclosure beyond). NaN where every order gives NaN."""
+    ``EXACT_UP_TO`` partials, a rigorous enclosure beyond); NaN where every order gives NaN,
+    ``(-inf, +inf)`` where only some do (see the module docstring)."""
     n = parts.shape[0]
     if n <= 2:
         r = ordered_sum(parts)
         return r, r.copy()
     if n <= EXACT_UP_TO:
         lo = hi = None
+        some_nan = np.zeros(parts.shape[1:], bool)
+        all_nan = np.ones(parts.shape[1:], bool)
         for perm in itertools.permutations(range(n)):
             if perm[0] > perm[1]:  # the first two adds commute: 0 + a + b == 0 + b + a
                 continue
             r = ordered_sum(parts[list(perm)])
             lo = r if lo is None else np.fmin(lo, r)
             hi = r if hi is None else np.fmax(hi, r)
-        return lo, hi
+            some_nan |= np.isnan(r)
+            all_nan &= np.isnan(r)
+        return _any_where(lo, hi, some_nan & ~all_nan)
     return _enclosure(parts)
+
+
+def contains(lo, hi, values) -> np.ndarray:
+    """Whether each of ``values`` is a result the spread ``(lo, hi)`` allows: ``lo <= v <= hi``,
+    the same bits as a one-value spread (signed zeros, NaN), or NaN where the spread is
+    ``(-inf, +inf)``. Arrays of one float dtype (float32, bfloat16, float16), any shape."""
+    lo, hi, v = (np.asarray(a).astype(np.float32) for a in (lo, hi, values))
+    with np.errstate(invalid="ignore"):
+        inside = (lo <= v) & (v <= hi)
+    same = (lo.view(np.uint32) == v.view(np.uint32)) | (np.isnan(lo) & np.isnan(v))
+    anything = np.isnan(v) & (lo == -np.inf) & (hi == np.inf)
+    return inside | same | anything
+
+
+def _any_where(lo, hi, mask):
+    """``(lo, hi)`` with ``(-inf, +inf)`` where ``mask``."""
+    return (np.where(mask, np.float32(-np.inf), lo).astype(np.float32),
+            np.where(mask, np.float32(np.inf), hi).astype(np.float32))
 
 
 def _enclosure(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,11 +104,22 @@ def _enclosure(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     err = (n - 1) * half_ulp + np.where(reach > 0, n * _TINY, 0.0) + (n + 1) * 2.0**-52 * (pos + neg)
     lo = _round_f32(exact - err, up=True)
     hi = _round_f32(exact + err, up=False)
-    # non-finite partials: +-inf and NaN propagate the same way in every order
-    # all partials zero: +0 in every order (the accumulator starts at +0, round to nearest)
+    # all partials zero: +0 in every order (the accumulator starts at +0, round to nearest);
+    # non-finite partials: NaN, or the one infinity, in every order unless a partial sum can
+    # overflow the other way (below)
     r = ordered_sum(parts)
     zero = finite & (reach == 0)
-    return np.where(finite & ~zero, lo, r), np.where(finite & ~zero, hi, r)
+    lo, hi = np.where(finite & ~zero, lo, r), np.where(finite & ~zero, hi, r)
+    # a partial sum that can round to +-inf: some orders overflow (or meet an infinity of the
+    # other sign: NaN), others may not
+    grow = (1 + 2.0**-23) ** n
+    over_pos, over_neg = pos * grow >= _OVERFLOW, neg * grow >= _OVERFLOW
+    pinf, ninf = (parts == np.inf).any(axis=0), (parts == -np.inf).any(axis=0)
+    nan = np.isnan(parts).any(axis=0) | (pinf & ninf)
+    lo = np.where(nan, np.float32(np.nan), lo)
+    hi = np.where(nan, np.float32(np.nan), hi)
+    mixed = ~nan & ((pinf & over_neg) | (ninf & over_pos) | (~pinf & ~ninf & (over_pos | over_neg)))
+    return _any_where(lo, hi, mixed)
 
 
 def _round_f32(v: np.ndarray, up: bool) -> np.ndarray:

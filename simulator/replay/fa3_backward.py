@@ -22,6 +22,7 @@ import numpy as np
 from .. import fa3
 from ..fa3.backward import launch
 from ..flash.backward import m_block_range, make_backward_config
+from ..flash.spread import contains
 from ..io import read_json, read_npz
 from . import bwd_cases
 from .common import DATA_DIR, digest, row
@@ -120,8 +121,7 @@ def check(key: str, entry: dict, diffs: dict, got: dict | None = None) -> dict:
             rebuilt[idx] = vals
             if digest(rebuilt.reshape(getattr(res, name).shape)).hex() != run[name]["digest"]:
                 out["mismatches"].append(f"default run {j} {name} digest")
-            v = vals.view(getattr(res, name).dtype).astype(np.float32)
-            inside = ((lo[idx] <= v) & (v <= hi[idx])) | (bits(lo[idx]) == bits(v))
+            inside = contains(lo[idx], hi[idx], vals.view(getattr(res, name).dtype))
             out["default_values"] += int(idx.size)
             out["outside"] += int(np.sum(~inside))
     out["got"] = got
