@@ -260,3 +260,56 @@ def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps():
     assert len(seen) > 2 and seen[-1][0] == seen[-1][1]
     with pytest.raises(MemoryError, match="memory_budget"):
         flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, memory_budget=1000)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: a.update(k=a["k"][:, :, :0], v=a["v"][:, :, :0]), "at least one head"),
+    (lambda a: a.update(q=a["q"][..., :0], dout=a["dout"][..., :0], out=a["out"][..., :0],
+                        k=a["k"][..., :0], v=a["v"][..., :0]), "head_dim must be a multiple of 8 from 8"),
+    (lambda a: a.update(window_size=3), "window: expected"),
+    (lambda a: a.update(softcap=-1.0), "softcap: expected a finite number"),
+    (lambda a: a.update(softcap=None), "softcap: expected a finite number"),
+    (lambda a: a.update(sm_margin="x"), "sm_margin"),
+])
+def test_more_bad_arguments(change, match):
+    args = _small()
+    change(args)
+    with pytest.raises(ValueError, match=match):
+        fa3.flash_attn_backward(**args)
+
+
+def _packed():
+    a = _small()
+    pack = {n: a[n][0] for n in ("dout", "q", "k", "v", "out")}
+    cu = dict(cu_seqlens_q=np.array([0, 20], np.int32), cu_seqlens_k=np.array([0, 30], np.int32))
+    return {**pack, "softmax_lse": a["softmax_lse"][0]}, cu
+
+
+def test_varlen_checks_the_whole_launch():
+    a, cu = _packed()
+    with pytest.raises(ValueError, match=r"v: expected shape \(30, 2, 64\)"):
+        fa3.flash_attn_backward(**{**a, "v": np.concatenate([a["v"], a["v"][:3]])}, **cu)
+    with pytest.raises(ValueError, match=r"out: expected shape \(20, 2, 64\)"):
+        fa3.flash_attn_backward(**{**a, "out": a["out"][:-1]}, **cu)
+    f32 = {n: (x.astype(np.float32) if n != "softmax_lse" else x) for n, x in a.items()}
+    empty = dict(cu_seqlens_q=np.array([0, 20], np.int32), cu_seqlens_k=np.array([0, 0], np.int32))
+    with pytest.raises(ValueError, match="q: expected dtype bfloat16 or float16"):
+        fa3.flash_attn_backward(**f32, **empty)  # checked even with no key in any sequence
+    dq, dk, dv = fa3.flash_attn_backward(**a, **cu)
+    whole = fa3.flash_attn_backward(**{n: x[None] for n, x in a.items()})
+    assert np.array_equal(dq.view(np.uint16), whole[0][0].view(np.uint16))
+
+
+def test_autograd_refuses_up_front():
+    torch = pytest.importorskip("torch", reason="autograd through flash_attn_func needs torch")
+    from simulator.fa3.arrays import to_torch
+
+    a = _small()
+    q = to_torch(a["q"]).requires_grad_()
+    with pytest.raises(ValueError, match="k: expected a torch tensor like q"):
+        fa3.flash_attn_func(q, a["k"], a["v"])
+    k, v = to_torch(a["k"]), to_torch(a["v"])
+    with pytest.raises(ValueError, match="softcap: the backward with softcap is not emulated"):
+        fa3.flash_attn_func(q, k, v, softcap=5.0)
+    with torch.no_grad():  # no graph: the forward alone, softcap included
+        assert fa3.flash_attn_func(q, k, v, softcap=5.0).shape == q.shape

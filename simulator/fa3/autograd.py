@@ -23,9 +23,47 @@ def needs_grad(*xs) -> bool:
 
 def apply(run_forward, backward_kwargs: dict, q, k, v, return_lse: bool):
     """``run_forward(q, k, v) -> (out, lse)`` (detached torch tensors) recorded in torch's graph,
-    with :func:`flash_attn_backward` as its backward. Returns out, or (out, lse)."""
+    with :func:`flash_attn_backward` as its backward. Returns out, or (out, lse).
+
+    Raises:
+        ValueError: before any work, for what the backward would refuse (see :func:`check`).
+    """
+    check(q, k, v, backward_kwargs)
     out, lse = _function().apply(q, k, v, run_forward, backward_kwargs)
     return (out, lse) if return_lse else out
+
+
+def check(q, k, v, kw: dict) -> None:
+    """What :func:`flash_attn_backward` would refuse, raised up front (the forward is not run):
+    q, k and v all torch tensors, bf16 or fp16, V's head dim equal to Q's, softcap 0, no
+    seqused_*, no deterministic backward for kernel head dim 256.
+
+    Raises:
+        ValueError: naming the argument.
+    """
+    import torch  # noqa: PLC0415
+
+    from ..flash.dispatch import kernel_head_dim  # noqa: PLC0415
+
+    for name, x in (("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch tensor like q (q requires grad), got "
+                             f"{type(x).__name__}")
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"q: FA3's backward takes bfloat16 or float16, got {q.dtype} (q requires grad)")
+    if v.shape[-1] != q.shape[-1]:
+        raise ValueError(f"v: the backward takes V's head dim equal to Q's ({q.shape[-1]}), got "
+                         f"{v.shape[-1]} (q requires grad)")
+    if kw.get("softcap"):
+        raise ValueError("softcap: the backward with softcap is not emulated; pass softcap=0.0 or "
+                         "inputs that do not require grad")
+    for name in ("seqused_q", "seqused_k"):
+        if kw.get(name) is not None:
+            raise ValueError(f"{name}: not emulated in the backward (q requires grad)")
+    if kw.get("deterministic") is True and 8 <= q.shape[-1] <= 256 \
+            and kernel_head_dim(q.shape[-1]) == 256:
+        raise ValueError("deterministic: FA3's backward has no deterministic kernel for head dim "
+                         "256 (mha_bwd refuses it)")
 
 
 def _function():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import flash
+from ..flash.backward import make_backward_config
 from .arrays import returned, to_numpy
 from .checks import check_bool, cu_seqlens, refuse
 
@@ -89,7 +90,10 @@ def launch(args: dict, deterministic: bool, spread: bool):
     for name in names:
         arrs[name], was = to_numpy(args[name], name)
         tq = tq or (name == "q" and was)
-    window = tuple(args["window_size"])
+    window = args["window_size"]  # flash.masks.normalize_window checks it
+    sm = args["sm_margin"]
+    if isinstance(sm, bool) or not isinstance(sm, (int, np.integer)) or sm < 0:
+        raise ValueError(f"sm_margin: expected an int >= 0, got {sm!r}")
     kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
               window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread,
               memory_budget=args.get("memory_budget"), progress=args.get("progress"))
@@ -125,6 +129,11 @@ def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
         raise ValueError(f"cu_seqlens_k: expected {cq.shape[0]} offsets (as cu_seqlens_q), got "
                          f"{ck.shape[0]}")
     h = q.shape[1]
+    for name, x, like in (("dout", dout, "q"), ("out", out, "q"), ("v", v, "k")):
+        want = a[like].shape
+        if x.shape != want:
+            raise ValueError(f"{name}: expected shape {want} ({like}'s: total, heads, head_dim), got "
+                             f"{x.shape}")
     if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (h, q.shape[0]):
         raise ValueError(f"softmax_lse: expected float32 [{h}, {q.shape[0]}] (heads, total_q: "
                          f"FA3's varlen layout), got {getattr(lse, 'dtype', type(lse).__name__)} "
@@ -132,6 +141,12 @@ def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
     lq, lk = np.diff(cq), np.diff(ck)
     msq = _max_seqlen(args["max_seqlen_q"], "max_seqlen_q", lq)
     msk = _max_seqlen(args["max_seqlen_k"], "max_seqlen_k", lk)
+    # the launch's arguments once (dtypes, head dims, heads, softcap, deterministic), whatever
+    # the sequences' lengths
+    make_backward_config(dout[None], q[None], k[None], v[None], out[None], lse[None],
+                         softmax_scale=kw["softmax_scale"], causal=kw["causal"],
+                         window=kw["window"], softcap=kw["softcap"],
+                         deterministic=kw["deterministic"], max_seqlen_q=msq, max_seqlen_k=msk)
     grads = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)]
     lows = [np.zeros_like(x) for x in grads]
     highs = [np.zeros_like(x) for x in grads]

@@ -105,7 +105,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd).
     """
     if trace is None and autograd.needs_grad(q, k, v):
-        bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=tuple(window_size),
+        bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic)
 
         def run(q_, k_, v_):
@@ -194,7 +194,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
     """
     if trace is None and autograd.needs_grad(q, k, v):
-        bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=tuple(window_size),
+        bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                    max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k)

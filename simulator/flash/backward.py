@@ -209,10 +209,15 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
         raise ValueError(f"softmax_lse: expected float32 [{b}, {h}, {sq}] (batch, heads, seqlen_q), "
                          f"got {getattr(lse, 'dtype', type(lse).__name__)} "
                          f"{getattr(lse, 'shape', '')}")
-    if d % 8 or d > 256:
-        raise ValueError(f"q: head_dim must be a multiple of 8 up to 256 (mha_bwd), got {d}")
+    if d < 8 or d % 8 or d > 256:
+        raise ValueError(f"q: head_dim must be a multiple of 8 from 8 to 256 (mha_bwd), got {d}")
+    if h < 1 or hk < 1:
+        raise ValueError(f"q, k: expected at least one head each, got heads = {h}, heads_kv = {hk}")
     if h % hk:
         raise ValueError(f"k: heads_kv = {hk} must divide heads = {h}")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
     if softcap:
         raise ValueError("softcap: the backward with softcap is not emulated (no FA3 build with a "
                          "softcap backward was measured); pass softcap=0.0")
@@ -250,6 +255,16 @@ def m_block_range(cfg: BackwardConfig, n_block: np.ndarray) -> tuple[np.ndarray,
         right = 0 if cfg.causal else wr
         m_min = np.maximum(0, trunc_div(n_block * n + sq - sk - right, m))
     return m_min, m_max
+
+
+def max_dq_partials(cfg: BackwardConfig) -> int:
+    """The most float32 partials one dQaccum value receives: the n_blocks visiting an m_block,
+    at the busiest m_block (0 when none is visited)."""
+    m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
+    if cfg.m_blocks == 0 or cfg.n_blocks == 0:
+        return 0
+    m = np.arange(cfg.m_blocks)[:, None]
+    return int(((m_min[None, :] <= m) & (m < m_max[None, :])).sum(axis=1).max())
 
 
 def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:

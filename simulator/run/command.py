@@ -331,8 +331,7 @@ def main(argv: list[str]) -> int:
     grads = None
     if args.backward:
         grads = run_backward(work, kwargs, out, lse, args.dout_seed)
-        print(report(grads, args.dout_seed, "the deterministic order (FA3's semaphores); "
-                     "checked on the H200 at head dim 128 (flash-attn3-jax)"))
+        print(report(grads, args.dout_seed))
     status = EXIT_OK
     if args.device:
         same, text = (run_device_varlen(work, kwargs, out, lse) if seq_cfgs else
