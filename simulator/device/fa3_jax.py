@@ -83,21 +83,24 @@ def window_flags(causal, window, seqlen_q, seqlen_k):
     return is_causal, left, right, (left >= 0 or right >= 0) and not is_causal
 
 
+def _launch(q, k, softmax_scale, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
+    """(varlen, batch, seqlen_q, seqlen_k, heads, softmax_scale) of a launch, as the FFI
+    attributes take them (maxima for varlen; scale default 1/sqrt(head_dim))."""
+    varlen = cu_seqlens_q is not None
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if varlen:
+        return True, len(cu_seqlens_q) - 1, int(max_seqlen_q), int(max_seqlen_k), q.shape[1], scale
+    return False, q.shape[0], q.shape[1], k.shape[1], q.shape[2], scale
+
+
 def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_seqlens_q=None,
             cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
     """The library's forward: (out, lse) as NumPy arrays (lse [batch, heads, seqlen_q], or FA3's
     varlen [heads, total_q])."""
     jax, jnp = _import()
-    varlen = cu_seqlens_q is not None
-    d = q.shape[-1]
-    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
-    if varlen:
-        b = len(cu_seqlens_q) - 1
-        sq, sk = int(max_seqlen_q), int(max_seqlen_k)
-        lse_shape = (q.shape[1], q.shape[0])
-    else:
-        b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
-        lse_shape = (b, q.shape[2], sq)
+    varlen, b, sq, sk, h, scale = _launch(q, k, softmax_scale, cu_seqlens_q, max_seqlen_q,
+                                          max_seqlen_k)
+    lse_shape = (h, q.shape[0]) if varlen else (b, h, sq)
     e32 = jnp.zeros((0,), jnp.int32)
     ef = jnp.zeros((0,), jnp.float32)
     eq = jnp.zeros((0,), q.dtype)
@@ -131,15 +134,8 @@ def backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1), softmax_
         for varlen: FA3's layouts, rows it leaves unwritten as returned).
     """
     jax, jnp = _import()
-    varlen = cu_seqlens_q is not None
-    d = q.shape[-1]
-    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
-    if varlen:
-        b = len(cu_seqlens_q) - 1
-        sq, sk = int(max_seqlen_q), int(max_seqlen_k)
-        h = q.shape[1]
-    else:
-        b, sq, sk, h = q.shape[0], q.shape[1], k.shape[1], q.shape[2]
+    varlen, b, sq, sk, h, scale = _launch(q, k, softmax_scale, cu_seqlens_q, max_seqlen_q,
+                                          max_seqlen_k)
     is_causal, left, right, local = window_flags(causal, window, sq, sk)
     km = bwd_kblock_m(is_causal, local)
     if varlen:
