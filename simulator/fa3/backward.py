@@ -91,7 +91,7 @@ def launch(args: dict, deterministic: bool, spread: bool):
         arrs[name], was = to_numpy(args[name], name)
         tq = tq or (name == "q" and was)
     window = args["window_size"]  # flash.masks.normalize_window checks it
-    sm = args["sm_margin"]
+    sm = args.get("sm_margin", 0)
     if isinstance(sm, bool) or not isinstance(sm, (int, np.integer)) or sm < 0:
         raise ValueError(f"sm_margin: expected an int >= 0, got {sm!r}")
     kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
