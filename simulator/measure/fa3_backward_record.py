@@ -31,7 +31,6 @@ above, each with its ``key`` in the main report) and ``fa3_backward_stress_diffs
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -43,6 +42,7 @@ from ..device import fa3_jax
 from ..io import save_npz_atomic, write_json_atomic
 from ..replay import bwd_cases
 from ..replay.common import digest
+from .common import out_parser
 
 REPORT_FILE = "fa3_backward_report.json"
 SAMPLE_FILE = "fa3_backward_sample.npz"
@@ -110,9 +110,7 @@ def record_case(case: dict, runs: int = RUNS) -> tuple[dict, dict, dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulator measure fa3_backward_record",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="output folder")
+    ap = out_parser("fa3_backward_record", __doc__.splitlines()[0])
     ap.add_argument("--drawn", type=int, default=2500, help="drawn cases at most (default 2500)")
     ap.add_argument("--time-limit", type=float, default=420.0,
                     help="seconds after which no further case starts (default 420)")
