@@ -35,35 +35,41 @@ def apply(run_forward, backward_kwargs: dict, q, k, v, return_lse: bool):
 
 def check(q, k, v, kw: dict) -> None:
     """What :func:`flash_attn_backward` would refuse, raised up front (the forward is not run):
-    q, k and v all torch tensors, bf16 or fp16, V's head dim equal to Q's, softcap 0, no
-    seqused_*, no deterministic backward for kernel head dim 256.
+    k and v not torch tensors like q, then the backward's own checks
+    (:func:`simulator.flash.backward.make_backward_config` on zero-length slices of the
+    inputs: dtypes, head dims, heads, softcap, softmax_scale, deterministic at head dim 256)
+    and its refusal of ``seqused_*``.
 
     Raises:
         ValueError: naming the argument.
     """
+    import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
-    from ..flash.dispatch import kernel_head_dim  # noqa: PLC0415
+    from ..flash.backward import make_backward_config  # noqa: PLC0415
+    from .arrays import from_torch  # noqa: PLC0415
+    from .checks import refuse  # noqa: PLC0415
 
     for name, x in (("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise ValueError(f"{name}: expected a torch tensor like q (q requires grad), got "
                              f"{type(x).__name__}")
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"q: FA3's backward takes bfloat16 or float16, got {q.dtype} (q requires grad)")
-    if v.shape[-1] != q.shape[-1]:
-        raise ValueError(f"v: the backward takes V's head dim equal to Q's ({q.shape[-1]}), got "
-                         f"{v.shape[-1]} (q requires grad)")
-    if kw.get("softcap"):
-        raise ValueError("softcap: the backward with softcap is not emulated; pass softcap=0.0 or "
-                         "inputs that do not require grad")
-    for name in ("seqused_q", "seqused_k"):
-        if kw.get(name) is not None:
-            raise ValueError(f"{name}: not emulated in the backward (q requires grad)")
-    if kw.get("deterministic") is True and 8 <= q.shape[-1] <= 256 \
-            and kernel_head_dim(q.shape[-1]) == 256:
-        raise ValueError("deterministic: FA3's backward has no deterministic kernel for head dim "
-                         "256 (mha_bwd refuses it)")
+    refuse(seqused_q=kw.get("seqused_q"), seqused_k=kw.get("seqused_k"))
+    # no rows: the checks see the shapes and dtypes, and nothing is copied
+    q0, k0, v0 = (from_torch(x[:0] if x.dim() == 3 else x[:, :0], n)
+                  for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    if q0.ndim == 3:  # a varlen launch: one sequence of no rows
+        q0, k0, v0 = q0[None], k0[None], v0[None]
+    lse0 = np.zeros((q0.shape[0], q0.shape[2], 0), np.float32)
+    try:
+        make_backward_config(q0, q0, k0, v0, q0, lse0, softmax_scale=kw.get("softmax_scale"),
+                             causal=bool(kw.get("causal")), window=kw.get("window_size", (-1, -1)),
+                             softcap=kw.get("softcap", 0.0),
+                             deterministic=bool(kw.get("deterministic")))
+    except ValueError as exc:  # the shapes in the message are the slices': name the inputs'
+        raise ValueError(f"{exc} (the backward's checks, run before the forward because q "
+                         f"requires grad, on slices without rows of q {tuple(q.shape)}, k "
+                         f"{tuple(k.shape)}, v {tuple(v.shape)})") from None
 
 
 def _function():

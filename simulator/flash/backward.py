@@ -34,6 +34,7 @@ from .. import mma
 from ..numerics import FORMATS, convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2
 from . import chunks
+from .config import ARCHS
 from .constants import host_constants
 from .dispatch import kernel_head_dim
 from .grid import ceil_div, pad_rows, trunc_div
@@ -215,14 +216,12 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
         raise ValueError(f"q, k: expected at least one head each, got heads = {h}, heads_kv = {hk}")
     if h % hk:
         raise ValueError(f"k: heads_kv = {hk} must divide heads = {h}")
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap: expected a finite number >= 0 (0 = off), got {softcap!r}")
+    host_constants(d, softmax_scale, softcap)  # softmax_scale and softcap as the forward checks them
     if softcap:
         raise ValueError("softcap: the backward with softcap is not emulated (no FA3 build with a "
                          "softcap backward was measured); pass softcap=0.0")
-    if arch not in ("sm90", "ideal"):
-        raise ValueError(f"arch: expected 'sm90' or 'ideal', got {arch!r}")
+    if arch not in ARCHS:
+        raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
     msq = sq if max_seqlen_q is None else int(max_seqlen_q)
     msk = sk if max_seqlen_k is None else int(max_seqlen_k)
     win = fa3_window(normalize_window(bool(causal), window), msq, msk)
