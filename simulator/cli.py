@@ -3,7 +3,9 @@
 Exit codes: 0 success; 1 the emulator disagrees with recorded or live device bits; 2 usage or
 input error, including missing or unreadable recorded data and a missing GPU (a one-line
 message, no traceback); 3 internal error (a bug: the traceback is printed); 130 interrupted
-(Ctrl-C at any point, imports included: one line, no traceback).
+(Ctrl-C at any point, imports included: one line, no traceback); 141 stdout closed before the
+output was complete (a broken pipe, e.g. ``| head``: 128 + SIGPIPE, as shells report a process
+that SIGPIPE ends; the result files are written before anything is printed).
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ VERIFY_DESCRIPTION = (
 VERIFY_EPILOG = (
     "Exit codes: 0 every check matches; 1 the emulator and a recording differ; 2 usage error, "
     "or recorded data missing, unreadable or corrupt (a one-line message); 3 internal error; "
-    "130 interrupted (Ctrl-C).")
+    "130 interrupted (Ctrl-C); 141 stdout closed early (a broken pipe).")
 
 
 _Parser = OneLineParser  # usage errors: one line, exit code 2
+
+#: stdout closed before the output was complete (128 + SIGPIPE)
+EXIT_BROKEN_PIPE = 141
 
 
 def _cmd_verify(args) -> int:
@@ -105,6 +110,23 @@ def _interrupted() -> int:
     return EXIT_INTERRUPTED
 
 
+def _broken_pipe() -> int:
+    """Stdout was closed before the output was complete: the reader saw only part of it (and
+    perhaps not the line that says the run failed), so this is not a success."""
+    try:  # stdout to /dev/null: the interpreter's final flush would raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        print("error: stdout was closed before the output was complete (broken pipe)",
+              file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 class _InterruptWatch:
     """Notices a Ctrl-C that an import swallowed.
 
@@ -141,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bit-exact emulator of a Hopper (sm_90) warpgroup running the "
         "FlashAttention-3 forward online softmax, with its CUDA twin.",
         epilog="Exit codes: 0 ok, 1 emulator/device mismatch, 2 usage or input error (also "
-        "missing/unreadable recorded data, no GPU), 3 internal error, 130 interrupted (Ctrl-C).",
+        "missing/unreadable recorded data, no GPU), 3 internal error, 130 interrupted (Ctrl-C), "
+        "141 stdout closed early (a broken pipe).",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -224,7 +247,10 @@ def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
     from .device.runtime import DeviceUnavailable
 
     try:
-        return args.func(args)
+        status = args.func(args)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # buffered output meets a closed pipe here, not at exit
+        return status
     except KeyboardInterrupt:
         return _interrupted()
     except (UsageError, RecordedDataError, DeviceUnavailable) as exc:
@@ -232,9 +258,8 @@ def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
             return _interrupted()
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # output piped into `head` and closed early: not an error
-        sys.stderr.close()
-        return EXIT_OK
+    except BrokenPipeError:
+        return _broken_pipe()
     except Exception as exc:
         if watch.caused(exc):
             return _interrupted()

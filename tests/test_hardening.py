@@ -703,3 +703,47 @@ def test_kernel_sources_are_in_the_wheel(tmp_path):
         names = set(whl.namelist())
     missing = [s for s in sources if s not in names]
     assert not missing, f"not in the wheel: {missing} (pyproject.toml [tool.setuptools.package-data])"
+
+
+# ---- a closed stdout is not a success ------------------------------------------------------------
+def _closed_pipe() -> int:
+    """The write end of a pipe whose reader has gone: every write fails with EPIPE."""
+    r, w = os.pipe()
+    os.close(r)
+    return w
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_run_into_a_closed_stdout_writes_the_result_and_fails(tmp_path, unbuffered):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "o.npz"
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED=unbuffered)
+    w = _closed_pipe()
+    try:
+        r = subprocess.run([sys.executable, "-m", "simulator", "run", "--no-progress", "--heads",
+                            "0", "--out", str(out)], stdout=w, stderr=subprocess.PIPE, text=True,
+                           timeout=300, cwd=root, env=env)
+    finally:
+        os.close(w)
+    assert r.returncode == cli.EXIT_BROKEN_PIPE, r.stderr
+    assert "broken pipe" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert out.is_file()
+
+
+class _ClosedStdout(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_verify_into_a_closed_stdout_is_not_a_success(monkeypatch, capsys):
+    from simulator import verify
+
+    rows = [{"topic": "hw", "check": "x", "cases": 1, "mismatches": 1, "detail": "bad"}]
+    monkeypatch.setattr(verify, "run_checks", lambda topics, quick: rows)
+    monkeypatch.setattr("sys.stdout", _ClosedStdout())
+    assert cli.main(["verify", "--topic", "hw"]) == cli.EXIT_BROKEN_PIPE
+    rows[0]["mismatches"] = 0
+    assert cli.main(["verify", "--topic", "hw"]) == cli.EXIT_BROKEN_PIPE

@@ -313,30 +313,28 @@ def main(argv: list[str]) -> int:
     else:
         m = measure(out, lse, ref_out, ref_lse, out_fmt, no_key=no_key_rows(cfg))
     times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
-    print(summary(work, cfg, m, times, forward_calls(work, kwargs), seq_cfgs))
+    # the text is printed after the result file is written: a closed stdout must not cost it
+    lines = [summary(work, cfg, m, times, forward_calls(work, kwargs), seq_cfgs)]
     idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c), name=c) for c in trace_ctas
             if not trace.for_cta(c)}
-    for note in idle.values():
-        if note:
-            print(f"trace     {note}")
+    lines += [f"trace     {note}" for note in idle.values() if note]
     if args.step:
-        print()
-        print(step_choice(trace_ctas, [c for c in trace_ctas if trace.for_cta(c)],
-                          default=not args.trace_cta))
+        lines += ["", step_choice(trace_ctas, [c for c in trace_ctas if trace.for_cta(c)],
+                                  default=not args.trace_cta)]
         shown = next((c for c in trace_ctas if trace.for_cta(c)), None)
         if shown is not None:
             rows = (seq_cfgs[shown[0]] if seq_cfgs else cfg).seqlen_q
-            print(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads, rows=rows))
-        print()
+            lines.append(step_table(trace, shown, args.quad, cfg.kblock_m, work.heads, rows=rows))
+        lines.append("")
     grads = None
     if args.backward:
         grads = run_backward(work, kwargs, out, lse, args.dout_seed)
-        print(report(grads, args.dout_seed))
+        lines.append(report(grads, args.dout_seed))
     status = EXIT_OK
     if args.device:
         same, text = (run_device_varlen(work, kwargs, out, lse) if seq_cfgs else
                       run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m))
-        print(text)
+        lines.append(text)
         status = EXIT_OK if same else EXIT_MISMATCH
     params = {"source": work.source, "dtype": work.fmt, "notes": work.notes,
               "heads": work.heads, "seqlens_k": None if work.seqlens_k is None else
@@ -357,6 +355,7 @@ def main(argv: list[str]) -> int:
                               "tiles": grads["tiles"].describe()}
         extra = {"dout": grads["dout"], "dq": grads["dq"], "dk": grads["dk"], "dv": grads["dv"]}
     save_result(out_path, out, lse, ref_out, ref_lse, trace, params, extra)
+    print("\n".join(lines))
     print(f"wrote     {out_path}: out, lse, ref_out, ref_lse, "
           f"{'dout, dq, dk, dv, ' if grads is not None else ''}params, trace of "
           f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
