@@ -747,3 +747,60 @@ def test_verify_into_a_closed_stdout_is_not_a_success(monkeypatch, capsys):
     assert cli.main(["verify", "--topic", "hw"]) == cli.EXIT_BROKEN_PIPE
     rows[0]["mismatches"] = 0
     assert cli.main(["verify", "--topic", "hw"]) == cli.EXIT_BROKEN_PIPE
+
+
+# ---- the KV cache append: all or nothing -------------------------------------------------------
+def _kv_call(seed=3):
+    rng = np.random.default_rng(seed)
+    bf = lambda *s: rng.standard_normal(s).astype(BF16)  # noqa: E731
+    q, kc, vc = bf(4, 1, 2, 64), bf(4, 32, 1, 64), bf(4, 32, 1, 64)
+    kn, vn = bf(4, 2, 1, 64), bf(4, 2, 1, 64)
+    return q, kc, vc, dict(k=kn, v=vn, cache_seqlens=np.array([3, 9, 0, 20], np.int32))
+
+
+def _interrupt_at(n: int, filename: str):
+    """A trace function raising KeyboardInterrupt at the n-th line run in ``filename``: Ctrl-C
+    between any two lines of that module."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+            if count[0] == n:
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_filename == filename else None
+
+    return tracer
+
+
+def test_ctrl_c_anywhere_in_the_kvcache_call_leaves_the_caches_unchanged_or_appended():
+    import sys
+
+    from simulator.fa3 import flash_attn_with_kvcache, kvcache
+
+    q, kc0, vc0, kw = _kv_call()
+    kc1, vc1 = kc0.copy(), vc0.copy()
+    flash_attn_with_kvcache(q, kc1, vc1, **kw)
+    assert not np.array_equal(kc0.view(np.uint16), kc1.view(np.uint16))
+    seen = {"unchanged": 0, "appended": 0}
+    for n in range(1, 10_000):
+        kc, vc = kc0.copy(), vc0.copy()
+        sys.settrace(_interrupt_at(n, kvcache.__file__))
+        try:
+            flash_attn_with_kvcache(q, kc, vc, **kw)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        state = [(kc.view(np.uint16).tobytes(), vc.view(np.uint16).tobytes())
+                 == (a.view(np.uint16).tobytes(), b.view(np.uint16).tobytes())
+                 for a, b in ((kc0, vc0), (kc1, vc1))]
+        assert any(state), f"interrupted at line event {n}: the caches are half-written"
+        seen["unchanged" if state[0] else "appended"] += 1
+        if not interrupted or state[1]:
+            break  # the append is done: later interruptions cannot undo it
+    assert seen["unchanged"] > 10 and seen["appended"] == 1, seen

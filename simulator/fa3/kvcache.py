@@ -40,6 +40,27 @@ from .launch import (
 from .scheduler import dynamic_num_splits
 
 
+def append_kv(caches, origs, slots, new) -> None:
+    """Write ``new`` (k, v) at ``slots`` of both ``caches`` (NumPy) and copy them back into the
+    caller's ``origs``: all of it or none of it. Each cache is written by one NumPy call
+    (Ctrl-C cannot land inside one), and any exception between them (KeyboardInterrupt
+    included) restores the slots' old values before it propagates. Repeated slots (rows shared
+    through ``cache_batch_idx``) take the last batch's values, as the kernel's batch order
+    does."""
+    old = [c[slots] for c in caches]  # fancy indexing: copies
+    try:
+        for c, n in zip(caches, new, strict=True):
+            c[slots] = n
+        for orig, arr in zip(origs, caches, strict=True):
+            write_back(orig, arr)
+    except BaseException:
+        for c, o in zip(caches, old, strict=True):
+            c[slots] = o
+        for orig, arr in zip(origs, caches, strict=True):
+            write_back(orig, arr)
+        raise
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                             cache_leftpad=None, page_table=None, cu_seqlens_q=None,
@@ -189,11 +210,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             if kb.shape[1]:
                 check_memory(q[bi: bi + 1], kb, vb, **kw)
     if kn is not None:  # AppendKV: the new keys land in the cache, in place
-        for bi in range(b):
-            at = slice(int(seqlens[bi]), int(seqlens[bi]) + s_new)
-            kc[rows[bi], at], vc[rows[bi], at] = kn[bi], vn[bi]
-        for orig, arr in ((k_cache, kc), (v_cache, vc)):
-            write_back(orig, arr)
+        slots = (rows[:, None], seqlens[:, None] + np.arange(s_new))  # [batch, seqlen_new]
+        append_kv((kc, vc), (k_cache, v_cache), slots, (kn, vn))
     record = None if wanted is None else Trace()
     out = np.zeros((b, sq, h, dv), dtype=output_dtype(q.dtype))
     # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
