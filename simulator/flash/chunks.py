@@ -6,7 +6,10 @@ and masking steps, run as one vectorised call, and the bits of every output are 
 serial run. The chunk size follows from a memory budget (the estimate below), and with an
 executor (any ``concurrent.futures.Executor``: a ``ProcessPoolExecutor``, or
 ``dask.distributed.Client.get_executor()``) each chunk is one task whose result, O and LSE
-of its CTAs, the caller stores.
+of its CTAs, the caller stores. With an executor of W workers, W chunks may be in memory at
+once, so each chunk is sized to a W-th of what the budget leaves after the padded inputs and
+outputs (a process pool's workers also hold their own copy of the padded inputs, which the
+budget of the calling process does not count).
 """
 
 from __future__ import annotations
@@ -33,19 +36,24 @@ def fixed_bytes(*arrays: np.ndarray) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
-def chunk_size(budget: int, fixed: int, per_cta: int, what: str) -> int:
-    """CTAs per chunk that keep ``fixed + chunk * per_cta`` within ``budget``.
+def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int = 1) -> int:
+    """CTAs per chunk that keep ``fixed + concurrent * chunk * per_cta`` within ``budget``:
+    ``concurrent`` chunks may be in memory at once (an executor's workers, each with its own
+    chunk), so each gets its share of what the fixed arrays leave.
 
     Raises:
-        MemoryError: not even one CTA fits; the message gives the estimate and the budget.
+        MemoryError: not even one CTA per concurrent chunk fits; the message gives the
+            estimate and the budget.
     """
-    if fixed + per_cta > budget:
+    if fixed + concurrent * per_cta > budget:
+        running = "" if concurrent == 1 else f" times {concurrent} chunks running at once"
+        fewer = "" if concurrent == 1 else ", fewer workers"
         raise MemoryError(
-            f"memory_budget: {what} needs about {_size(fixed + per_cta)} "
-            f"({_size(fixed)} of padded inputs and outputs plus {_size(per_cta)} per CTA), "
-            f"more than the budget of {_size(budget)}; "
-            "pass a larger memory_budget (bytes) or a smaller input")
-    return max(1, (budget - fixed) // per_cta)
+            f"memory_budget: {what} needs about {_size(fixed + concurrent * per_cta)} "
+            f"({_size(fixed)} of padded inputs and outputs plus {_size(per_cta)} per CTA"
+            f"{running}), more than the budget of {_size(budget)}; "
+            f"pass a larger memory_budget (bytes){fewer} or a smaller input")
+    return max(1, (budget - fixed) // (concurrent * per_cta))
 
 
 def _size(n: int) -> str:
