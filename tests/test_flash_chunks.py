@@ -123,3 +123,30 @@ def test_memory_needed_is_what_the_forward_holds(kwargs):
     fwd.check_memory(q, k, v, memory_budget=fixed + per_cta, **kwargs)
     with pytest.raises(MemoryError, match="memory_budget"):
         fwd.check_memory(q, k, v, memory_budget=fixed + per_cta - 1, **kwargs)
+
+
+class _CountingPool(ThreadPoolExecutor):
+    """A thread pool that records the CTAs of each chunk submitted to it."""
+
+    def __init__(self, workers):
+        super().__init__(workers)
+        self.sizes = []
+
+    def submit(self, fn, *args, **kwargs):
+        self.sizes.append(len(args[3]))
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_workers_share_the_memory_budget():
+    from simulator.flash.forward import memory_needed
+
+    q, k, v = _inputs(seed=2)
+    fixed, per_cta = memory_needed(flash.make_config(q, k, v), q.dtype)
+    budget = fixed + 12 * per_cta
+    serial = flash.forward(q, k, v)
+    with _CountingPool(4) as pool:
+        _same(serial, flash.forward(q, k, v, executor=pool, memory_budget=budget))
+    assert fixed + 4 * max(pool.sizes) * per_cta <= budget, pool.sizes
+    with _CountingPool(4) as pool, pytest.raises(MemoryError, match="times 4 chunks running at once"):
+        flash.forward(q, k, v, executor=pool, memory_budget=fixed + 3 * per_cta)
+    assert pool.sizes == []

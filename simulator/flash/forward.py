@@ -78,7 +78,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             run's. Not with ``trace``.
         memory_budget: bytes of memory for the padded inputs, the outputs and the working
             arrays (default ``chunks.DEFAULT_MEMORY_BUDGET``, 4 GiB): CTAs run in chunks that
-            fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk.
+            fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk, and
+            with W workers each chunk gets a W-th of the budget.
         progress: None (silent), True (a bar with an ETA on stderr, tqdm where installed) or
             a callable ``progress(done, total)`` in K/V block visits, after every chunk.
     Returns:
@@ -118,9 +119,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     out = np.zeros(lead + (cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim_v),
                    dtype=cfg.out_dtype if cfg.splits is None else np.float32)
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
-    size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward")
-    qp, kp, vp = _padded_inputs(cfg, q, k, v)
     parts = 1 if executor is None else chunks.workers(executor)
+    size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
+    qp, kp, vp = _padded_inputs(cfg, q, k, v)
     work = [(key, part) for key, ctas in _cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
@@ -165,12 +166,14 @@ def check_memory(q, k, v, *, memory_budget=None, **kwargs) -> None:
     """Raise the MemoryError :func:`forward` would raise up front for these arguments (not
     even one CTA within ``memory_budget``), without running it: for callers that must refuse
     a call before a side effect (the KV cache's AppendKV). ``kwargs``: the rest of
-    :func:`forward`'s arguments; ``executor``, ``progress`` and ``trace`` are ignored."""
-    for name in ("executor", "progress", "trace"):
+    :func:`forward`'s arguments; ``executor`` counts by its workers, ``progress`` and
+    ``trace`` are ignored."""
+    executor = kwargs.pop("executor", None)
+    for name in ("progress", "trace"):
         kwargs.pop(name, None)
     cfg = make_config(q, k, v, **kwargs)
     chunks.chunk_size(chunks.check_budget(memory_budget), *memory_needed(cfg, q.dtype),
-                      "this forward")
+                      "this forward", 1 if executor is None else chunks.workers(executor))
 
 
 def _chunk_task(cfg: Config, n_range, masked, ctas, qp, kp, vp):
