@@ -36,13 +36,14 @@ def fixed_bytes(*arrays: np.ndarray) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
-def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int = 1) -> int:
-    """CTAs per chunk that keep ``fixed + concurrent * chunk * per_cta`` within ``budget``:
-    ``concurrent`` chunks may be in memory at once (an executor's workers, each with its own
-    chunk), so each gets its share of what the fixed arrays leave.
+def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int = 1,
+               unit: str = "CTA") -> int:
+    """CTAs (or other ``unit``s of work) per chunk that keep ``fixed + concurrent * chunk *
+    per_cta`` within ``budget``: ``concurrent`` chunks may be in memory at once (an executor's
+    workers, each with its own chunk), so each gets its share of what the fixed arrays leave.
 
     Raises:
-        MemoryError: not even one CTA per concurrent chunk fits; the message gives the
+        MemoryError: not even one unit per concurrent chunk fits; the message gives the
             estimate and the budget.
     """
     if fixed + concurrent * per_cta > budget:
@@ -50,7 +51,7 @@ def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int
         fewer = "" if concurrent == 1 else ", fewer workers"
         raise MemoryError(
             f"memory_budget: {what} needs about {_size(fixed + concurrent * per_cta)} "
-            f"({_size(fixed)} of padded inputs and outputs plus {_size(per_cta)} per CTA"
+            f"({_size(fixed)} of padded inputs and outputs plus {_size(per_cta)} per {unit}"
             f"{running}), more than the budget of {_size(budget)}; "
             f"pass a larger memory_budget (bytes){fewer} or a smaller input")
     return max(1, (budget - fixed) // (concurrent * per_cta))
