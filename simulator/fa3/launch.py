@@ -72,7 +72,8 @@ def run_forward(q, k, v, kw: dict, splits) -> tuple[np.ndarray, np.ndarray]:
         res = flash.forward(q, k, v, **kw)
         return res.out, res.lse
     part = flash.forward(q, k, v, num_splits=splits, **kw)
-    return combine(part.out, part.lse, output_dtype(q.dtype), head_dim_v=v.shape[-1])
+    return combine(part.out, part.lse, output_dtype(q.dtype), head_dim_v=v.shape[-1],
+                   memory_budget=kw.get("memory_budget"))
 
 
 def traced_forward(q, k, v, kw: dict, splits, b: int, wanted, record):
