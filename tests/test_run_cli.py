@@ -823,3 +823,15 @@ def test_backward_on_the_embedded_input(tmp_path):
 def test_backward_refuses_e4m3():
     r = _run("--backward", "--dtype", "e4m3")
     assert r.returncode == 2 and "--backward: FA3's backward takes bf16 or f16" in r.stderr
+
+
+def test_workers_are_capped_at_twice_the_cpus(tmp_path, monkeypatch, capsys):
+    from simulator import cli
+    from simulator.run import command
+
+    monkeypatch.setattr(command.os, "cpu_count", lambda: 6)
+    assert command.max_workers() == 12
+    assert cli.main(["run", "--workers", "1000000000", "--out", str(tmp_path / "o.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "--workers: expected at most 12 worker processes (twice the 6 CPUs" in err
+    assert "got '1000000000'" in err and not list(tmp_path.iterdir())

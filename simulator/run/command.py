@@ -144,11 +144,21 @@ def _as_option(message: str) -> str:
     return f"{_OPTION_OF[name]}: {rest}" if sep and name in _OPTION_OF else message
 
 
+def max_workers() -> int:
+    """The most ``--workers`` taken: twice the CPUs, at least 8. More run no faster (the CPUs
+    are busy) and each worker process holds 150-190 MB (the MUFU tables and its chunk)."""
+    return max(8, 2 * (os.cpu_count() or 1))
+
+
 def _workers(text: str) -> int:
     # digits only: int() would also take " 2" and "2_0" (= 20)
     value = int(text) if text.isascii() and text.isdigit() else 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 (worker processes), got {text!r}")
+    if value > max_workers():
+        raise argparse.ArgumentTypeError(
+            f"expected at most {max_workers()} worker processes (twice the {os.cpu_count() or 1} "
+            f"CPUs, at least 8: more run no faster and each holds 150-190 MB), got {text!r}")
     return value
 
 
@@ -193,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mainloop (default: FA3's choice)")
     g.add_argument("--workers", type=_workers, default=1, metavar="N",
                    help="worker processes for the forward's CTA chunks (default: 1, in this "
-                   "process); the bits are the same for every N")
+                   "process; at most twice the CPUs, at least 8); the bits are the same for every N")
     g = p.add_argument_group("backward")
     g.add_argument("--backward", action="store_true",
                    help="also FA3's backward at the forward's out and LSE (dO from --dout-seed): "
