@@ -848,3 +848,44 @@ def test_the_combine_runs_its_rows_within_the_budget_with_the_same_bits():
     assert peak <= budget, f"peak {peak / budget:.2f} x the budget"
     with pytest.raises(MemoryError, match=r"memory_budget: this combine .* per row\), more than"):
         combine(o, lse, BF16, head_dim_v=128, memory_budget=o.nbytes)
+
+
+# ---- torch tensors: every refusal names the argument -------------------------------------------
+def test_an_expanded_torch_v_cache_is_refused_before_either_cache_is_written():
+    torch = pytest.importorskip("torch", reason="torch is optional")
+    from simulator import fa3
+
+    q = torch.randn(2, 1, 2, 64).to(torch.bfloat16)
+    kc = torch.zeros(2, 32, 1, 64, dtype=torch.bfloat16)
+    vc = torch.zeros(1, 32, 1, 64, dtype=torch.bfloat16).expand(2, 32, 1, 64)
+    kn = torch.randn(2, 1, 1, 64).to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"v_cache: cannot be written in place .* v_cache\.clone\(\)"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=kn, v=kn.clone(),
+                                    cache_seqlens=torch.tensor([3, 4], dtype=torch.int32))
+    assert not kc.any()
+
+
+@pytest.mark.parametrize("dtype, want", [
+    ("float8_e5m2", "q: expected dtype bfloat16, float16 or float8_e4m3fn, got float8_e5m2"),
+    ("float8_e4m3fnuz", "q: expected dtype bfloat16, float16 or float8_e4m3fn, got float8_e4m3fnuz"),
+    ("complex32", r"q: torch dtype torch.complex32 has no NumPy counterpart; FA3 takes"),
+])
+def test_torch_dtypes_fa3_lacks_are_refused_by_name(dtype, want):
+    torch = pytest.importorskip("torch", reason="torch is optional")
+    from simulator import fa3
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: complex32 support is experimental
+        x = torch.zeros(1, 4, 1, 64, dtype=getattr(torch, dtype))
+    with pytest.raises(ValueError, match=want):
+        fa3.flash_attn_func(x, x, x)
+
+
+def test_a_sparse_torch_tensor_is_refused_by_name():
+    torch = pytest.importorskip("torch", reason="torch is optional")
+    from simulator import fa3
+
+    dense = torch.zeros(1, 4, 1, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"k: expected a dense \(strided\) tensor, got layout "
+                                         r"torch.sparse_coo; pass k.to_dense\(\)"):
+        fa3.flash_attn_func(dense, dense.to_sparse(), dense)

@@ -13,7 +13,7 @@ import numpy as np
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
 from ..trace import Trace
-from .arrays import returned, to_numpy, write_back
+from .arrays import check_writable, returned, to_numpy, write_back
 from .checks import (
     check_4d,
     check_descales,
@@ -183,10 +183,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
     scale = check_scale(softmax_scale, d, softcap)
     wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)  # checked before the cache is written
-    if kn is not None:
-        for name, c in (("k_cache", kc), ("v_cache", vc)):
-            if not c.flags.writeable:
-                raise ValueError(f"{name}: read-only, but the new k, v are written into it in place")
+    if kn is not None:  # both caches checked before either is written
+        for name, orig, c in (("k_cache", k_cache, kc), ("v_cache", v_cache, vc)):
+            check_writable(orig, name)
+            check_writable(c, name)
     # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
     splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
         np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
