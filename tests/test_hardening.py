@@ -889,3 +889,17 @@ def test_a_sparse_torch_tensor_is_refused_by_name():
     with pytest.raises(ValueError, match=r"k: expected a dense \(strided\) tensor, got layout "
                                          r"torch.sparse_coo; pass k.to_dense\(\)"):
         fa3.flash_attn_func(dense, dense.to_sparse(), dense)
+
+
+def test_a_shut_down_executor_is_refused_before_the_caches_are_written():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from simulator.fa3 import flash_attn_with_kvcache
+
+    q, kc, vc, kw = _kv_call()
+    before = kc.copy()
+    pool = ThreadPoolExecutor(2)
+    pool.shutdown()
+    with pytest.raises(ValueError, match="executor: it takes no more tasks .*not shut down"):
+        flash_attn_with_kvcache(q, kc, vc, executor=pool, **kw)
+    assert np.array_equal(kc.view(np.uint16), before.view(np.uint16))

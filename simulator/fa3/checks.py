@@ -143,15 +143,28 @@ def check_parallel(executor, progress, memory_budget, trace) -> None:
 
     Raises:
         TypeError: an executor without ``submit``, a progress that is not None, a bool or a
-            callable; ValueError: a memory_budget that is not a positive int, or a trace asked
-            for with an executor.
+            callable; ValueError: an executor that was shut down, a memory_budget that is not a
+            positive int, or a trace asked for with an executor.
     """
     chunks.check_executor(executor)
+    check_open(executor)
     chunks.check_progress(progress)
     chunks.check_budget(memory_budget)
     if executor is not None and trace is not None:
         raise ValueError("trace: not recorded with an executor; trace a serial call "
                          "(executor=None)")
+
+
+def check_open(executor) -> None:
+    """Raise ValueError, naming the argument, when ``executor`` takes no more tasks (shut down):
+    one no-op task is submitted, which such an executor refuses with a RuntimeError."""
+    if executor is None:
+        return
+    try:
+        executor.submit(int)
+    except RuntimeError as exc:
+        raise ValueError(f"executor: it takes no more tasks ({exc}); pass an executor that is "
+                         "not shut down") from None
 
 
 def check_pack_gqa(pack_gqa, splits: bool, varlen: bool, heads: int, heads_kv: int) -> None:
