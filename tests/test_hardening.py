@@ -903,3 +903,37 @@ def test_a_shut_down_executor_is_refused_before_the_caches_are_written():
     with pytest.raises(ValueError, match="executor: it takes no more tasks .*not shut down"):
         flash_attn_with_kvcache(q, kc, vc, executor=pool, **kw)
     assert np.array_equal(kc.view(np.uint16), before.view(np.uint16))
+
+
+# ---- the API's length arguments ----------------------------------------------------------------
+def test_a_query_batch_larger_than_the_cache_batch_blames_the_cache():
+    from simulator.fa3 import flash_attn_with_kvcache
+
+    q, kc, vc, _ = _kv_call()
+    with pytest.raises(ValueError, match=r"k_cache: batch_size must be equal to batch_size_k "
+                                         r"\(4 vs 2\), or give cache_batch_idx"):
+        flash_attn_with_kvcache(q, kc[:2], vc[:2])
+
+
+def test_max_seqlen_k_0_is_taken_when_every_sequence_is_empty():
+    from simulator import fa3
+
+    q = np.ones((4, 2, 64), BF16)
+    k = np.ones((0, 2, 64), BF16)
+    cq, ck = np.array([0, 2, 4], np.int32), np.zeros(3, np.int32)
+    out, lse = fa3.flash_attn_varlen_func(q, k, k, cq, ck, 2, 0, return_attn_probs=True)
+    assert not out.astype(np.float32).any() and np.isposinf(lse).all()  # mha_fwd: total_k == 0
+    with pytest.raises(ValueError, match=r"max_seqlen_k: expected an int >= every sequence's "
+                                         r"length \(2\), got 0"):
+        fa3.flash_attn_varlen_func(q, np.ones((3, 2, 64), BF16), np.ones((3, 2, 64), BF16), cq,
+                                   np.array([0, 1, 3], np.int32), 2, 0)
+
+
+@pytest.mark.parametrize("value, shown", [(3, "int 3"), (np.int32(4), r"int32 np\.int32\(4\)")])
+def test_lengths_that_are_not_arrays_say_what_they_are(value, shown):
+    from simulator import fa3
+
+    q = np.ones((4, 2, 64), BF16)
+    with pytest.raises(ValueError, match=rf"cu_seqlens_q: expected an int32 array \(NumPy or "
+                                         rf"torch\), got {shown}"):
+        fa3.flash_attn_varlen_func(q, q, q, value, np.array([0, 4], np.int32), 4, 4)

@@ -49,7 +49,10 @@ def int_array(x, name: str, length: int | None = None) -> np.ndarray | None:
     torch.int32", hopper/flash_api.cpp), as int64 values, or None."""
     if x is None:
         return None
-    arr = np.asarray(x)
+    if not isinstance(x, np.ndarray):  # np.asarray would call a plain 3 or [0, 3] "int64"
+        raise ValueError(f"{name}: expected an int32 array (NumPy or torch), got "
+                         f"{type(x).__name__} {x!r:.60}")
+    arr = x
     if arr.dtype != np.int32:
         raise ValueError(f"{name}: FA3 requires dtype int32 (\"{name} must have dtype int32\"), "
                          f"got {arr.dtype}")

@@ -223,7 +223,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     len_q = seqused(seqused_q, "seqused_q", np.diff(cq))
     len_k = seqused(seqused_k, "seqused_k", np.diff(ck))
     for name, m, lens in (("max_seqlen_q", max_seqlen_q, len_q), ("max_seqlen_k", max_seqlen_k, len_k)):
-        longest = max(1, int(lens.max(initial=0)))
+        longest = int(lens.max(initial=0))  # 0 when every sequence is empty
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < longest:
             raise ValueError(f"{name}: expected an int >= every sequence's length ({longest}), "
                              f"got {m!r}")

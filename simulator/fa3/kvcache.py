@@ -140,10 +140,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             int_array(to_numpy(cache_batch_idx, "cache_batch_idx")[0], "cache_batch_idx", b))
     left = (np.zeros(b, np.int64) if cache_leftpad is None else
             int_array(to_numpy(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
+    if cache_batch_idx is None and bc != b:  # before the rows: none were given to blame
+        raise ValueError(f"k_cache: batch_size must be equal to batch_size_k ({b} vs {bc}), "
+                         "or give cache_batch_idx")
     if np.any((rows < 0) | (rows >= bc)):
         raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
-    if cache_batch_idx is None and bc != b:
-        raise ValueError(f"k_cache: batch_size must be equal to batch_size_k ({b} vs {bc})")
     s_new = 0 if kn is None else kn.shape[1]
     if kn is not None:
         if kn.ndim != 4 or kn.shape != (b, s_new, hkv, d) or vn.shape != (b, s_new, hkv, dv) or \
