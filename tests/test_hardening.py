@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -937,3 +938,17 @@ def test_lengths_that_are_not_arrays_say_what_they_are(value, shown):
     with pytest.raises(ValueError, match=rf"cu_seqlens_q: expected an int32 array \(NumPy or "
                                          rf"torch\), got {shown}"):
         fa3.flash_attn_varlen_func(q, q, q, value, np.array([0, 4], np.int32), 4, 4)
+
+
+@pytest.mark.parametrize("softcap, why", [
+    (1e-45, r"becomes np.float32\(1e-45\): a subnormal float32, which the kernel's .ftz "
+            r"arithmetic flushes to 0\)"),
+    (1e-50, r"becomes np.float32\(0.0\): an underflow\)"),
+    (1e39, r"becomes np.float32\(inf\): an overflow\)"),
+])
+def test_a_softcap_lost_in_the_float32_cast_says_how(softcap, why):
+    from simulator import fa3
+
+    q = np.ones((1, 4, 1, 64), BF16)
+    with pytest.raises(ValueError, match=rf"softcap: {re.escape(repr(softcap))} does not survive .*{why}"):
+        fa3.flash_attn_func(q, q, q, softcap=softcap)

@@ -59,8 +59,11 @@ def host_constants(head_dim: int, softmax_scale: float | None, softcap: float) -
 
 def _check_f32(name: str, value, given, tiny, what: str = "") -> None:
     if not (np.isfinite(value) and abs(value) >= tiny):
+        why = ("an overflow" if not np.isfinite(value) else "an underflow" if value == 0 else
+               "a subnormal float32, which the kernel's .ftz arithmetic flushes to 0")
         raise ValueError(f"{name}: {given!r} does not survive the float32 cast the kernel uses "
-                         f"({what + ' ' if what else ''}becomes {value!r}); use a value nearer 1")
+                         f"({what + ' ' if what else ''}becomes {value!r}: {why}); use a "
+                         "value nearer 1")
 
 
 def _is_number(x) -> bool:
