@@ -835,3 +835,15 @@ def test_workers_are_capped_at_twice_the_cpus(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "--workers: expected at most 12 worker processes (twice the 6 CPUs" in err
     assert "got '1000000000'" in err and not list(tmp_path.iterdir())
+
+
+def test_a_closed_stderr_with_progress_still_runs(tmp_path):
+    """``2>&-``: Python starts with sys.stderr None; progress and notes go nowhere."""
+    out = tmp_path / "o.npz"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = (f"exec {sys.executable} -m simulator run --heads 0 --causal --window 5 3 "
+           f"--out {out} 2>&-")
+    r = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=300, cwd=REPO,
+                       env=env)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert out.is_file() and "note:" not in r.stdout

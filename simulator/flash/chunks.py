@@ -144,7 +144,9 @@ class Progress:
         self._clock, self._start = time.monotonic, time.monotonic()
         self._last = self._start
         self._ended = False
-        if progress is True:
+        if progress is True and sys.stderr is None:
+            pass  # no stderr (closed at start, ``2>&-``): nowhere to show progress
+        elif progress is True:
             # off a terminal (a log file, a pipe) whole lines, never a bar redrawn with \r
             tqdm = _tqdm() if sys.stderr.isatty() else None
             if tqdm is None:

@@ -46,6 +46,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"run: {message} (see `python -m simulator run --help`)")
 
 
+def _note(text: str) -> None:
+    """A line on stderr; none where stderr was closed at start (print would use stdout)."""
+    if sys.stderr is not None:
+        print(text, file=sys.stderr, flush=True)
+
+
 def _cta(text: str) -> tuple[int, int, int]:
     try:
         parts = tuple(int(p) for p in text.split(","))
@@ -270,7 +276,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"{work.label}: {_as_option(str(exc))}") from None
     note = causal_window_note(args.causal, tuple(args.window))
     if note:
-        print(note, file=sys.stderr)
+        _note(note)
     batch = work.q.shape[0]
     trace_ctas = args.trace_cta or [default_trace_cta(cfg, work.heads[0], seq_cfgs)]
     for c in trace_ctas:
@@ -303,7 +309,7 @@ def main(argv: list[str]) -> int:
     visits = _work_counts(seq_cfgs or cfg)[1]
     warning = slow_run_warning(seq_cfgs or cfg, visits, args.workers)
     if warning:
-        print(warning, file=sys.stderr, flush=True)
+        _note(warning)
     bar = Progress(not args.no_progress, visits, "emulating")
     executor = ProcessPoolExecutor(args.workers, mp_context=_worker_context()) if args.workers > 1 else None
     try:
