@@ -952,3 +952,51 @@ def test_a_softcap_lost_in_the_float32_cast_says_how(softcap, why):
     q = np.ones((1, 4, 1, 64), BF16)
     with pytest.raises(ValueError, match=rf"softcap: {re.escape(repr(softcap))} does not survive .*{why}"):
         fa3.flash_attn_func(q, q, q, softcap=softcap)
+
+
+# ---- the MUFU table cache: unusable folders and killed writers ---------------------------------
+def _rcp_with_warnings():
+    mufu_data.load.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = mufu_data.tables("sm90", ["rcp"])["rcp"]
+    return table, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("kind", ["file", "devnull", "read-only"])
+def test_an_unwritable_cache_folder_is_reported_once(fresh_mufu, good_cache, monkeypatch, kind):
+    good, _ = good_cache
+    if kind == "file":
+        (fresh_mufu / "plain").write_text("not a folder")
+        monkeypatch.setenv("FA3SIM_CACHE", str(fresh_mufu / "plain"))
+    elif kind == "devnull":
+        monkeypatch.setenv("FA3SIM_CACHE", os.devnull)
+    else:  # as root (which ignores permissions) a read-only folder is simulated
+        from simulator import io as sim_io
+
+        def refused(path, data, durable=True):
+            raise PermissionError(13, "Permission denied", str(path))
+
+        monkeypatch.setattr(sim_io, "write_bytes_atomic", refused)
+    table, warned = _rcp_with_warnings()
+    assert np.array_equal(table, good["rcp"])
+    assert len(warned) == 1 and "cannot use the MUFU table cache" in warned[0], warned
+    assert "cannot write it" in warned[0] and "FA3SIM_CACHE to a writable folder" in warned[0]
+    _, again = _rcp_with_warnings()
+    assert again == []  # once per process
+
+
+def test_a_killed_writers_temporary_file_is_removed_when_stale(fresh_mufu, good_cache, monkeypatch):
+    import time
+
+    _, folder = good_cache
+    cache = fresh_mufu / "cache"
+    shutil.copytree(folder, cache)
+    monkeypatch.setattr(mufu_data, "_SWEPT", set())
+    stale, fresh = cache / ".mufu-3-rcp-x.npy.abc.tmp", cache / ".mufu-3-lg2-x.npy.def.tmp"
+    for p in (stale, fresh):
+        p.write_bytes(b"\0" * 1000)
+    old = time.time() - mufu_data.STALE_TMP_SECONDS - 60
+    os.utime(stale, (old, old))
+    _rcp_with_warnings()
+    assert not stale.exists() and fresh.exists()  # a live writer's file is left alone

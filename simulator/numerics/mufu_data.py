@@ -38,6 +38,7 @@ import json
 import os
 import stat
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -418,12 +419,40 @@ def _write_cache(path: Path, table: np.ndarray) -> None:
         # by a crash is caught and rewritten; the fsync of 160 MB took about 0.1 s of a cold run
         write_bytes_atomic(path, [header.getvalue(), memoryview(np.ascontiguousarray(table).view(np.uint8))],
                            durable=False)
-    except OSError:  # a read-only home is fine: we just decode next time
+    except OSError as exc:  # FA3SIM_CACHE a file, /dev/null, a read-only folder: decode each time
+        _unusable_cache(path, f"cannot write it: {exc.strerror or exc}")
         return
     except ValueError as exc:  # the cache path exists and is not a regular file
         _unusable_cache(path, str(exc))
         return
     _remove_old_versions(path.parent)
+
+
+#: a temporary cache file untouched for this long belongs to a writer that was killed: a live
+#: one writes its 20-64 MB within seconds
+STALE_TMP_SECONDS = 600
+
+
+def _remove_stale_tmp(folder: Path) -> None:
+    """Delete the temporary files (``.mufu-*.tmp``) that writers killed mid-write left in
+    ``folder``; once per process, at the first table load."""
+    if str(folder) in _SWEPT:
+        return
+    _SWEPT.add(str(folder))
+    try:
+        found = list(folder.glob(".mufu-*.tmp"))
+    except OSError:
+        return
+    now = time.time()
+    for p in found:
+        try:
+            if p.is_file() and not p.is_symlink() and now - p.stat().st_mtime > STALE_TMP_SECONDS:
+                p.unlink()
+        except OSError:  # another process removed it, or no permission: only disk space
+            pass
+
+
+_SWEPT: set[str] = set()  # cache folders already swept of stale temporary files
 
 
 def _remove_old_versions(folder: Path) -> None:
@@ -496,6 +525,7 @@ def tables(arch: str, names, mmap: bool = True) -> dict[str, np.ndarray]:
         if n not in TABLES:
             raise KeyError(f"names: expected tables from {TABLES}, got {n!r}")
     src = _Source(arch)
+    _remove_stale_tmp(cache_dir())
     if src.sums is None:
         full = load(arch)
         return {k: full[k] for k in (*names, "tanh_kind", "tanh_shift")}
@@ -522,6 +552,7 @@ def ex2_table(arch: str) -> np.ndarray:
         MufuDataError: as :func:`tables`.
     """
     src = _Source(arch)
+    _remove_stale_tmp(cache_dir())
     if src.sums is None:
         full = load(arch)
         out = _ex2_layout(full["ex2_pos"], full["ex2_neg"])
