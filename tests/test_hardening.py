@@ -1000,3 +1000,15 @@ def test_a_killed_writers_temporary_file_is_removed_when_stale(fresh_mufu, good_
     os.utime(stale, (old, old))
     _rcp_with_warnings()
     assert not stale.exists() and fresh.exists()  # a live writer's file is left alone
+
+
+@pytest.mark.parametrize("o_shape, l_shape, match", [
+    ((2, 1, 3, 1, 1000), (2, 1, 3, 1), r"out_partial: head_dim 1000 is over 512"),
+    ((2, 1, 1, 3, 1, 8), (2, 1, 1, 3, 1), r"out_partial: expected 5 dims .* got shape \[2, 1, 1, 3, 1, 8\]"),
+    ((2, 1, 3, 1, 8), (2, 1, 3, 1, 1), r"lse_partial: expected 4 dims .* got shape \[2, 1, 3, 1, 1\]"),
+])
+def test_flash_attn_combine_applies_fa3s_limits(o_shape, l_shape, match):
+    from simulator import fa3
+
+    with pytest.raises(ValueError, match=match):
+        fa3.flash_attn_combine(np.zeros(o_shape, np.float32), np.zeros(l_shape, np.float32))

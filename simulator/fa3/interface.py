@@ -298,6 +298,26 @@ def _combine_out_dtype(out_dtype) -> np.dtype:
     return np.dtype(names[key])
 
 
+#: mha_combine's limit on the head dim: "FlashAttention combine only supports head dimension
+#: at most 512" (hopper/flash_api.cpp)
+COMBINE_MAX_HEAD_DIM = 512
+
+
+def check_combine_shapes(op: np.ndarray, lp: np.ndarray) -> None:
+    """mha_combine's shape rules: out_partial 5-D [num_splits, batch, seqlen, heads, head_dim]
+    with head_dim at most 512, lse_partial 4-D [num_splits, batch, seqlen, heads]."""
+    if op.ndim != 5:
+        raise ValueError(f"out_partial: expected 5 dims [num_splits, batch, seqlen, heads, "
+                         f"head_dim] (mha_combine), got shape {list(op.shape)}")
+    if lp.ndim != 4:
+        raise ValueError(f"lse_partial: expected 4 dims [num_splits, batch, seqlen, heads] "
+                         f"(mha_combine), got shape {list(lp.shape)}")
+    if op.shape[-1] > COMBINE_MAX_HEAD_DIM:
+        raise ValueError(f"out_partial: head_dim {op.shape[-1]} is over {COMBINE_MAX_HEAD_DIM}: "
+                         "\"FlashAttention combine only supports head dimension at most 512\" "
+                         "(mha_combine)")
+
+
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
     """FA3's ``flash_attn_combine`` (``mha_combine``): merge per-split partial outputs.
 
@@ -323,6 +343,7 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
         if not isinstance(x, np.ndarray) or x.dtype != np.float32:
             raise ValueError(f"{name}: FA3's combine takes float32 partials, got "
                              f"{getattr(x, 'dtype', type(x).__name__)}")
+    check_combine_shapes(op, lp)
     res = combine(op, lp, _combine_out_dtype(out_dtype), head_dim_v=op.shape[-1],
                            layout="combine")
     return returned(res, t)
