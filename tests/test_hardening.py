@@ -1012,3 +1012,19 @@ def test_flash_attn_combine_applies_fa3s_limits(o_shape, l_shape, match):
 
     with pytest.raises(ValueError, match=match):
         fa3.flash_attn_combine(np.zeros(o_shape, np.float32), np.zeros(l_shape, np.float32))
+
+
+def test_memory_mapped_inputs_are_taken_by_the_fa3_api(tmp_path):
+    from simulator import fa3
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 40, 2, 64)).astype(np.float16)
+    np.save(tmp_path / "x.npy", x)
+    m = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert isinstance(m, np.memmap) and not m.flags.writeable
+    got = fa3.flash_attn_func(m, m, m, causal=True)
+    assert np.array_equal(got.view(np.uint16), fa3.flash_attn_func(x, x, x, causal=True).view(np.uint16))
+    kc = np.load(tmp_path / "x.npy", mmap_mode="r")  # a read-only cache still cannot take appends
+    with pytest.raises(ValueError, match="k_cache: read-only"):
+        fa3.flash_attn_with_kvcache(m[:, :1], kc, kc, k=m[:, :1], v=m[:, :1],
+                                    cache_seqlens=np.array([3], np.int32))

@@ -12,7 +12,10 @@ import numpy as np
 
 
 def to_numpy(x, name: str):
-    """(array, was_torch): a torch tensor becomes a NumPy array of the same bits."""
+    """(array, was_torch): a torch tensor becomes a NumPy array of the same bits, a
+    ``numpy.memmap`` a plain view of its memory; other ndarray subclasses are refused."""
+    if isinstance(x, np.memmap):  # a file-backed array (np.load(mmap_mode=...)): no other meaning
+        return x.view(np.ndarray), False  # the same memory; a read-only map stays read-only
     if x is None or isinstance(x, np.ndarray):
         if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
             raise ValueError(f"{name}: expected a plain numpy array, got {type(x).__name__} "
