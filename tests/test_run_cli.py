@@ -847,3 +847,13 @@ def test_a_closed_stderr_with_progress_still_runs(tmp_path):
                        env=env)
     assert r.returncode == 0, r.stdout[-2000:]
     assert out.is_file() and "note:" not in r.stdout
+
+
+def test_float64_values_beyond_float32_are_a_note_not_a_numpy_warning(tmp_path):
+    x = np.random.default_rng(3).standard_normal((1, 20, 1, 64))
+    x[0, 3, 0, 5] = 1e300
+    np.savez(tmp_path / "big.npz", q=x, k=x, v=x)
+    r = _run("--input", str(tmp_path / "big.npz"), "--out", str(tmp_path / "o.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "RuntimeWarning" not in r.stderr and "overflow encountered" not in r.stderr, r.stderr
+    assert "warning: 3 values overflowed bf16 to infinity" in r.stdout
