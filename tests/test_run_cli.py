@@ -857,3 +857,14 @@ def test_float64_values_beyond_float32_are_a_note_not_a_numpy_warning(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "RuntimeWarning" not in r.stderr and "overflow encountered" not in r.stderr, r.stderr
     assert "warning: 3 values overflowed bf16 to infinity" in r.stdout
+
+
+def test_load_result_of_a_file_run_did_not_write_says_what_it_lacks(tmp_path):
+    np.savez(tmp_path / "other.npz", q=np.zeros(3))
+    with pytest.raises(ValueError, match=r"other.npz is not a result file of `python -m simulator "
+                                         r"run`: it lacks out, out_dtype, lse, ref_out, ref_lse, "
+                                         r"params \(it holds q\)"):
+        run.load_result(tmp_path / "other.npz")
+    (tmp_path / "text.npz").write_text("hello")
+    with pytest.raises(ValueError, match="text.npz is not a result file"):
+        run.load_result(tmp_path / "text.npz")

@@ -90,12 +90,35 @@ def save_result(path: Path, out, lse, ref_out, ref_lse, trace, params: dict,
     write_bytes_atomic(path, npz_bytes(arrays, compresslevel=1))
 
 
+#: the arrays every result file of ``run`` holds
+RESULT_KEYS = ("out", "out_dtype", "lse", "ref_out", "ref_lse", "params")
+
+
 def load_result(path) -> dict:
-    """Read a file written by ``run``: arrays, ``params`` (dict) and ``trace`` (a Trace)."""
+    """Read a file written by ``run``: arrays, ``params`` (dict) and ``trace`` (a Trace).
+
+    Raises:
+        ValueError: the file is not a ``.npz`` written by ``run`` (arrays missing, ``params``
+            not its JSON), naming the file and what it lacks.
+    """
     from ..trace import Trace
 
-    with np.load(path, allow_pickle=False) as z:
-        data = {k: z[k] for k in z.files}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (ValueError, OSError) as exc:  # not an npz, or a pickled one
+        raise ValueError(f"path: {path} is not a result file of `python -m simulator run` "
+                         f"({type(exc).__name__}: {exc})") from None
+    missing = [k for k in RESULT_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"path: {path} is not a result file of `python -m simulator run`: it "
+                         f"lacks {', '.join(missing)} (it holds {', '.join(sorted(data)) or 'nothing'})")
+    try:
+        params = json.loads(str(data["params"]))
+    except ValueError:
+        params = None
+    if not isinstance(params, dict):
+        raise ValueError(f"path: {path}: its params is not the JSON object `run` writes")
 
     class _View(dict):
         @property
@@ -104,7 +127,7 @@ def load_result(path) -> dict:
 
     tr = _View({k[len("trace__"):]: v for k, v in data.items() if k.startswith("trace__")})
     res = {k: v for k, v in data.items() if not k.startswith("trace__")}
-    res["params"] = json.loads(str(res["params"]))
+    res["params"] = params
     res["out"] = res["out"].astype(DTYPES["bf16"] if str(res["out_dtype"]) == "bfloat16"
                                    else np.dtype(str(res["out_dtype"])))
     res["trace"] = Trace.from_npz(tr) if tr else Trace()
