@@ -1028,3 +1028,18 @@ def test_memory_mapped_inputs_are_taken_by_the_fa3_api(tmp_path):
     with pytest.raises(ValueError, match="k_cache: read-only"):
         fa3.flash_attn_with_kvcache(m[:, :1], kc, kc, k=m[:, :1], v=m[:, :1],
                                     cache_seqlens=np.array([3], np.int32))
+
+
+@pytest.mark.parametrize("api", ["func", "kvcache"])
+def test_a_batch_vector_of_descales_is_refused_not_applied_per_kv_head(api):
+    from simulator import fa3
+
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((2, 16, 2, 64)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+               for _ in range(3))
+    per_batch = np.array([0.5, 2.0], np.float32)  # batch == heads_kv: it would broadcast per head
+    call = fa3.flash_attn_func if api == "func" else fa3.flash_attn_with_kvcache
+    with pytest.raises(ValueError, match=r"k_descale: expected a scalar or shape \[2, 2\] \(\[batch, "
+                                         r"heads_kv\]: FA3's .* got \[2\]"):
+        call(q, k, v, k_descale=per_batch)
+    call(q, k, v, k_descale=np.repeat(per_batch[:, None], 2, axis=1))  # the [batch, heads_kv] form

@@ -195,11 +195,15 @@ def check_descales(descales: dict, fmt: str, batch: int, heads_kv: int) -> dict:
         arr = np.asarray(x)
         if arr.dtype != np.float32:
             raise ValueError(f"{name}: expected float32 (a scalar or [batch, heads_kv]), got {arr.dtype}")
+        err = ValueError(f"{name}: expected a scalar or shape [{batch}, {heads_kv}] ([batch, "
+                         f"heads_kv]: FA3's \"{name} must have shape (batch_size, num_heads_k)\"), "
+                         f"got {list(arr.shape)}")
+        if arr.ndim not in (0, 2):  # a [batch] vector would broadcast along heads_kv, not batch
+            raise err
         try:
             out[name] = np.broadcast_to(arr, (batch, heads_kv))
         except ValueError:
-            raise ValueError(f"{name}: expected a scalar or shape [{batch}, {heads_kv}], "
-                             f"got {arr.shape}") from None
+            raise err from None
     return out
 
 

@@ -128,6 +128,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         softcap, causal, num_sms, sm_margin, num_splits, return_attn_probs=return_attn_probs,
         deterministic=deterministic)
     b, sq, h, d = q.shape
+    check_descales(descales, fmt, b, k.shape[2])  # FA3's [batch, heads_kv]; forward broadcasts
     dv = v.shape[-1]
     check_head_dim_v(d, dv, fmt)
     is_causal, is_local, (tile_m, _) = launch_flags(fmt, d, dv, causal, window_size, sq,
