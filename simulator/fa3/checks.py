@@ -68,7 +68,25 @@ def refuse(**args) -> None:
     for name, value in args.items():
         if value is not None and value is not False and not (isinstance(value, (int, float)) and value == 0):
             raise ValueError(f"{name}: not emulated (the published FA3 build and this emulator "
-                             f"cover the forward without it), got {type(value).__name__}")
+                             f"cover the forward without it), got {type(value).__name__}; "
+                             f"{INSTEAD.get(name, 'leave it out')}")
+
+
+#: what to do instead of passing an argument that is not emulated
+_ROTARY = "apply the rotary embedding to q and k (and the new k) before the call, and leave it out"
+INSTEAD = {
+    "qv": "leave it out: no emulated kernel takes qv",
+    "rotary_cos": _ROTARY, "rotary_sin": _ROTARY, "rotary_seqlens": _ROTARY,
+    "page_table": "gather each sequence's pages into contiguous k_cache / v_cache rows and "
+                  "leave it out",
+    "cu_seqlens_q": "call flash_attn_with_kvcache once per sequence, or flash_attn_varlen_func "
+                    "on the packed sequences",
+    "cu_seqlens_k_new": "append each sequence's new keys in its own call (k, v of shape "
+                        "[batch, seqlen_new, ...])",
+    "attention_chunk": "leave it at 0; for a local window pass window_size=(left, right)",
+    "scheduler_metadata": "leave it out: the split counts are computed from the call's own "
+                          "arguments, as get_scheduler_metadata would",
+}
 
 
 def check_fmt(q) -> str:

@@ -30,7 +30,8 @@ def check_backward_args(work: Workload, softcap: float) -> None:
     if work.fmt not in ("bf16", "f16"):
         raise UsageError(f"--backward: FA3's backward takes bf16 or f16 inputs, got --dtype {work.fmt}")
     if softcap:
-        raise UsageError("--backward: the backward with --softcap is not emulated")
+        raise UsageError("--backward: the backward with --softcap is not emulated; run the "
+                         "backward without --softcap, or the forward alone with it")
     if work.q.shape[-1] != work.v.shape[-1]:
         raise UsageError("--backward: V's head dim must equal Q's")
 

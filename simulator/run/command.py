@@ -295,7 +295,9 @@ def main(argv: list[str]) -> int:
     if args.backward:
         check_backward_args(work, args.softcap)
         if work.seqlens_k is not None and not is_varlen(work):
-            raise UsageError("--backward: keys absent past seqlens_k are not emulated in the backward")
+            raise UsageError("--backward: keys absent past seqlens_k are not emulated in the "
+                             "backward; cut k and v to each batch's keys (one input per length), "
+                             "or run the forward alone")
         if args.dout_seed < 0:
             raise UsageError(f"--dout-seed: expected an int >= 0, got {args.dout_seed}")
 
