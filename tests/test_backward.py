@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 
 from simulator import fa3, flash
 from simulator.flash import spread
+from simulator.flash.reference import reference_backward
 from simulator.io import read_json, read_npz
+from simulator.numerics import convert, ffma, fmul, fsub
+from simulator.numerics.mufu import tanh
 from simulator.replay import bwd_cases
 from simulator.replay import fa3_backward as replay
 
@@ -221,8 +224,9 @@ def _small(dtype=ml_dtypes.bfloat16, d=64, h=2, hk=2):
     (lambda a: a.update(dout=a["dout"][:, :-1]), "dout: expected shape"),
     (lambda a: a.update(out=a["out"].astype(np.float16)), "out: expected dtype"),
     (lambda a: a.update(v=a["v"][..., :32]), "v: expected shape"),
-    (lambda a: a.update(softcap=5.0), "softcap"),
-    (lambda a: a.update(seqused_k=np.array([3], np.int32)), "seqused_k"),
+    (lambda a: a.update(seqused_k=np.array([3], np.int64)), "seqused_k: FA3 requires dtype int32"),
+    (lambda a: a.update(seqused_k=np.array([31], np.int32)), "seqused_k: expected values in 0"),
+    (lambda a: a.update(seqused_q=np.array([3, 4], np.int32)), r"seqused_q: expected shape \[1\]"),
     (lambda a: a.update(deterministic=1), "deterministic: expected True or False"),
 ])
 def test_bad_arguments_are_refused_naming_them(change, match):
@@ -309,7 +313,87 @@ def test_autograd_refuses_up_front():
     with pytest.raises(ValueError, match="k: expected a torch tensor like q"):
         fa3.flash_attn_func(q, a["k"], a["v"])
     k, v = to_torch(a["k"]), to_torch(a["v"])
-    with pytest.raises(ValueError, match="softcap: the backward with softcap is not emulated"):
-        fa3.flash_attn_func(q, k, v, softcap=5.0)
-    with torch.no_grad():  # no graph: the forward alone, softcap included
-        assert fa3.flash_attn_func(q, k, v, softcap=5.0).shape == q.shape
+    with pytest.raises(ValueError, match="softcap: expected a finite number"):
+        fa3.flash_attn_func(q, k, v, softcap=-5.0)
+
+
+# ---- softcap, seqused, trace --------------------------------------------------------------------
+def _softcap_case(d=64, causal=False, softcap=3.0, sq=150, sk=170, h=2, hk=1):
+    x = flash.inputs.attention_inputs(11, batch=1, seqlen_q=sq, seqlen_k=sk, heads=h, heads_kv=hk,
+                                      head_dim=d, dtype="bf16", q_std=1.0, k_std=1.0)
+    r = flash.forward(x["q"], x["k"], x["v"], softcap=softcap, causal=causal)
+    dout = flash.inputs.InputStream(12).normalish(x["q"].shape).astype(np.float32)
+    return dict(dout=dout.astype(x["q"].dtype), q=x["q"], k=x["k"], v=x["v"], out=r.out,
+                lse=r.lse), dict(softcap=softcap, causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_softcap_backward_is_near_the_float64_gradient(causal):
+    a, kw = _softcap_case(causal=causal)
+    res = flash.backward(**a, **kw)
+    ref = reference_backward(a["dout"], a["q"], a["k"], a["v"], **kw)
+    plain = reference_backward(a["dout"], a["q"], a["k"], a["v"], causal=causal)
+    for got, want, other in zip(res, ref, plain, strict=True):
+        err = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
+        assert err < 6e-3  # bf16 inputs, bf16 P and dS: the level of the softcap-free backward
+        # the softcap changes the gradient by much more than the emulator's error
+        assert np.linalg.norm(other - want) / np.linalg.norm(want) > 20 * err
+    assert res.tiles.kblock_m == (96 if causal else 128)  # hdim 64: 96 x 128 causal + softcap
+
+
+def test_softcap_dtanh_is_one_ffma_before_the_mask():
+    a, kw = _softcap_case(causal=True, sq=40, sk=40, h=1)
+    res = flash.backward(**a, **kw, trace=(0, 0, 0))
+    t = res.trace
+    cfg = bwd.make_backward_config(a["dout"], a["q"], a["k"], a["v"], a["out"], a["lse"], **kw)
+    th = tanh(fmul(t["s"], cfg.softcap_val, ftz=True))
+    want = ffma(-th, th, np.float32(1), ftz=True)
+    assert np.array_equal(t["dtanh"].view(np.uint32), want.view(np.uint32))
+    two_step = (np.float32(1) - (th * th).astype(np.float32)).astype(np.float32)
+    assert not np.array_equal(t["dtanh"].view(np.uint32), two_step.view(np.uint32))
+    masked = np.isneginf(t["scores"])
+    assert masked.any() and np.isfinite(t["dtanh"][masked]).all()  # taken before the mask
+    dpsum = res.dpsum[0, 0, : cfg.tiles.kblock_m][None, :, None]
+    ds = fmul(fmul(t["p"], fsub(t["dp"], dpsum, ftz=True), ftz=True), t["dtanh"], ftz=True)
+    assert np.array_equal(t["ds"].view(np.uint32), ds.view(np.uint32))
+
+
+def test_trace_of_one_cta_matches_the_result():
+    a, _ = _softcap_case(softcap=0.0, sq=200, sk=150, h=2, hk=2)
+    res = flash.backward(**a, trace=(0, 1, 1))
+    t = res.trace
+    assert t["m_blocks"].tolist() == [0, 1] and "dtanh" not in t
+    assert t["s"].shape == (2, 128, 128) and t["dq_partial"].shape == (2, 128, 64)
+    # CTA (batch 0, head 1, n_block 1) owns keys 128..149 of head 1 (no GQA): its accumulators,
+    # rounded (dK scaled first), are those rows of dv and dk
+    dv = convert(t["dv_accum"][: 150 - 128, :64], "bf16")
+    assert np.array_equal(dv.view(np.uint16), res.dv[0, 128:, 1].view(np.uint16))
+    scale = np.float32(64 ** -0.5)
+    dk = convert(fmul(t["dk_accum"][: 150 - 128, :64], scale, ftz=True), "bf16")
+    assert np.array_equal(dk.view(np.uint16), res.dk[0, 128:, 1].view(np.uint16))
+    for bad in ((0, 2, 0), (0, 0, 2), (1, 0, 0), [0, 0, 0], (0, 0, True)):
+        with pytest.raises(ValueError, match="trace"):
+            flash.backward(**a, trace=bad)
+
+
+def test_seqused_uses_the_prefixes_and_leaves_the_rest_zero():
+    a, cu = _packed()
+    lq, lk = 13, 21
+    used = dict(seqused_q=np.array([lq], np.int32), seqused_k=np.array([lk], np.int32))
+    dq, dk, dv = fa3.flash_attn_backward(**a, **cu, **used, max_seqlen_q=20, max_seqlen_k=30)
+    out, lse = fa3.flash_attn_varlen_func(a["q"][:lq], a["k"][:lk], a["v"][:lk],
+                                          np.array([0, lq], np.int32), np.array([0, lk], np.int32),
+                                          lq, lk, return_attn_probs=True)
+    pre = {**{n: a[n][:lq] for n in ("dout", "q")}, "k": a["k"][:lk], "v": a["v"][:lk],
+           "out": a["out"][:lq], "softmax_lse": np.ascontiguousarray(a["softmax_lse"][:, :lq])}
+    want = fa3.flash_attn_backward(**pre, cu_seqlens_q=np.array([0, lq], np.int32),
+                                   cu_seqlens_k=np.array([0, lk], np.int32), max_seqlen_q=20,
+                                   max_seqlen_k=30)
+    for got, w, n in zip((dq, dk, dv), want, (lq, lk, lk), strict=True):
+        assert np.array_equal(got[:n].view(np.uint16), w.view(np.uint16))
+        assert not got[n:].view(np.uint16).any()
+    # 4-d inputs with seqused: each batch entry a sequence, the same bits
+    four = {n: x[None] for n, x in a.items()}
+    dq4, dk4, dv4 = fa3.flash_attn_backward(**four, **used)
+    assert np.array_equal(dq4[0].view(np.uint16), dq.view(np.uint16))
+    assert np.array_equal(dk4[0].view(np.uint16), dk.view(np.uint16))

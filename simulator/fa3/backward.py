@@ -2,10 +2,13 @@
 ``hopper/flash_attn_interface.py``, ``mha_bwd`` of ``hopper/flash_api.cpp``) and
 ``backward_spread``, over the kernel-level :func:`simulator.flash.backward`.
 
-A varlen launch (``cu_seqlens_q`` / ``cu_seqlens_k``) runs one kernel-level call per sequence
-with the launch's ``max_seqlen_q`` / ``max_seqlen_k`` (FA3's window normalisation and tile
-choice use them); a sequence without queries or keys gets zero gradients, as FA3's kernels
-write them (no K/V block visited: dQaccum stays 0; no m_block: ``store_zero``).
+A varlen launch (``cu_seqlens_q`` / ``cu_seqlens_k``, or ``seqused_q`` / ``seqused_k``) runs
+one kernel-level call per sequence with the launch's ``max_seqlen_q`` / ``max_seqlen_k`` (FA3's
+window normalisation and tile choice use them); a sequence without queries or keys gets zero
+gradients, as FA3's kernels write them (no K/V block visited: dQaccum stays 0; no m_block:
+``store_zero``). With ``seqused_*`` a sequence is its first seqused rows / keys; FA3 writes no
+gradient for the rows and keys past them (its outputs are ``torch::empty``: they keep whatever
+the buffer held), and this emulation returns 0 there.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 from .. import flash
 from ..flash.backward import make_backward_config
 from .arrays import returned, to_numpy
-from .checks import check_bool, cu_seqlens, refuse
+from .checks import check_bool, cu_seqlens, seqused
 
 __all__ = ["backward_spread", "flash_attn_backward"]
 
@@ -34,12 +37,14 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
         softmax_lse: the forward's LSE, float32 [batch, heads, seqlen_q] (varlen:
             [heads, total_q], FA3's layout).
         softmax_scale: default ``head_dim ** -0.5``. causal, window_size: as the forward.
-        softcap: must be 0 (not emulated in the backward).
+        softcap: FA3's tanh softcapping, as the forward's (0: off).
         deterministic: FA3's flag. The bits returned are FA3's deterministic order in both
             modes; without it the library may give any value of :func:`backward_spread`.
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: a varlen launch (int32
             [batch + 1] offsets; the maxima default to the longest sequence).
-        seqused_q, seqused_k: not emulated in the backward (ValueError when given).
+        seqused_q, seqused_k: int32 [batch] or None: the rows / keys of each sequence the
+            kernels use (FA3's varlen kernels; with 4-d inputs each batch entry is a sequence);
+            the gradients of the rows / keys past them are 0 here, unwritten by FA3.
         sm_margin: accepted (it changes no bits).
         memory_budget, progress: keyword-only, not FA3's: as :func:`simulator.flash.backward`
             (per kernel-level call; a varlen launch makes one per sequence).
@@ -47,7 +52,8 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
         (dq, dk, dv) like q, k, v (NumPy, or CPU torch tensors when q was one).
     Raises:
         ValueError: what ``mha_bwd`` refuses (shapes, dtypes, head dims, deterministic with
-            head dim 256), naming the argument; softcap or seqused given.
+            head dim 256), naming the argument; seqused_* not int32 [batch] within the
+            sequences' lengths.
     Source: hopper/flash_api.cpp (mha_bwd), hopper/flash_bwd_launch_template.h.
     """
     deterministic = check_bool("deterministic", deterministic)
@@ -83,7 +89,6 @@ def launch(args: dict, deterministic: bool, spread: bool):
     """One backward launch on ``args`` (the arguments of :func:`flash_attn_backward` by name):
     (a result with ``dq``, ``dk``, ``dv`` as NumPy arrays and ``spread`` (a dict, or None
     without ``spread``), whether q was a torch tensor)."""
-    refuse(seqused_q=args["seqused_q"], seqused_k=args["seqused_k"])
     names = ("dout", "q", "k", "v", "out", "softmax_lse")
     arrs = {}
     tq = False
@@ -97,11 +102,43 @@ def launch(args: dict, deterministic: bool, spread: bool):
     kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
               window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread,
               memory_budget=args.get("memory_budget"), progress=args.get("progress"))
+    used = args["seqused_q"] is not None or args["seqused_k"] is not None
     if args["cu_seqlens_q"] is None and args["cu_seqlens_k"] is None:
         d = arrs
-        return flash.backward(d["dout"], d["q"], d["k"], d["v"], d["out"], d["softmax_lse"],
-                              **kw), tq
+        if not used:
+            return flash.backward(d["dout"], d["q"], d["k"], d["v"], d["out"],
+                                  d["softmax_lse"], **kw), tq
+        return _batched_as_varlen(arrs, args, kw), tq
     return _varlen(arrs, args, kw), tq
+
+
+def _batched_as_varlen(a: dict, args: dict, kw: dict) -> _Varlen:
+    """A [batch, seqlen, ...] launch with ``seqused_*``: FA3's varlen kernels with each batch
+    entry a sequence of the full length at a fixed stride, the results reshaped back."""
+    for name in ("dout", "q", "k", "v", "out"):
+        x = a[name]
+        if not isinstance(x, np.ndarray) or x.ndim != 4:
+            raise ValueError(f"{name}: expected a 4-d array [batch, seqlen, heads, head_dim], got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    b, sq, h = a["q"].shape[:3]
+    sk = a["k"].shape[1]
+    lse = a["softmax_lse"]
+    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (b, h, sq):
+        raise ValueError(f"softmax_lse: expected float32 [{b}, {h}, {sq}] (batch, heads, "
+                         f"seqlen_q), got {getattr(lse, 'dtype', type(lse).__name__)} "
+                         f"{getattr(lse, 'shape', '')}")
+    flat = {n: a[n].reshape((-1,) + a[n].shape[2:]) for n in ("dout", "q", "k", "v", "out")}
+    flat["softmax_lse"] = np.ascontiguousarray(np.moveaxis(lse, 1, 0).reshape(h, b * sq))
+    cu = {"cu_seqlens_q": (np.arange(b + 1) * sq).astype(np.int32),
+          "cu_seqlens_k": (np.arange(b + 1) * sk).astype(np.int32),
+          "max_seqlen_q": sq, "max_seqlen_k": sk}
+    res = _varlen(flat, {**args, **cu}, kw)
+    like = (a["q"].shape, a["k"].shape, a["v"].shape)
+    grads = [x.reshape(shape) for x, shape in zip(res, like, strict=True)]
+    spread = None if res.spread is None else {
+        n: tuple(x.reshape(shape) for x in res.spread[n])
+        for n, shape in zip(("dq", "dk", "dv"), like, strict=True)}
+    return _Varlen(*grads, spread)
 
 
 class _Varlen:
@@ -138,7 +175,8 @@ def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
         raise ValueError(f"softmax_lse: expected float32 [{h}, {q.shape[0]}] (heads, total_q: "
                          f"FA3's varlen layout), got {getattr(lse, 'dtype', type(lse).__name__)} "
                          f"{getattr(lse, 'shape', '')}")
-    lq, lk = np.diff(cq), np.diff(ck)
+    lq = seqused(args["seqused_q"], "seqused_q", np.diff(cq))
+    lk = seqused(args["seqused_k"], "seqused_k", np.diff(ck))
     msq = _max_seqlen(args["max_seqlen_q"], "max_seqlen_q", lq)
     msk = _max_seqlen(args["max_seqlen_k"], "max_seqlen_k", lk)
     # the launch's arguments once (dtypes, head dims, heads, softcap, deterministic), whatever
@@ -151,7 +189,7 @@ def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
     lows = [np.zeros_like(x) for x in grads]
     highs = [np.zeros_like(x) for x in grads]
     for i in range(len(lq)):
-        sq_, sk_ = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
+        sq_, sk_ = slice(cq[i], cq[i] + lq[i]), slice(ck[i], ck[i] + lk[i])
         if lq[i] == 0 or lk[i] == 0:
             continue  # no K/V block or no m_block: zero gradients
         res = flash.backward(dout[None, sq_], q[None, sq_], k[None, sk_], v[None, sk_],

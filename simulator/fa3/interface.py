@@ -191,7 +191,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         ValueError: bad offsets or lengths (naming the argument), what FA3 refuses.
         TypeError: ``executor`` or ``progress`` of the wrong type (as flash.forward).
         With CPU torch tensors that require grad, out is part of torch's graph as for
-        :func:`flash_attn_func` (FA3's ``FlashAttnVarlenFunc``; seqused_* not in the backward).
+        :func:`flash_attn_func` (FA3's ``FlashAttnVarlenFunc``, seqused_* included).
     Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
     """
     if trace is None and autograd.needs_grad(q, k, v):

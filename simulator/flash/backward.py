@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import mma
 from ..numerics import FORMATS, convert, fadd, ffma, fmul, fsub
-from ..numerics.mufu import ex2
+from ..numerics.mufu import ex2, tanh
 from . import chunks
 from .config import ARCHS
 from .constants import host_constants
@@ -93,6 +93,7 @@ class BackwardResult:
     lse_log2: np.ndarray
     tiles: BackwardTiles
     spread: dict | None = None
+    trace: dict | None = None
 
     def __iter__(self):
         return iter((self.dq, self.dk, self.dv))
@@ -160,7 +161,8 @@ class BackwardConfig:
     local: bool                      # the kernel's Is_local
     tiles: BackwardTiles
     softmax_scale: np.float32
-    scale_log2: np.float32
+    scale_log2: np.float32           # softmax_scale * log2(e), or softcap * log2(e) with softcap
+    softcap_val: np.float32          # softmax_scale / softcap (0: no softcap)
     deterministic: bool
     arch: str
 
@@ -182,7 +184,8 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
         ValueError: naming the argument: dtypes (fp16 / bf16, all the same), shapes of dout,
             out (q's), k / v (matching), softmax_lse ([batch, heads, seqlen_q] float32), head
             dims (a multiple of 8, at most 256, V's equal to Q's), heads_kv dividing heads,
-            softcap (not emulated in the backward), deterministic with kernel head dim 256
+            softcap and softmax_scale (as the forward checks them), deterministic with kernel
+            head dim 256
             (FA3 refuses it).
     """
     arrays = {"dout": dout, "q": q, "k": k, "v": v, "out": out}
@@ -216,10 +219,7 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
         raise ValueError(f"q, k: expected at least one head each, got heads = {h}, heads_kv = {hk}")
     if h % hk:
         raise ValueError(f"k: heads_kv = {hk} must divide heads = {h}")
-    host_constants(d, softmax_scale, softcap)  # softmax_scale and softcap as the forward checks them
-    if softcap:
-        raise ValueError("softcap: the backward with softcap is not emulated (no FA3 build with a "
-                         "softcap backward was measured); pass softcap=0.0")
+    consts = host_constants(d, softmax_scale, softcap)  # checked as the forward checks them
     if arch not in ARCHS:
         raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
     msq = sq if max_seqlen_q is None else int(max_seqlen_q)
@@ -228,16 +228,15 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
     if causal:
         win = (win[0], 0)
     is_causal, is_local = kernel_flags(win)
-    tiles = bwd_tiles(d, is_causal, is_local)
+    tiles = bwd_tiles(d, is_causal, is_local, consts["softcap_val"] > 0)
     if deterministic and not tiles.deterministic_supported:
         raise ValueError("deterministic: FA3's backward has no deterministic kernel for head dim "
                          f"{tiles.kernel_head_dim} (mha_bwd: 'Deterministic backward not supported "
                          "for hdim 256')")
     kwin = (msk - 1 if win[0] < 0 else win[0], msq - 1 if win[1] < 0 else win[1])
-    consts = host_constants(d, softmax_scale, 0.0)
     return BackwardConfig(DTYPES[q.dtype], b, sq, sk, h, hk, d, win, kwin, is_causal, is_local,
-                          tiles, consts["softmax_scale"], consts["scale_log2"], bool(deterministic),
-                          arch)
+                          tiles, consts["softmax_scale"], consts["scale_log2"],
+                          consts["softcap_val"], bool(deterministic), arch)
 
 
 def m_block_range(cfg: BackwardConfig, n_block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -274,7 +273,8 @@ def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
-             arch="sm90", spread=False, memory_budget=None, progress=None) -> BackwardResult:
+             arch="sm90", spread=False, memory_budget=None, progress=None,
+             trace=None) -> BackwardResult:
     """FlashAttention-3's backward, emulated bit for bit on Hopper warpgroups.
 
     Args:
@@ -282,7 +282,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             head_dim]; all bf16 or all fp16.
         lse: the forward's softmax_lse, float32 [batch, heads, seqlen_q] (natural log).
         softmax_scale: default 1/sqrt(head_dim). causal, window: as the forward.
-        softcap: must be 0 (the backward with softcap is not emulated).
+        softcap: FA3's tanh softcapping (0: off): S becomes tanh(S * softmax_scale / softcap)
+            (MUFU.TANH) and dS is multiplied by 1 - tanh^2, taken before the masks.
         deterministic: FA3's ``deterministic`` flag. Both modes give the bits of FA3's
             deterministic order of the float32 reduce-adds (:func:`dq_order`, GQA heads
             ascending); with False the library's own run may differ where ``spread`` says so.
@@ -295,6 +296,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             (default 4 GiB): CTAs run in chunks of whole (batch, head) rows that fit.
         progress: None, True (a bar on stderr) or a callable ``progress(done, total)`` in CTA
             m_block steps, as :func:`simulator.flash.forward`'s.
+        trace: None or ``(batch, head, n_block)``: record that CTA's steps
+            (:class:`CtaTrace`, ``result.trace``: a dict of float32 arrays).
     Returns:
         :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2; with
         ``spread`` a dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` of arrays like dq, dk, dv;
@@ -312,17 +315,20 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
                                max_seqlen_k=max_seqlen_k, arch=arch)
     want = spread and not cfg.deterministic
+    tracer = _make_tracer(cfg, trace)
     dpsum, lse_log2 = _preprocess(cfg, out, dout, lse)
     m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
     steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
     bar = chunks.Progress(progress, steps, "flash.backward")
     try:
-        dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar)
+        dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar,
+                                              tracer)
     finally:
         bar.close()
     dq = _postprocess_dq(cfg, dq_accum)
     (dk, dv), kv_bounds = _postprocess_kv(cfg, dk, dv, want)
-    result = BackwardResult(dq, dk, dv, dpsum, lse_log2, cfg.tiles)
+    result = BackwardResult(dq, dk, dv, dpsum, lse_log2, cfg.tiles,
+                            trace=None if tracer is None else tracer.arrays())
     if want:
         result.spread = {"dq": tuple(_postprocess_dq(cfg, x) for x in bounds), **kv_bounds}
     elif spread:  # one order only: the deterministic kernel
@@ -347,6 +353,55 @@ def _preprocess(cfg: BackwardConfig, out, dout, lse):
     return dpsum, lse_log2
 
 
+class CtaTrace:
+    """The steps of one backward CTA (``trace=(batch, head, n_block)`` of :func:`backward`):
+    per visited m_block, in visiting order, float32 arrays [kBlockM, kBlockN] ``s`` (Q K^T),
+    ``dtanh`` (softcap only: 1 - tanh^2 before the mask), ``scores`` (after softcap and mask,
+    -inf where masked), ``p``, ``dp`` (dO V^T), ``ds`` (before rounding) and [kBlockM, kd]
+    ``dq_partial`` (dS K, before the reduce-add); after the loop ``dk_accum`` / ``dv_accum``
+    [kBlockN, kd] (dK before ``* softmax_scale``). ``m_blocks`` lists the visited m_blocks."""
+
+    def __init__(self, cta: int, where: tuple[int, int, int]):
+        self.cta = cta
+        self.where = where
+        self.m_blocks: list[int] = []
+        self.steps: dict[str, list[np.ndarray]] = {}
+        self.final: dict[str, np.ndarray] = {}
+
+    def record(self, m_block: int, ctas: np.ndarray, arrays: dict) -> None:
+        hit = np.flatnonzero(ctas == self.cta)
+        if hit.size == 0:
+            return
+        self.m_blocks.append(int(m_block))
+        for name, x in arrays.items():
+            self.steps.setdefault(name, []).append(np.array(x[hit[0]], np.float32))
+
+    def finish(self, dk: np.ndarray, dv: np.ndarray) -> None:
+        self.final = {"dk_accum": dk[self.cta].copy(), "dv_accum": dv[self.cta].copy()}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """``{name: [steps, ...] float32}`` for the per-m_block steps (empty [0] when the CTA
+        visits no m_block), the final accumulators and ``m_blocks`` (int64)."""
+        out = {name: np.stack(v) for name, v in self.steps.items()}
+        return {**out, **self.final, "m_blocks": np.array(self.m_blocks, np.int64)}
+
+
+def _make_tracer(cfg: BackwardConfig, trace):
+    """A :class:`CtaTrace` for ``trace = (batch, head, n_block)``, or None."""
+    if trace is None:
+        return None
+    if (not isinstance(trace, tuple) or len(trace) != 3
+            or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in trace)):
+        raise ValueError(f"trace: expected a tuple (batch, head, n_block) of ints, got {trace!r}")
+    b, h, n = (int(i) for i in trace)
+    for name, i, size in (("batch", b, cfg.batch), ("head", h, cfg.heads),
+                          ("n_block", n, cfg.n_blocks)):
+        if not 0 <= i < size:
+            raise ValueError(f"trace: {name} {i} out of range: this call has {size} "
+                             f"({cfg.tiles.describe()})")
+    return CtaTrace((b * cfg.heads + h) * cfg.n_blocks + n, (b, h, n))
+
+
 def _ctas(cfg: BackwardConfig):
     """Every (batch, head, n_block) CTA: int arrays [C] and its m_block range."""
     b, h, n = np.meshgrid(np.arange(cfg.batch), np.arange(cfg.heads), np.arange(cfg.n_blocks),
@@ -357,7 +412,7 @@ def _ctas(cfg: BackwardConfig):
 
 
 def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False, budget=None,
-              bar=None):
+              bar=None, tracer=None):
     """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32
     [B, H, n_blocks * kBlockN, kd], and with ``spread`` dQaccum's (lo, hi) over every order of
     its reduce-adds (else None). CTAs run in chunks of whole (batch, head) rows of n_blocks
@@ -377,13 +432,15 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False,
     for start in range(0, cfg.batch * cfg.heads, per_row):
         sel = np.arange(start * cfg.n_blocks, min(len(b), (start + per_row) * cfg.n_blocks))
         _run_chunk(cfg, sel, (b, h, n, m_min, m_max), padded, dpsum, lse_log2, dk, dv, dq_accum,
-                   bounds, bar)
+                   bounds, bar, tracer)
+    if tracer is not None:
+        tracer.finish(dk, dv)
     dk = fmul(dk, cfg.softmax_scale, ftz=True)
     shape = (cfg.batch, cfg.heads, keys, kd)
     return dq_accum, dk.reshape(shape), dv.reshape(shape), bounds
 
 
-def _run_chunk(cfg, sel, ctas, padded, dpsum, lse_log2, dk, dv, dq_accum, bounds, bar):
+def _run_chunk(cfg, sel, ctas, padded, dpsum, lse_log2, dk, dv, dq_accum, bounds, bar, tracer):
     """The m_block loop of the CTAs ``sel`` (indices into ``ctas``), in place."""
     M, N = cfg.tiles.kblock_m, cfg.tiles.kblock_n
     kd = cfg.tiles.kernel_head_dim
@@ -407,17 +464,29 @@ def _run_chunk(cfg, sel, ctas, padded, dpsum, lse_log2, dk, dv, dq_accum, bounds
         zero = np.full((act.size, M, N), -0.0, np.float32)  # zero_init: scale-d = 0
         s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)                # [A, M, N]
         dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
+        traced = {"s": s, "dp": dp}
+        dtanh = None
+        if cfg.softcap_val > 0:
+            # apply_softcap then calculate_dtanh (hopper/utils.h), before the mask as FA3 does it
+            # (after it, 1 - (-inf)^2 would be NaN); 1 - t*t is one FFMA (docs/backward.md)
+            s = tanh(fmul(s, cfg.softcap_val, ftz=True), arch=cfg.arch)
+            dtanh = ffma(-s, s, np.float32(1), ftz=True)
+            traced["dtanh"] = dtanh
         ok = allowed(r[None, :, None], key_idx[act][:, None, :], cfg.seqlen_q, cfg.seqlen_k,
                      cfg.window)
         s = np.where(ok, s, _NEG_INF)
         lse_m = lse_log2[ab, ah][:, r]                                                  # [A, M]
         p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
         ds = fmul(p, fsub(dp, dpsum[ab, ah][:, r][..., None], ftz=True), ftz=True)
+        if dtanh is not None:
+            ds = fmul(ds, dtanh, ftz=True)
         p16 = convert(p, cfg.fmt)
         ds16 = convert(ds, cfg.fmt)
         dv[at] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[at], instruction=ins)
         dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), instruction=ins)
         dk[at] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[at], instruction=ins)
+        if tracer is not None:
+            tracer.record(m, at, {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
         _ordered_add(dq_accum, ab, ah, r, dqp, order[act], bounds)
         if bar is not None:
             bar.update(int(act.size))

@@ -79,12 +79,15 @@ def _rows(cfg, qd, kd, vd, descale_qk, descale_v, scale, rows):
     return out, lse
 
 
-def reference_backward(dout, q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1)):
-    """The exact gradients of attention in float64 on the exact input values (no softcap).
+def reference_backward(dout, q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1),
+                       softcap=0.0):
+    """The exact gradients of attention in float64 on the exact input values.
 
-    ``P = softmax(scale * Q K^T)`` under the masks, ``O = P V``; ``dV = P^T dO``,
-    ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = scale * dS K``, ``dK = scale * dS^T Q``,
-    summed over the query heads of each kv head (GQA). O is the exact one, not the kernel's.
+    ``P = softmax(S)`` under the masks with ``S = scale * Q K^T`` (with softcap ``c``:
+    ``S = c * tanh(scale * Q K^T / c)``), ``O = P V``; ``dV = P^T dO``,
+    ``dS = P * (dO V^T - rowsum(dO * O))`` (with softcap times ``1 - tanh^2``),
+    ``dQ = scale * dS K``, ``dK = scale * dS^T Q``, summed over the query heads of each kv head
+    (GQA). O is the exact one, not the kernel's.
 
     Args: as :func:`simulator.flash.backward` (bf16 / fp16 arrays).
     Returns:
@@ -92,7 +95,8 @@ def reference_backward(dout, q, k, v, *, softmax_scale=None, causal=False, windo
     Raises:
         ValueError: invalid arguments, as :func:`simulator.flash.forward`.
     """
-    cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window)
+    cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
+                      softcap=softcap)
     group = cfg.heads // cfg.heads_kv
     kvh = np.arange(cfg.heads) // group
     kd, vd = k.astype(np.float64)[:, :, kvh], v.astype(np.float64)[:, :, kvh]
@@ -109,6 +113,10 @@ def reference_backward(dout, q, k, v, *, softmax_scale=None, causal=False, windo
         qd = q[:, r0:r1].astype(np.float64)
         g = dout[:, r0:r1].astype(np.float64)
         s = np.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
+        dtanh = 1.0
+        if cfg.softcap > 0:
+            t = np.tanh(s / cfg.softcap)
+            s, dtanh = cfg.softcap * t, 1.0 - t * t
         ok = allowed(np.arange(r0, r1)[None, :, None], cols[None], cfg.seqlen_q,
                      cfg.seqlens_k[:, None, None], cfg.window)
         s = np.where(ok[:, None], s, -np.inf)
@@ -120,7 +128,7 @@ def reference_backward(dout, q, k, v, *, softmax_scale=None, causal=False, windo
             p = np.where(total > 0, e / total, 0.0)                       # [B, H, rows, Sk]
         o = np.einsum("bhqk,bkhd->bqhd", p, vd)
         dp = np.einsum("bqhd,bkhd->bhqk", g, vd)
-        ds = p * (dp - np.einsum("bqhd,bqhd->bhq", g, o)[..., None])
+        ds = p * (dp - np.einsum("bqhd,bqhd->bhq", g, o)[..., None]) * dtanh
         dq[:, r0:r1] = scale * np.einsum("bhqk,bkhd->bqhd", ds, kd)
         dk_h += scale * np.einsum("bhqk,bqhd->bkhd", ds, qd)
         dv_h += np.einsum("bhqk,bqhd->bkhd", p, g)
