@@ -315,6 +315,12 @@ def test_autograd_refuses_up_front():
     k, v = to_torch(a["k"]), to_torch(a["v"])
     with pytest.raises(ValueError, match="softcap: expected a finite number"):
         fa3.flash_attn_func(q, k, v, softcap=-5.0)
+    # softcap through autograd: the bits of flash_attn_backward with the forward's softcap
+    out = fa3.flash_attn_func(q, k, v, softcap=5.0)
+    out.backward(torch.ones_like(out))
+    o, lse = fa3.flash_attn_func(a["q"], a["k"], a["v"], softcap=5.0, return_attn_probs=True)
+    dq = fa3.flash_attn_backward(np.ones_like(o), a["q"], a["k"], a["v"], o, lse, softcap=5.0)[0]
+    assert np.array_equal(q.grad.view(torch.int16).numpy().view(np.uint16), dq.view(np.uint16))
 
 
 # ---- softcap, seqused, trace --------------------------------------------------------------------
