@@ -15,7 +15,7 @@ import pytest
 
 from simulator import cli, compare, hw, mma, strategies
 from simulator.errors import RecordedDataError
-from simulator.numerics import fadd, mufu, mufu_data, to_float32
+from simulator.numerics import fadd, mufu, mufu_cache, mufu_data, to_float32
 from simulator.trace import Trace
 
 BF16 = ml_dtypes.bfloat16
@@ -291,7 +291,7 @@ def fresh_mufu(monkeypatch, tmp_path):
     """MUFU tables loaded afresh, with the decoded-table cache in a temporary folder."""
     monkeypatch.setenv("FA3SIM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(mufu_data.ENV_DIR, raising=False)
-    monkeypatch.setattr(mufu_data, "_WARNED", set(), raising=False)
+    monkeypatch.setattr(mufu_cache, "WARNED", set())
     mufu_data.load.cache_clear()
     mufu.clear_models()
     yield tmp_path
@@ -338,7 +338,7 @@ def good_cache(tmp_path_factory):
 
 
 def _cache_path(name="rcp"):
-    return mufu_data._cache_path(name, mufu_data.provenance("sm90")["table_blake2b"][name])
+    return mufu_cache.cache_path(name, mufu_data.provenance("sm90")["table_blake2b"][name])
 
 
 def _load_with_warnings():
@@ -992,7 +992,7 @@ def test_a_killed_writers_temporary_file_is_removed_when_stale(fresh_mufu, good_
     _, folder = good_cache
     cache = fresh_mufu / "cache"
     shutil.copytree(folder, cache)
-    monkeypatch.setattr(mufu_data, "_SWEPT", set())
+    monkeypatch.setattr(mufu_cache, "SWEPT", set())
     stale, fresh = cache / ".mufu-3-rcp-x.npy.abc.tmp", cache / ".mufu-3-lg2-x.npy.def.tmp"
     for p in (stale, fresh):
         p.write_bytes(b"\0" * 1000)

@@ -36,16 +36,15 @@ import hashlib
 import io
 import json
 import os
-import stat
 import threading
-import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import RecordedDataError
+from . import mufu_cache
+from .mufu_cache import CACHE_VERSION, STALE_TMP_SECONDS, cache_dir  # noqa: F401 (public here too)
 from .mufu_codec import (
     TABLES,
     checksum,
@@ -62,7 +61,6 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "mufu"
 ENV_DIR = "FA3SIM_MUFU_DATA"
 REGENERATE = "python -m simulator calibrate"
 FORMAT_VERSION = 1
-CACHE_VERSION = 2  # layout of the cache files (one .npy per table)
 
 #: tanh binade kinds (per biased exponent of |x|)
 TANH_IDENTITY, TANH_TABLE, TANH_ONE, TANH_SPECIAL = 0, 1, 2, 3
@@ -174,42 +172,6 @@ def save(folder: str | os.PathLike, arch: str, tables: dict[str, np.ndarray], pr
     return prov
 
 
-def cache_dir() -> Path:
-    """Where decoded tables are cached (``$FA3SIM_CACHE``, else ``$XDG_CACHE_HOME`` or
-    ``~/.cache``, under ``fa3-hopper-simulator``). Decoding takes seconds; reading the cache
-    a fraction of one. The cache holds one uncompressed ``.npy`` file per table, named after
-    the table's recorded checksum, and every file is re-verified against it at load."""
-    root = os.environ.get("FA3SIM_CACHE")
-    if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fa3-hopper-simulator"
-
-
-def _cache_path(name: str, checksum_hex: str) -> Path:
-    return cache_dir() / f"mufu-{CACHE_VERSION}-{name}-{checksum_hex}.npy"
-
-
-_WARNED: set[str] = set()  # cache problems already reported in this process
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=5)
-
-
-def _unusable_cache(path: Path, why: str) -> None:
-    _warn_once("unusable", f"cannot use the MUFU table cache {path} ({why}); decoding the tables "
-                           "from the shipped data instead, which takes seconds in every process. "
-                           "Remove it, or set FA3SIM_CACHE to a writable folder.")
-
-
-def _damaged_cache(path: Path, why: str) -> None:
-    warnings.warn(f"ignoring the MUFU table cache {path}: {why}; decoding the tables from the "
-                  "shipped data and rewriting the cache", RuntimeWarning, stacklevel=5)
-
-
 class _Source:
     """One architecture's shipped files, read once and checked (sha256 of the npz)."""
 
@@ -290,93 +252,6 @@ class _Source:
                                     f"expected {want} (recorded in {self.json_path.name})")
 
 
-def _read_header(fh) -> tuple[np.dtype, tuple, int]:
-    version = np.lib.format.read_magic(fh)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-    elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-    else:
-        raise ValueError(f"unsupported .npy version {version}")
-    if fortran:
-        raise ValueError("Fortran-ordered array")
-    return dtype, shape, fh.tell()
-
-
-def _cache_file(path: Path):
-    """An open cache file, or None when there is none or it cannot be used (reported)."""
-    try:
-        mode = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        _unusable_cache(path, f"{type(exc).__name__}: {exc}")
-        return None
-    if not stat.S_ISREG(mode):  # a directory, or a link to /dev/null or a FIFO
-        _unusable_cache(path, "not a regular file")
-        return None
-    try:
-        return open(path, "rb")  # noqa: SIM115 (closed by the caller)
-    except OSError as exc:
-        _unusable_cache(path, f"{type(exc).__name__}: {exc}")
-        return None
-
-
-def _read_cached(path: Path, dtype: np.dtype, size: int, verify, mmap: bool):
-    """The array cached at ``path`` if it has ``dtype``, ``size`` elements and passes
-    ``verify(array) -> problem or None``; else None (after one warning; the caller rebuilds it).
-
-    ``mmap``: map the file read-only (only the pages used become resident) after verifying its
-    bytes through ordinary reads of the same open file; otherwise read it into memory."""
-    fh = _cache_file(path)
-    if fh is None:
-        return None
-    with fh:
-        try:
-            got_dtype, shape, offset = _read_header(fh)
-        except Exception as exc:  # foreign content: rebuilt
-            _damaged_cache(path, f"cannot read it ({type(exc).__name__}: {exc})")
-            return None
-        if got_dtype != dtype or shape != (size,):
-            _damaged_cache(path, f"it holds {got_dtype} {shape}, expected {np.dtype(dtype)} "
-                                 f"({size},)")
-            return None
-        try:
-            if mmap:
-                problem = verify(_FileChunks(fh, offset, dtype, size))
-                arr = None if problem else np.memmap(fh, dtype=dtype, mode="r", offset=offset,
-                                                     shape=(size,))
-            else:
-                arr = np.empty(size, dtype=dtype)
-                if fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:
-                    raise ValueError("file is shorter than its header says")
-                problem = verify(arr)
-        except (OSError, ValueError) as exc:
-            _damaged_cache(path, f"cannot read it ({type(exc).__name__}: {exc})")
-            return None
-    if problem:
-        _damaged_cache(path, problem)
-        return None
-    return arr
-
-
-class _FileChunks:
-    """The data of an open .npy file read in chunks (for verification without mapping it)."""
-
-    def __init__(self, fh, offset: int, dtype: np.dtype, size: int):
-        self.fh, self.offset, self.dtype, self.size = fh, offset, np.dtype(dtype), size
-
-    def chunks(self, step: int = 1 << 20):
-        self.fh.seek(self.offset)
-        buf = np.empty(step, dtype=self.dtype)
-        for lo in range(0, self.size, step):
-            n = min(step, self.size - lo)
-            view = buf[:n]
-            if self.fh.readinto(memoryview(view).cast("B")) != view.nbytes:
-                raise ValueError("file is shorter than its header says")
-            yield view
-
-
 _SLOTS: dict[int, threading.BoundedSemaphore] = {}
 
 
@@ -401,75 +276,6 @@ def _decode_slots() -> threading.BoundedSemaphore:
     return slots
 
 
-def _chunks(a, step: int = 1 << 20):
-    if isinstance(a, _FileChunks):
-        yield from a.chunks(step)
-    else:
-        for lo in range(0, a.size, step):
-            yield a[lo:lo + step]
-
-
-def _write_cache(path: Path, table: np.ndarray) -> None:
-    from ..io import write_bytes_atomic
-
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(table))
-    try:
-        # not fsynced: every load verifies the file against the recorded checksum, so one torn
-        # by a crash is caught and rewritten; the fsync of 160 MB took about 0.1 s of a cold run
-        write_bytes_atomic(path, [header.getvalue(), memoryview(np.ascontiguousarray(table).view(np.uint8))],
-                           durable=False)
-    except OSError as exc:  # FA3SIM_CACHE a file, /dev/null, a read-only folder: decode each time
-        _unusable_cache(path, f"cannot write it: {exc.strerror or exc}")
-        return
-    except ValueError as exc:  # the cache path exists and is not a regular file
-        _unusable_cache(path, str(exc))
-        return
-    _remove_old_versions(path.parent)
-
-
-#: a temporary cache file untouched for this long belongs to a writer that was killed: a live
-#: one writes its 20-64 MB within seconds
-STALE_TMP_SECONDS = 600
-
-
-def _remove_stale_tmp(folder: Path) -> None:
-    """Delete the temporary files (``.mufu-*.tmp``) that writers killed mid-write left in
-    ``folder``; once per process, at the first table load."""
-    if str(folder) in _SWEPT:
-        return
-    _SWEPT.add(str(folder))
-    try:
-        found = list(folder.glob(".mufu-*.tmp"))
-    except OSError:
-        return
-    now = time.time()
-    for p in found:
-        try:
-            if p.is_file() and not p.is_symlink() and now - p.stat().st_mtime > STALE_TMP_SECONDS:
-                p.unlink()
-        except OSError:  # another process removed it, or no permission: only disk space
-            pass
-
-
-_SWEPT: set[str] = set()  # cache folders already swept of stale temporary files
-
-
-def _remove_old_versions(folder: Path) -> None:
-    """Delete the cache files of earlier cache layouts in ``folder`` (``mufu-tables-1-*.npz``
-    of version 1, ``mufu-<v>-*.npy`` of versions below :data:`CACHE_VERSION`): this process
-    just wrote the current layout, and nothing reads the old files any more."""
-    old = [*folder.glob("mufu-tables-*.npz"),
-           *(p for p in folder.glob("mufu-*-*.npy")
-             if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) < CACHE_VERSION)]
-    for p in old:
-        try:
-            if p.is_file() and not p.is_symlink():
-                p.unlink()
-        except OSError:  # another process, or no permission: harmless, it is only disk space
-            pass
-
-
 def _fail(path: Path, what: str) -> MufuDataError:
     return MufuDataError(
         f"MUFU data for this architecture is unusable: {path}: {what}. Regenerate it on a machine "
@@ -480,18 +286,18 @@ def _table(src: _Source, name: str, mmap: bool, cache: bool = True) -> np.ndarra
     """Table ``name``, from the cache when it holds a verified copy, else decoded (and cached
     when ``cache``)."""
     want = src.sums[name]
-    path = _cache_path(name, want)
+    path = mufu_cache.cache_path(name, want)
 
     def verify(a):
         h = table_hasher(name)
-        for c in _chunks(a):
+        for c in mufu_cache.chunks(a):
             h.update(little_endian(c))
         got = finish_hash(h, name, src.tanh_kind, src.tanh_shift)
         return None if got == want else f"checksum {got} of its table differs from the recorded {want}"
 
     size = table_inputs(name, src.tanh_kind, src.tanh_shift).size if name == "tanh" else 1 << 23
     if cache:
-        cached = _read_cached(path, np.dtype(np.uint32), size, verify, mmap)
+        cached = mufu_cache.read_cached(path, np.dtype(np.uint32), size, verify, mmap)
         if cached is not None:
             return cached
     table = src.decode(name)
@@ -499,7 +305,7 @@ def _table(src: _Source, name: str, mmap: bool, cache: bool = True) -> np.ndarra
     if got != want:
         raise src.mismatch(f"table {name}", got, want)
     if cache:
-        _write_cache(path, table)
+        mufu_cache.write_cache(path, table)
     return table
 
 
@@ -525,7 +331,7 @@ def tables(arch: str, names, mmap: bool = True) -> dict[str, np.ndarray]:
         if n not in TABLES:
             raise KeyError(f"names: expected tables from {TABLES}, got {n!r}")
     src = _Source(arch)
-    _remove_stale_tmp(cache_dir())
+    mufu_cache.remove_stale_tmp(mufu_cache.cache_dir())
     if src.sums is None:
         full = load(arch)
         return {k: full[k] for k in (*names, "tanh_kind", "tanh_shift")}
@@ -552,7 +358,7 @@ def ex2_table(arch: str) -> np.ndarray:
         MufuDataError: as :func:`tables`.
     """
     src = _Source(arch)
-    _remove_stale_tmp(cache_dir())
+    mufu_cache.remove_stale_tmp(mufu_cache.cache_dir())
     if src.sums is None:
         full = load(arch)
         out = _ex2_layout(full["ex2_pos"], full["ex2_neg"])
@@ -561,11 +367,11 @@ def ex2_table(arch: str) -> np.ndarray:
     half = 1 << 23
     want = {n: src.sums[n] for n in ("ex2_pos", "ex2_neg")}
     key = hashlib.blake2b((want["ex2_pos"] + want["ex2_neg"]).encode(), digest_size=16).hexdigest()
-    path = _cache_path("ex2c", key)
+    path = mufu_cache.cache_path("ex2c", key)
 
     def verify(a):
         pos = table_hasher("ex2_pos")
-        for c in _chunks(a[:half]):
+        for c in mufu_cache.chunks(a[:half]):
             pos.update(little_endian(c.view(np.uint32)))
         neg = table_hasher("ex2_neg")
         neg.update(little_endian(a[half:half + 1].view(np.uint32)))
@@ -579,12 +385,12 @@ def ex2_table(arch: str) -> np.ndarray:
                if got[n] != want[n]]
         return "; ".join(bad) or None
 
-    cached = _read_cached(path, np.dtype(np.int32), 2 * half, verify, mmap=False)
+    cached = mufu_cache.read_cached(path, np.dtype(np.int32), 2 * half, verify, mmap=False)
     if cached is None:  # decoded (not cached on their own: this layout holds both)
         pos = _table(src, "ex2_pos", mmap=False, cache=False)
         cached = _ex2_layout(pos, _table(src, "ex2_neg", mmap=False, cache=False))
         del pos
-        _write_cache(path, cached)
+        mufu_cache.write_cache(path, cached)
     cached.setflags(write=False)
     return cached
 
