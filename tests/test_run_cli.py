@@ -539,7 +539,7 @@ def test_heads_with_grouped_kv_heads(tmp_path, capsys, heads, note):
     src = _gqa_file(tmp_path)
     _main(capsys, "--input", src, "--out", tmp_path / "full.npz")
     _, text = _main(capsys, "--input", src, "--heads", heads, "--out", tmp_path / "part.npz")
-    assert note in text
+    assert note in " ".join(text.split())  # the summary wraps at 99 columns
     idx = [int(h) for h in heads.split(",")]
     full, part = run.load_result(tmp_path / "full.npz"), run.load_result(tmp_path / "part.npz")
     assert np.array_equal(part["out"].view(np.uint16), full["out"].view(np.uint16)[:, :, idx])
@@ -868,3 +868,15 @@ def test_load_result_of_a_file_run_did_not_write_says_what_it_lacks(tmp_path):
     (tmp_path / "text.npz").write_text("hello")
     with pytest.raises(ValueError, match="text.npz is not a result file"):
         run.load_result(tmp_path / "text.npz")
+
+
+def test_summary_fits_100_columns_and_wraps_at_spaces():
+    """The varlen default input makes the longest lines (shapes, dispatch, max ulp per head)."""
+    from simulator.run.report import WIDTH, wrap_line
+
+    line = "shapes    " + " ".join(f"word{i}" for i in range(40))
+    wrapped = wrap_line(line)
+    assert len(wrapped) > 1 and all(len(w) <= WIDTH for w in wrapped)
+    assert " ".join(" ".join(wrapped).split()) == " ".join(line.split())  # no word split or lost
+    assert all(w.startswith(" " * 10) and w[10] != " " for w in wrapped[1:])
+    assert wrap_line("x" * 150) == ["x" * 150]  # one long word stays whole

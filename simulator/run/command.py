@@ -34,6 +34,7 @@ from .report import (
     step_choice,
     step_table,
     summary,
+    wrap_line,
 )
 from .results import check_output_path, save_result
 from .workload import FORMATS, is_varlen, load_workload, select_heads, varlen_lengths
@@ -335,7 +336,7 @@ def main(argv: list[str]) -> int:
     lines = [summary(work, cfg, m, times, forward_calls(work, kwargs), seq_cfgs)]
     idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c), name=c) for c in trace_ctas
             if not trace.for_cta(c)}
-    lines += [f"trace     {note}" for note in idle.values() if note]
+    lines += [w for note in idle.values() if note for w in wrap_line(f"trace     {note}")]
     if args.step:
         lines += ["", step_choice(trace_ctas, [c for c in trace_ctas if trace.for_cta(c)],
                                   default=not args.trace_cta)]
@@ -347,12 +348,12 @@ def main(argv: list[str]) -> int:
     grads = None
     if args.backward:
         grads = run_backward(work, kwargs, out, lse, args.dout_seed)
-        lines.append(report(grads, args.dout_seed))
+        lines += [w for line in report(grads, args.dout_seed).splitlines() for w in wrap_line(line)]
     status = EXIT_OK
     if args.device:
         same, text = (run_device_varlen(work, kwargs, out, lse) if seq_cfgs else
                       run_device(work, kwargs, out, lse, trace, trace_ctas, cfg.kblock_m))
-        lines.append(text)
+        lines += [w for line in text.splitlines() for w in wrap_line(line)]
         status = EXIT_OK if same else EXIT_MISMATCH
     params = {"source": work.source, "dtype": work.fmt, "notes": work.notes,
               "heads": work.heads, "seqlens_k": None if work.seqlens_k is None else
@@ -374,10 +375,11 @@ def main(argv: list[str]) -> int:
         extra = {"dout": grads["dout"], "dq": grads["dq"], "dk": grads["dk"], "dv": grads["dv"]}
     save_result(out_path, out, lse, ref_out, ref_lse, trace, params, extra)
     print("\n".join(lines))
-    print(f"wrote     {out_path}: out, lse, ref_out, ref_lse, "
-          f"{'dout, dq, dk, dv, ' if grads is not None else ''}params, trace of "
-          f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
-          f"simulator.run.load_result")
+    print("\n".join(wrap_line(
+        f"wrote     {out_path}: out, lse, ref_out, ref_lse, "
+        f"{'dout, dq, dk, dv, ' if grads is not None else ''}params, trace of "
+        f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
+        f"simulator.run.load_result")))
     if plot_path is not None:
         plot(plot_path, work, kwargs, seq_cfgs[args.plot_batch] if seq_cfgs else cfg, out, ref_out,
              args.plot_batch)

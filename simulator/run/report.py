@@ -4,6 +4,8 @@ per-step table of one quad and which CTA the trace shows (and why another is idl
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 
 import numpy as np
 
@@ -66,7 +68,24 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int, seq_cfgs=No
     lines += _error_lines(m, out_fmt, heads)
     lines.append(f"time      emulation {times['emulate']:.1f} s (+ {times['setup']:.1f} s loading the "
                  f"MUFU tables), reference {times['reference']:.2f} s")
-    return "\n".join(lines)
+    return "\n".join(wrapped for line in lines for wrapped in wrap_line(line))
+
+
+#: the summary's width: it reads in an 100-column terminal without a line breaking mid-word
+WIDTH = 99
+
+
+def wrap_line(line: str, width: int = WIDTH) -> list[str]:
+    """``line`` broken at spaces into lines of at most ``width`` columns (a word longer than
+    that stays whole), the continuations indented to where its text starts after the label
+    (``"shapes    varlen: ..."`` continues under ``varlen``)."""
+    if len(line) <= width:
+        return [line]
+    lead = len(line) - len(line.lstrip(" "))
+    indent = lead + 2 if lead else len(re.match(r"\S*\s*", line).group(0))
+    indent = indent if indent < width // 2 else 10
+    return textwrap.wrap(line, width, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False, drop_whitespace=True) or [line]
 
 
 def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
