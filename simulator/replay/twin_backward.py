@@ -42,7 +42,9 @@ _MASKS = {"none": (False, (-1, -1)), "causal": (True, (-1, -1)), "local": (False
           "right": (False, (-1, 30))}
 
 
-def _case(name, seed, hd, dtype, mask, b, sq, sk, h, hk, softcap=0.0, scale=None) -> dict:
+def make_case(name, seed, hd, dtype, mask, b, sq, sk, h, hk, softcap=0.0, scale=None) -> dict:
+    """A case dict (:mod:`simulator.replay.bwd_cases` keys plus ``softcap`` and ``mask``, one of
+    "none", "causal", "local" (40, 20) or "right" (-1, 30))."""
     causal, window = _MASKS[mask]
     return {"name": name, "seed": seed, "dtype": dtype, "batch": b, "seqlen_q": sq,
             "seqlen_k": sk, "heads": h, "heads_kv": hk, "head_dim": hd, "causal": causal,
@@ -80,7 +82,7 @@ def cases() -> list[dict]:
     out = []
     for i, (name, hd, dt, mask, b, sq, sk, h, hk, sc) in enumerate(spec):
         scale = 0.3 if name == "d64_scale_f16" else None
-        out.append(_case(name, 7000 + i, hd, dt, mask, b, sq, sk, h, hk, sc, scale))
+        out.append(make_case(name, 7000 + i, hd, dt, mask, b, sq, sk, h, hk, sc, scale))
     return out
 
 
