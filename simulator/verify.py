@@ -11,7 +11,18 @@ import time
 from collections.abc import Callable
 
 from .errors import RecordedDataError
-from .replay import fa3_api, fa3_backward, fa3_library, forward_goldens, hw, hypothesis, mma, mufu, numerics
+from .replay import (
+    fa3_api,
+    fa3_backward,
+    fa3_library,
+    forward_goldens,
+    hw,
+    hypothesis,
+    mma,
+    mufu,
+    numerics,
+    twin_backward,
+)
 
 #: topic name -> function(quick: bool) -> list of result rows
 TOPICS: dict[str, Callable[[bool], list[dict]]] = {
@@ -21,7 +32,7 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "mma": lambda quick: mma.check_all(quick=quick),
     "forward": lambda quick: forward_goldens.check_all(quick=quick) + hypothesis.check_sample(quick),
     "fa3": lambda quick: fa3_library.check_all(quick=quick) + fa3_api.check_all(quick=quick),
-    "backward": lambda quick: fa3_backward.replay(quick=quick),
+    "backward": lambda quick: fa3_backward.replay(quick=quick) + twin_backward.replay(quick=quick),
 }
 
 
