@@ -179,3 +179,13 @@ def test_engine_from_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="^SIMULATOR_ENGINE: expected one of"):
         engine.get_engine()
     monkeypatch.setitem(engine._state, "engine", None)
+
+
+def test_forward_goldens_replay_through_the_compiled_engine():
+    """Every recorded forward golden of the H200 (O and LSE bits), with the forward's GEMMs
+    on the compiled engine."""
+    from simulator.replay import forward_goldens as fg
+
+    with engine.use_engine("numba"):
+        rows = fg.check_all()
+    assert rows and all(r["mismatches"] == 0 for r in rows), [r for r in rows if r["mismatches"]]
