@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import engine
 from ..numerics import FORMATS, to_float32
 from ..numerics.bits import reject_subclass
 from .fused import FusedDotAdd, fused_dot_add
@@ -234,6 +235,8 @@ def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.
     if k % ins.k:
         raise ValueError(f"A: K = {k} is not a multiple of the instruction's k = {ins.k}")
     d = _accumulator(C, (m, b64.shape[-1]))
+    if k and engine.numba_dot_add(ins.params, a64.size * b64.shape[-1]):
+        return engine.dot_add(a64, b64, d, ins.params, ins.k)  # every k-step in one call
     for k0 in range(0, k, ins.k):  # the kernel's sequential k-steps (K / k of them)
         d = _chunked(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], d, ins.params)
     return d

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import engine
 from . import fast
 from .spec import FusedDotAdd, dot_add_by_steps, round_to_float32
 from .termloop import term_loop_step
@@ -33,6 +34,9 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
     Raises:
         ValueError: ``p.k_steps`` does not cover K.
     """
+    k = a.shape[-1]
+    if engine.numba_dot_add(p, a.size * b.shape[-1]) and k:
+        return engine.dot_add(a, b, np.asarray(c, dtype=np.float32), p, k)
     return dot_add_by_steps(a, b, c, p, fused_step)
 
 

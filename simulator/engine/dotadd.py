@@ -1,0 +1,375 @@
+"""The tensor-core fused dot-add compiled with numba: the arithmetic of
+:func:`simulator.mma.spec.spec_step` (and its per-term evaluation ``termloop``), one output
+element at a time, every k-step of a GEMM fused in one call.
+
+Per output and sequential fused step: E = the largest exponent among the nonzero finite terms
+(``max(floor(log2|a|), emin) + max(floor(log2|b|), emin)`` for a product, ``floor(log2|c|)``
+for C); every term is scaled by 2^(F - E), truncated toward zero and summed exactly in float64
+(integers below 2^40); the sum is rounded to float32 (``out_round`` at ``out_bits`` bits).
+Outputs touching inf or NaN are the IEEE value of the exact sum; an exact zero sum is -0 only
+when C and every product are -0; NaN results are 0x7fffffff. ``k_steps`` and ``c_in_sum``
+(FP8 mma.sync) as :func:`simulator.mma.spec.dot_add_by_steps` applies them.
+
+Importing this module imports numba; the machine code is cached on disk (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+_NO_EXP = -(1 << 20)  # exponent of a zero or non-finite operand: two still fit int32
+_CANONICAL_NAN = 0x7FFFFFFF
+_RZ, _RN = 0, 1
+
+_JIT = dict(cache=True, nogil=True)
+
+
+@numba.njit(**_JIT)
+def _exponents(x, emin, out):
+    """max(floor(log2|x|), emin) of a flat float64 array into int32 ``out``; _NO_EXP for
+    zeros and non-finite values."""
+    for i in range(x.size):
+        v = x[i]
+        if v != 0.0 and math.isfinite(v):
+            e = math.frexp(v)[1] - 1
+            out[i] = e if e > emin else emin
+        else:
+            out[i] = _NO_EXP
+
+
+@numba.njit(**_JIT)
+def _rz(x, bits):
+    """Finite float64 ``x`` toward zero to ``bits`` significant bits, as float32 (below 2^-126
+    at float32's quantum 2^(-126 - (bits - 1))); 2^128 and above give +-inf."""
+    if x == 0.0:
+        return np.float32(x)
+    m, e = math.frexp(x)
+    if e - 1 >= -126:
+        return np.float32(math.ldexp(np.trunc(math.ldexp(m, bits)), e - bits))
+    q = -126 - (bits - 1)
+    return np.float32(math.ldexp(np.trunc(math.ldexp(x, -q)), q))
+
+
+@numba.njit(**_JIT)
+def _round(x, mode, bits):
+    """``simulator.mma.spec.round_to_float32`` of one float64 value (non-finite passes)."""
+    if not math.isfinite(x):
+        return np.float32(x)
+    if mode == _RZ:
+        return _rz(x, bits)
+    if bits >= 24 or x == 0.0:
+        return np.float32(x)
+    e = math.frexp(x)[1] - 1
+    q = (e if e > -126 else -126) - (bits - 1)
+    return np.float32(math.ldexp(np.rint(math.ldexp(x, -q)), q))
+
+
+@numba.njit(**_JIT)
+def _step(a, ea, bt, ebt, pos, k0, c, frac_bits, out_round, out_bits):
+    """One fused step over the K positions ``k0 + pos`` of A row ``a`` / B column ``bt`` (float64
+    values, int32 exponents), C = float32 ``c`` inside the sum. Returns float32 (NaN with any
+    payload: the caller writes the canonical one)."""
+    c64 = np.float64(c)
+    special = not math.isfinite(c64)
+    big_e = _NO_EXP
+    if c64 != 0.0 and not special:
+        big_e = math.frexp(c64)[1] - 1
+    for t in range(pos.size):
+        k = k0 + pos[t]
+        if not (math.isfinite(a[k]) and math.isfinite(bt[k])):
+            special = True
+        e = ea[k] + ebt[k]
+        if e > big_e:
+            big_e = e
+    if special:  # the IEEE value of the exact sum (finite terms cannot overflow float64)
+        s = c64
+        for t in range(pos.size):
+            s += a[k0 + pos[t]] * bt[k0 + pos[t]]
+        return np.float32(s)
+    if big_e < _NO_EXP // 2:
+        big_e = 0
+    scale = math.ldexp(1.0, frac_bits - big_e)
+    total = np.trunc(c64 * scale)
+    for t in range(pos.size):
+        k = k0 + pos[t]
+        total += np.trunc(a[k] * bt[k] * scale)
+    if total == 0.0:
+        return _signed_zero(a, bt, pos, k0, c)
+    return _round(total / scale, out_round, out_bits)
+
+
+@numba.njit(**_JIT)
+def _signed_zero(a, bt, pos, k0, c):
+    """The zero of an exact zero sum: -0 when C and every product are -0, else +0."""
+    if c != 0.0 or math.copysign(1.0, c) > 0:
+        return np.float32(0.0)
+    for t in range(pos.size):
+        p = a[k0 + pos[t]] * bt[k0 + pos[t]]
+        if p != 0.0 or math.copysign(1.0, p) > 0:
+            return np.float32(0.0)
+    return np.float32(-0.0)
+
+
+@numba.njit(**_JIT)
+def _c_exponent(bits):
+    """floor(log2|c|) of a float32 from its int32 bits; _NO_EXP for zeros (inf / NaN are
+    handled by the caller)."""
+    ex = (bits >> 23) & 0xFF
+    if ex != 0:
+        return ex - 127
+    if bits & 0x7FFFFF == 0:
+        return _NO_EXP
+    return math.frexp(np.float64((bits & 0x7FFFFF) * 2.0**-149))[1] - 1
+
+
+@numba.njit(**_JIT)
+def _column_ieee(arow, b, br, j, k0, k1, c):
+    """The IEEE float64 value of sum_k a[k] b[k, j] + c, as float32."""
+    s = np.float64(c)
+    for k in range(k0, k1):
+        s += arow[k] * b[br, k, j]
+    return np.float32(s)
+
+
+@numba.njit(**_JIT)
+def _column_zero(arow, b, br, j, k0, k1, c):
+    """The zero of an exact zero sum: -0 when C and every product are -0, else +0."""
+    if c != 0.0 or math.copysign(1.0, c) > 0:
+        return np.float32(0.0)
+    for k in range(k0, k1):
+        p = arow[k] * b[br, k, j]
+        if p != 0.0 or math.copysign(1.0, p) > 0:
+            return np.float32(0.0)
+    return np.float32(-0.0)
+
+
+@numba.njit(parallel=True, **_JIT)
+def gemm_rows(a, ea, ia, b, eb, ib, c, ic, kblock, fin_a, fin_b, frac_bits, out_round,
+              out_bits, out, out_bits_view):
+    """D[r, i, :] of a chained GEMM, one row of outputs at a time (vectorised over the N
+    columns): a [Ra, M, K] float64 / ea int32 exponents, b [Rb, K, N] / eb, c [Rc, M, N]
+    float32; ia / ib / ic map each output batch entry r to its operand entries. K runs in
+    blocks of ``kblock``, each one fused step with C inside the sum; fin_a [Ra, M, K / kblock]
+    / fin_b [Rb, K / kblock, N]: the block's operands are all finite. Writes float32 ``out``
+    [R, M, N] (``out_bits_view`` its uint32 view, for the canonical NaN)."""
+    rows, m, n = out.shape
+    nblk = a.shape[2] // kblock
+    # RZ clears the float64 bits below the kept ones (the cast to float32 is then exact)
+    keep = -(1 << (53 - out_bits)) if out_round == _RZ else -1
+    fast_cast = out_round == _RZ or out_bits >= 24
+    for ri in prange(rows * m):
+        r = ri // m
+        i = ri - r * m
+        ar, br, cr = ia[r], ib[r], ic[r]
+        arow, erow = a[ar, i], ea[ar, i]
+        big_e = np.empty(n, dtype=np.int32)
+        scale = np.empty(n, dtype=np.float64)
+        scale_bits = scale.view(np.int64)
+        inv = np.empty(n, dtype=np.float64)
+        inv_bits = inv.view(np.int64)
+        total = np.empty(n, dtype=np.float64)
+        x = np.empty(n, dtype=np.float64)
+        x_bits = x.view(np.int64)
+        d = c[cr, i].copy()
+        d_bits = d.view(np.int32)
+        dc = np.empty(n, dtype=np.float32)
+        flag = np.empty(n, dtype=np.bool_)
+        for blk in range(nblk):
+            k0 = blk * kblock
+            k1 = k0 + kblock
+            for j in range(n):  # C's exponent (subnormal C below), _NO_EXP for zero
+                ex = (d_bits[j] >> 23) & 0xFF
+                big_e[j] = ex - 127 if ex != 0 else _NO_EXP
+            for j in range(n):
+                if (d_bits[j] & 0x7F800000) == 0 and (d_bits[j] & 0x7FFFFF) != 0:
+                    big_e[j] = _c_exponent(d_bits[j])
+            for kk in range(k0, k1):
+                ae = erow[kk]
+                if ae == _NO_EXP:
+                    continue
+                ebk = eb[br, kk]
+                for j in range(n):  # int32 throughout: AVX2 has a vector max for it
+                    big_e[j] = max(big_e[j], np.int32(ae + ebk[j]))
+            for j in range(n):
+                e = big_e[j]
+                e = 0 if e < _NO_EXP // 2 else e
+                scale_bits[j] = (frac_bits - e + 1023) << 52
+                inv_bits[j] = (e - frac_bits + 1023) << 52
+                total[j] = np.trunc(np.float64(d[j]) * scale[j])
+            for kk in range(k0, k1):
+                av = arow[kk]
+                if av == 0.0 or not math.isfinite(av):
+                    continue
+                bk = b[br, kk]
+                for j in range(n):
+                    total[j] += np.trunc(av * bk[j] * scale[j])
+            for j in range(n):
+                x[j] = total[j] * inv[j]
+                x_bits[j] &= keep
+            row_ok = fin_a[ar, i, blk]
+            fb = fin_b[br, blk]
+            tiny = 1023 - 126 if fast_cast else 4096  # every output when the cast is not enough
+            for j in range(n):  # flags of the outputs the plain cast does not give
+                flag[j] = ((~fb[j]) | ((d_bits[j] & 0x7F800000) == 0x7F800000) | (total[j] == 0.0)
+                           | (((x_bits[j] >> 52) & 0x7FF) < tiny))
+            for j in range(n):
+                dc[j] = d[j]
+                d[j] = np.float32(x[j])
+            if row_ok and not flag.any():
+                continue
+            for j in range(n):
+                cj = dc[j]
+                if not (row_ok and fb[j] and math.isfinite(cj)):
+                    d[j] = _column_ieee(arow, b, br, j, k0, k1, cj)
+                elif total[j] == 0.0:
+                    d[j] = _column_zero(arow, b, br, j, k0, k1, cj)
+                elif flag[j]:
+                    d[j] = _round(total[j] * inv[j], out_round, out_bits)
+        for j in range(n):
+            if d[j] != d[j]:
+                out_bits_view[r, i, j] = _CANONICAL_NAN
+            else:
+                out[r, i, j] = d[j]
+
+
+@numba.njit(parallel=True, **_JIT)
+def gemm_steps(a, ea, ia, bt, ebt, ib, c, ic, kblock, steps, frac_bits, out_round, out_bits,
+               c_in_sum, c_round, out, out_bits_view):
+    """:func:`gemm_rows` for instructions of several sequential fused steps per block (FP8
+    mma.sync), one output at a time: bt [Rb, N, K] is B transposed, ``steps`` [S, L] the
+    positions (inside a block) of each step; with ``c_in_sum`` False the steps start from +0
+    and C is added after them (float32 add rounded by ``c_round``)."""
+    rows, m, n = out.shape
+    nblk = a.shape[2] // kblock
+    for ri in prange(rows * m):
+        r = ri // m
+        i = ri - r * m
+        ar, br, cr = ia[r], ib[r], ic[r]
+        arow, erow = a[ar, i], ea[ar, i]
+        for j in range(n):
+            bcol, ecol = bt[br, j], ebt[br, j]
+            d = c[cr, i, j]
+            for blk in range(nblk):
+                k0 = blk * kblock
+                acc = d if c_in_sum else np.float32(0.0)
+                for s in range(steps.shape[0]):
+                    acc = _step(arow, erow, bcol, ecol, steps[s], k0, acc, frac_bits,
+                                out_round, out_bits)
+                if c_in_sum:
+                    d = acc
+                else:
+                    d = _round(np.float64(acc) + np.float64(d), c_round, 24)
+            if d != d:
+                out_bits_view[r, i, j] = _CANONICAL_NAN
+            else:
+                out[r, i, j] = d
+
+
+def _batch_index(shape: tuple, lead: tuple) -> np.ndarray:
+    """For each entry of the broadcast leading shape ``lead``, the flat entry of an operand
+    whose leading shape is ``shape``."""
+    count = int(np.prod(shape, dtype=np.int64))
+    idx = np.arange(count, dtype=np.int64).reshape(shape)
+    return np.broadcast_to(idx, lead).reshape(-1).copy()
+
+
+def _flat3(x: np.ndarray, rows: int, dtype) -> np.ndarray:
+    """``x`` as a C-contiguous writable [rows, ., .] array (one compiled signature for all)."""
+    x = np.ascontiguousarray(x, dtype=dtype).reshape((rows,) + x.shape[-2:])
+    return x if x.flags.writeable else x.copy()
+
+
+def _exps(x: np.ndarray, emin: int) -> np.ndarray:
+    out = np.empty(x.shape, dtype=np.int32)
+    _exponents(x.reshape(-1), emin, out.reshape(-1))
+    return out
+
+
+def steps_array(k_steps, kblock: int) -> np.ndarray:
+    """``FusedDotAdd.k_steps`` as an int64 array [S, L] (S = 0: one step over the whole block).
+
+    Raises:
+        ValueError: the steps do not cover ``kblock`` positions exactly once, or differ in
+            length.
+    """
+    if not k_steps:
+        return np.zeros((0, 0), dtype=np.int64)
+    flat = sorted(i for step in k_steps for i in step)
+    if flat != list(range(kblock)) or len({len(s) for s in k_steps}) != 1:
+        raise ValueError(f"k_steps: {k_steps} do not cover K = {kblock} positions exactly once "
+                         "in steps of one length")
+    return np.array(k_steps, dtype=np.int64)
+
+
+def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.ndarray:
+    """``simulator.mma.gemm``'s chained fused dot-add, compiled: D = (A B + C) with K in
+    sequential blocks of ``kblock`` (each block's result the next block's C).
+
+    Args:
+        a64: float64 [..., M, K], the exact operand values (as ``simulator.mma`` decodes them).
+        b64: float64 [..., K, N].
+        c: float32 [..., M, N]; leading axes of the three broadcast.
+        p: a :class:`simulator.mma.spec.FusedDotAdd` (frac_bits, out_bits, out_round,
+            c_in_sum, c_round, emin, k_steps).
+        kblock: the instruction's k (K must be a multiple of it).
+    Returns:
+        float32 [broadcast leading axes..., M, N], the bits of ``simulator.mma.gemm``.
+    Raises:
+        ValueError: leading shapes that do not broadcast, K not a multiple of ``kblock``,
+            ``k_steps`` that do not cover a block.
+    """
+    m, k = a64.shape[-2:]
+    n = b64.shape[-1]
+    try:
+        lead = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2], c.shape[:-2])
+    except ValueError:
+        raise ValueError(f"A, B, C: leading (batch) shapes {a64.shape[:-2]}, {b64.shape[:-2]}, "
+                         f"{c.shape[:-2]} do not broadcast") from None
+    if b64.shape[-2] != k or c.shape[-2:] != (m, n):
+        raise ValueError(f"A, B, C: shapes {a64.shape}, {b64.shape}, {c.shape} do not chain")
+    if kblock < 1 or k % kblock:
+        raise ValueError(f"kblock: K = {k} is not a multiple of {kblock}")
+    rows = int(np.prod(lead, dtype=np.int64))
+    out = np.empty(lead + (m, n), dtype=np.float32)
+    if rows * m * n == 0:
+        return out
+    if k == 0:
+        out[...] = c
+        return out
+    steps = steps_array(p.k_steps, kblock)
+    ra = int(np.prod(a64.shape[:-2], dtype=np.int64))
+    rb = int(np.prod(b64.shape[:-2], dtype=np.int64))
+    rc = int(np.prod(c.shape[:-2], dtype=np.int64))
+    a3 = _flat3(a64, ra, np.float64)
+    b3 = _flat3(b64, rb, np.float64)
+    c3 = _flat3(c, rc, np.float32)
+    ia = _batch_index(a64.shape[:-2], lead)
+    ib = _batch_index(b64.shape[:-2], lead)
+    ic = _batch_index(c.shape[:-2], lead)
+    o3 = out.reshape(rows, m, n)
+    out_round = _RZ if p.out_round == "rz" else _RN
+    if steps.shape[0] == 0 and p.c_in_sum:
+        nblk = k // kblock
+        fin_a = np.isfinite(a3).reshape(ra, m, nblk, kblock).all(axis=-1)
+        fin_b = np.isfinite(b3).reshape(rb, nblk, kblock, n).all(axis=-2)
+        gemm_rows(a3, _exps(a3, p.emin), ia, b3, _exps(b3, p.emin), ib, c3, ic, kblock, fin_a,
+                  fin_b, p.frac_bits, out_round, p.out_bits, o3, o3.view(np.uint32))
+        return out
+    if steps.shape[0] == 0:
+        steps = np.arange(kblock, dtype=np.int64)[None, :]
+    bt = np.ascontiguousarray(np.swapaxes(b3, 1, 2))
+    gemm_steps(a3, _exps(a3, p.emin), ia, bt, _exps(bt, p.emin), ib, c3, ic, kblock, steps,
+               p.frac_bits, out_round, p.out_bits, p.c_in_sum, _RZ if p.c_round == "rz" else _RN,
+               o3, o3.view(np.uint32))
+    return out
+
+
+def supports(p) -> bool:
+    """Whether :func:`gemm` evaluates the parameters ``p`` (every family of
+    ``simulator.mma.instructions``; k_steps of equal lengths)."""
+    return (p.out_round in ("rz", "rn") and p.c_round in ("rz", "rn") and 1 <= p.out_bits <= 24
+            and 0 <= p.frac_bits <= 48 and len({len(s) for s in p.k_steps}) <= 1)

@@ -1,0 +1,191 @@
+"""The compiled engine (numba) against the NumPy model and the recorded H200 bits: every
+tensor-core recording replayed through both engines, drawn GEMMs compared bit for bit."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import engine, mma
+from simulator.replay import mma as ev
+from simulator.replay.common import digest
+from simulator.replay.mma_cases import mma_block
+from simulator.replay.mma_probes import PROBES, emulate_probe
+
+pytest.importorskip("numba", reason="the compiled engine needs numba")
+# the NumPy model warns on casts of NaN terms it then replaces
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "e4m3": ml_dtypes.float8_e4m3fn,
+          "e5m2": ml_dtypes.float8_e5m2}
+UINTS = {"bf16": np.uint16, "f16": np.uint16, "e4m3": np.uint8, "e5m2": np.uint8}
+FAMILIES = ["wgmma.m64n64k16.f32.bf16.bf16", "wgmma.m64n64k16.f32.f16.f16",
+            "wgmma.m64n64k32.f32.e4m3.e4m3", "wgmma.m64n64k32.f32.e5m2.e5m2",
+            "mma_sync.m16n8k16.f32.bf16.bf16.f32", "mma_sync.m16n8k16.f32.f16.f16.f32",
+            "mma_sync.m16n8k32.f32.e4m3.e4m3.f32", "mma_sync.m16n8k32.f32.e5m2.e5m2.f32"]
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return ev.load_recorded()
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_numba_replays_the_recorded_probe_blocks(recorded, name):
+    """Blocks of every probed instruction (262,144 outputs each) through the compiled engine:
+    the recorded raw head and block digests of the H200's bits."""
+    report, digests = recorded
+    kind, m, n, k, fmt = PROBES[name]
+    tiles = ev.tiles_per_block(name, report)
+    params = mma.PARAMS[(kind, fmt)]
+    with engine.use_engine("numba"):
+        for blk in range(3):
+            got = emulate_probe(name, *mma_block(fmt, m, n, k, blk, tiles), params)
+            if blk == 0:
+                head = digests[f"{name}_head"]
+                assert np.count_nonzero(got.reshape(-1)[: head.size] != head) == 0
+            assert digest(got) == digests[name][blk].tobytes(), f"block {blk}"
+
+
+def test_numba_replays_the_fp8_mma_sync_recordings():
+    """The targeted FP8 mma.sync probe (384,000 outputs, raw bits) and both sweeps
+    (1,280,000 outputs per format) through the compiled engine."""
+    from simulator.io import read_json, read_npz
+    from simulator.replay import mma_fp8 as sweep
+
+    probe = read_npz(ev.DATA_DIR / "mma_fp8_probe.npz", "python -m simulator measure mma_fp8_probe")
+    with engine.use_engine("numba"):
+        got = emulate_probe(ev.FP8_PROBE, probe["A"], probe["B"], probe["C"],
+                            mma.PARAMS[("mma_sync", "e4m3")])
+        assert np.count_nonzero(got != probe["D"]) == 0
+        for fmt in ("e4m3", "e5m2"):
+            regen = f"python -m simulator measure mma_fp8_sweep --fmt {fmt}"
+            rows = sweep.check(fmt, read_npz(ev.DATA_DIR / f"mma_fp8_sweep_{fmt}.npz", regen),
+                               read_json(ev.DATA_DIR / f"mma_fp8_sweep_{fmt}.json", regen))
+            assert [r["mismatches"] for r in rows] == [0, 0, 0], rows
+
+
+def _special_bits(fmt: str, rng, shape) -> np.ndarray:
+    """Operand bit patterns: uniform random bits (every exponent, subnormals, inf / NaN where
+    the format has them), zeros of both signs, and narrow exponent bands that cancel."""
+    u = UINTS[fmt]
+    width = np.dtype(u).itemsize * 8
+    bits = rng.integers(0, 1 << width, size=shape, dtype=np.uint64).astype(u)
+    mode = rng.integers(0, 4)
+    if mode == 1:  # mostly zeros of both signs, a few values
+        zero = rng.random(shape) < 0.8
+        bits[zero] = np.where(rng.random(int(zero.sum())) < 0.5, 0, 1 << (width - 1)).astype(u)
+    elif mode == 2:  # one exponent band: heavy cancellation, exact zeros
+        vals = rng.integers(-3, 4, size=shape).astype(np.float32) * np.float32(2.0 ** rng.integers(-8, 8))
+        bits = vals.astype(DTYPES[fmt]).view(u)
+    elif mode == 3:  # finite only: mask NaN / inf patterns away by clearing the top exponent bit
+        vals = bits.view(DTYPES[fmt]).astype(np.float32)
+        bits = np.where(np.isfinite(vals), bits, bits & u((1 << (width - 2)) - 1)).astype(u)
+    return bits
+
+
+def _c_values(rng, shape) -> np.ndarray:
+    bits = rng.integers(0, 1 << 32, size=shape, dtype=np.uint64).astype(np.uint32)
+    c = bits.view(np.float32)
+    mode = rng.integers(0, 3)
+    if mode == 1:
+        c = np.where(rng.random(shape) < 0.5, np.float32(-0.0), np.float32(0.0))
+    elif mode == 2:  # finite, moderate, with subnormals mixed in
+        c = (rng.standard_normal(shape) * 2.0 ** rng.integers(-140, 40, size=shape)).astype(np.float32)
+    return np.ascontiguousarray(c, dtype=np.float32)
+
+
+def _both(ins, a, b, c):
+    with engine.use_engine("numpy"):
+        want = mma.gemm(a, b, c, instruction=ins)
+    with engine.use_engine("numba"):
+        got = mma.gemm(a, b, c, instruction=ins)
+    return want.view(np.uint32), got.view(np.uint32)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), seed=st.integers(0, 2**32 - 1),
+       batch=st.integers(1, 40), steps=st.integers(1, 3))
+def test_engines_agree_on_drawn_gemms(family, seed, batch, steps):
+    """Drawn GEMMs of every instruction family: ``batch`` independent GEMMs of ``steps``
+    chained k-steps, operands with every exponent, signed zeros, subnormals, inf / NaN;
+    the engines' bits agree (compared as uint32)."""
+    ins = mma.instruction_for(family)
+    rng = np.random.default_rng(seed)
+    m, n = ins.m, (ins.n if ins.kind == "mma_sync" else int(rng.choice([8, 16, 24, 64])))
+    k = ins.k * steps
+    a = _special_bits(ins.fmt, rng, (batch, m, k)).view(DTYPES[ins.fmt])
+    b = _special_bits(ins.fmt, rng, (batch, k, n)).view(DTYPES[ins.fmt])
+    want, got = _both(ins, a, b, _c_values(rng, (batch, m, n)))
+    assert np.array_equal(want, got), np.count_nonzero(want != got)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_engines_agree_on_ten_thousand_drawn_gemms(family):
+    """1,250 drawn single-instruction GEMMs per family, 10,000 over the eight families
+    (special-value operands), the last quarter with B and C broadcast over the batch."""
+    ins = mma.instruction_for(family)
+    rng = np.random.default_rng(FAMILIES.index(family))
+    m, n = ins.m, 8
+    total = 0
+    for part in range(4):
+        count = 1250 // 4 + (part < 1250 % 4)
+        a = _special_bits(ins.fmt, rng, (count, m, ins.k)).view(DTYPES[ins.fmt])
+        b = _special_bits(ins.fmt, rng, (count, ins.k, n)).view(DTYPES[ins.fmt])
+        c = _c_values(rng, (count, m, n))
+        if part == 3:  # broadcast B and C
+            b, c = b[:1], c[:1]
+        want, got = _both(ins, a, b, c)
+        assert np.array_equal(want, got), np.count_nonzero(want != got)
+        total += count
+    assert total * len(FAMILIES) == 10_000
+
+
+def test_wgmma_entry_points_follow_the_switch():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 64, 16)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    with engine.use_engine("numpy"):
+        want = mma.wgmma("m64n32k16.f32.bf16.bf16", a, b)
+    with engine.use_engine("numba"):
+        got = mma.wgmma("m64n32k16.f32.bf16.bf16", a, b)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+def test_engine_switch_rules(monkeypatch):
+    assert engine.get_engine() in engine.ENGINES
+    with pytest.raises(ValueError, match="^engine: expected one of"):
+        engine.set_engine("fortran")
+    before = engine.get_engine()
+    with engine.use_engine("numpy"):
+        assert engine.get_engine() == "numpy"
+        assert not engine.wants_numba("dotadd", 1 << 40)
+    assert engine.get_engine() == before
+    with engine.use_engine("numba"):
+        assert engine.wants_numba("dotadd", 1)
+    with pytest.raises(ValueError, match="^n: expected a positive int"):
+        engine.set_threads(0)
+
+
+def test_engine_from_the_environment(monkeypatch):
+    monkeypatch.setitem(engine._state, "engine", None)
+    monkeypatch.setenv("SIMULATOR_ENGINE", "NumPy")
+    assert engine.get_engine() == "numpy"
+    monkeypatch.setitem(engine._state, "engine", None)
+    monkeypatch.setenv("SIMULATOR_ENGINE", "cuda")
+    with pytest.raises(ValueError, match="^SIMULATOR_ENGINE: expected one of"):
+        engine.get_engine()
+    monkeypatch.setitem(engine._state, "engine", None)
+
+
+def test_forward_goldens_replay_through_the_compiled_engine():
+    """Every recorded forward golden of the H200 (O and LSE bits), with the forward's GEMMs
+    on the compiled engine."""
+    from simulator.replay import forward_goldens as fg
+
+    with engine.use_engine("numba"):
+        rows = fg.check_all()
+    assert rows and all(r["mismatches"] == 0 for r in rows), [r for r in rows if r["mismatches"]]
