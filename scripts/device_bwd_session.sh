@@ -3,6 +3,8 @@
 # the repository root on an H200 host with jax (written for this workplace's device tool: $OUT;
 # elsewhere the results go to out/device_bwd_session/). The wheel travels in .fa3bwd/ and is
 # installed into a private site folder (jax, einops and ml_dtypes are the host's own).
+# With PYTHONPATH already naming a folder that imports flash_attn3_jax (the wheel unpacked, e.g.
+# .fa3bwd/site with its extension carried xz-compressed and unpacked first), nothing is installed.
 #
 # Usage: bash scripts/device_bwd_session.sh [recorder options, e.g. --time-limit 300]
 set -u -o pipefail

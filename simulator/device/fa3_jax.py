@@ -94,7 +94,7 @@ def _launch(q, k, softmax_scale, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
 
 
 def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, softcap=0.0):
     """The library's forward: (out, lse) as NumPy arrays (lse [batch, heads, seqlen_q], or FA3's
     varlen [heads, total_q])."""
     jax, jnp = _import()
@@ -118,15 +118,16 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_se
       max_seqlen_q=sq, max_seqlen_q_has_value=True, max_seqlen_k=sk, max_seqlen_k_has_value=True,
       softmax_scale_val=scale, softmax_scale_has_value=True, pack_gqa_val=False,
       pack_gqa_has_value=False, is_causal=bool(causal), window_size_left=int(window[0]),
-      window_size_right=int(window[1]), attention_chunk=0, softcap=0.0,
+      window_size_right=int(window[1]), attention_chunk=0, softcap=float(softcap),
       is_rotary_interleaved=False, num_splits=1, sm_margin=0)
     return np.asarray(out), np.asarray(lse)
 
 
 def backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1), softmax_scale=None,
              deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-             max_seqlen_k=None) -> dict:
-    """The library's backward on NumPy arrays.
+             max_seqlen_k=None, softcap=0.0, seqused_q=None, seqused_k=None) -> dict:
+    """The library's backward on NumPy arrays (``seqused_*``: int32 [batch], passed in the FFI
+    inputs after the cu_seqlens, as ``mha_bwd`` takes them).
 
     Returns:
         dict with ``dq``, ``dk``, ``dv`` (the input dtype, q / k / v's shapes), ``dpsum`` and
@@ -155,10 +156,12 @@ def backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1), softmax_
                              jax.ShapeDtypeStruct(stat_shape, jnp.float32)],
         has_side_effect=False, input_layouts=[None] * 10, output_layouts=[None] * 5,
     )(jnp.asarray(dout), jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(out),
-      jnp.asarray(lse), cq, ck, e32, e32,
+      jnp.asarray(lse), cq, ck,
+      e32 if seqused_q is None else jnp.asarray(seqused_q, jnp.int32),
+      e32 if seqused_k is None else jnp.asarray(seqused_k, jnp.int32),
       max_seqlen_q_val=sq, max_seqlen_q_has_value=True, max_seqlen_k_val=sk,
       max_seqlen_k_has_value=True, softmax_scale_val=scale, softmax_scale_has_value=True,
       is_causal=bool(causal), window_size_left=int(window[0]), window_size_right=int(window[1]),
-      softcap=0.0, deterministic=bool(deterministic), sm_margin=0)
+      softcap=float(softcap), deterministic=bool(deterministic), sm_margin=0)
     return {"dq": np.asarray(dq), "dk": np.asarray(dk), "dv": np.asarray(dv),
             "dpsum": np.asarray(dpsum), "lse_log2": np.asarray(lse2)}

@@ -16,13 +16,19 @@ from the case, the library's forward gives out and LSE, and its backward runs th
   whether the three runs agreed), of each default-mode run's dq, dk, dv, and how many values of
   each differ from the deterministic run; or the library's error message;
 * ``fa3_backward_sample.npz``: the full bits of every ``SAMPLE_EVERY``-th case small enough
-  (``SAMPLE_LIMIT`` values of dq), ``{m|d}{i}_{name}`` (out, lse, dq, dk, dv, dpsum, lse_log2);
+  (``SAMPLE_LIMIT`` values of dq; at most ``SAMPLE_BYTES`` raw bytes per part),
+  ``{m|d}{i}_{name}`` (out, lse, dq, dk, dv, dpsum, lse_log2);
 * ``fa3_backward_diffs.npz``: for every case and default-mode run, the flat positions and bits
   of the values that differ from the deterministic run, packed by
   :func:`simulator.replay.bwd_cases.pack_diffs`: with the deterministic digests they rebuild
   every recorded run;
 * with ``--full``, ``fa3_backward_full_{j}.npz``: the full bits of every case up to
   ``FULL_LIMIT`` values, for analysis (not committed).
+
+With ``--ext S`` it records instead the drawn cases from index S on, then the softcap and
+``seqused_*`` cases of :func:`simulator.replay.bwd_cases.extras`, into ``fa3_backward_ext_*``
+files of the same layout (entries keyed ``d{i}`` and ``e{i}``; the library's gradient rows past
+``seqused`` are unwritten memory and recorded as 0).
 
 With ``--stress R`` it records instead the cases of the committed report whose default-mode
 runs differed, with R default-mode runs each: ``fa3_backward_stress_report.json`` (entries as
@@ -49,6 +55,8 @@ SAMPLE_FILE = "fa3_backward_sample.npz"
 DIFFS_FILE = "fa3_backward_diffs.npz"
 SAMPLE_LIMIT = 40_000
 SAMPLE_EVERY = 4
+#: raw bytes of sampled bits per part of a recording (the files travel with every device visit)
+SAMPLE_BYTES = 3 << 19
 FULL_LIMIT = 100_000
 FULL_FILE_BYTES = 12 << 20
 FULL_FILES = 4
@@ -83,12 +91,23 @@ def record_case(case: dict, runs: int = RUNS) -> tuple[dict, dict, dict]:
     x = bwd_cases.case_inputs(case)
     kw = {"causal": x["causal"], "window": x["window"], "cu_seqlens_q": x["cu_seqlens_q"],
           "cu_seqlens_k": x["cu_seqlens_k"], "max_seqlen_q": x["max_seqlen_q"],
-          "max_seqlen_k": x["max_seqlen_k"], "softmax_scale": x["softmax_scale"]}
+          "max_seqlen_k": x["max_seqlen_k"], "softmax_scale": x["softmax_scale"],
+          "softcap": x["softcap"]}
+    used = {"seqused_q": x["seqused_q"], "seqused_k": x["seqused_k"]}
     t0 = time.perf_counter()
     out, lse = fa3_jax.forward(x["q"], x["k"], x["v"], **kw)
     entry = {"case": case, "out": digest(bits(out)).hex(), "lse": digest(bits(lse)).hex()}
-    det = [fa3_jax.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, deterministic=True, **kw)
-           for _ in range(RUNS)]
+
+    def run(deterministic):
+        r = fa3_jax.backward(x["dout"], x["q"], x["k"], x["v"], out, lse,
+                             deterministic=deterministic, **kw, **used)
+        for name, cu, n in (("dq", x["cu_seqlens_q"], used["seqused_q"]),
+                            ("dk", x["cu_seqlens_k"], used["seqused_k"]),
+                            ("dv", x["cu_seqlens_k"], used["seqused_k"])):
+            r[name] = bwd_cases.unwritten_zeroed(r[name], cu, n)
+        return r
+
+    det = [run(True) for _ in range(RUNS)]
     ref = {n: bits(det[0][n]) for n in GRADS}
     ref["dpsum"] = bits(stats_rows(case, det[0]["dpsum"]))
     ref["lse_log2"] = bits(stats_rows(case, det[0]["lse_log2"]))
@@ -96,7 +115,7 @@ def record_case(case: dict, runs: int = RUNS) -> tuple[dict, dict, dict]:
     entry["det_identical"] = all(np.array_equal(bits(r[n]), ref[n]) for r in det[1:] for n in GRADS)
     diffs, entry["default"] = {}, []
     for j in range(runs):
-        r = fa3_jax.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, deterministic=False, **kw)
+        r = run(False)
         row = {}
         for n in GRADS:
             got = bits(r[n]).ravel()
@@ -116,6 +135,9 @@ def main(argv=None) -> int:
                     help="seconds after which no further case starts (default 420)")
     ap.add_argument("--only", type=int, default=None, help="the first N matrix cases only")
     ap.add_argument("--full", action="store_true", help="also the analysis files (full bits)")
+    ap.add_argument("--ext", type=int, default=None, metavar="S",
+                    help="the extension recording instead: drawn cases from index S on, then the "
+                         "softcap and seqused cases (fa3_backward_ext_* files)")
     ap.add_argument("--stress", type=int, default=0, metavar="R",
                     help="re-record the cases whose default runs differed, R default runs each")
     args = ap.parse_args(argv)
@@ -125,23 +147,35 @@ def main(argv=None) -> int:
     report = {"provenance": {**fa3_jax.provenance(), "python": sys.version.split()[0],
                              "host": platform.node(), "date": time.strftime("%Y-%m-%d"),
                              "runs": RUNS}, "matrix": [], "drawn": []}
-    sample, diffs, full_files = {}, {}, [{}]
-    matrix = bwd_cases.matrix()[: args.only]
-    drawn = bwd_cases.drawn(7, args.drawn)
-    for part, cases in (("matrix", matrix), ("drawn", drawn)):
+    sample, diffs, full_files, sampled = {}, {}, [{}], {}
+    first = 0 if args.ext is None else args.ext
+    parts = [("matrix", bwd_cases.matrix()[: args.only] if args.ext is None else []),
+             ("drawn", bwd_cases.drawn(7, first + args.drawn)[first:])]
+    if args.ext is not None:
+        report["drawn_start"] = first
+        report["extra"] = []
+        parts.append(("extra", bwd_cases.extras()))
+    # the extras start from their own budget: they are few, and they are what --ext is for
+    limits = {"matrix": args.time_limit, "drawn": args.time_limit,
+              "extra": args.time_limit + 120}
+    for part, cases in parts:
         for i, case in enumerate(cases):
-            if time.perf_counter() - start > args.time_limit:
+            if time.perf_counter() - start > limits[part]:
                 report["stopped"] = f"time limit reached at {part} case {i}"
                 break
-            key = f"{part[0]}{i}"
+            key = f"{part[0]}{i + (first if part == 'drawn' else 0)}"
             try:
                 entry, full, d = record_case(case)
             except Exception as exc:  # the library's refusal is a result too
                 entry, full, d = {"case": case, "error": f"{type(exc).__name__}: {exc}"[:400]}, {}, {}
+            entry["key"] = key
             report[part].append(entry)
             size = full["dq"].size if full else 0
-            if full and i % SAMPLE_EVERY == 0 and size <= SAMPLE_LIMIT:
+            nbytes = sum(v.nbytes for v in full.values())
+            if (full and i % SAMPLE_EVERY == 0 and size <= SAMPLE_LIMIT
+                    and sampled.get(part, 0) + nbytes <= SAMPLE_BYTES):
                 sample.update({f"{key}_{n}": v for n, v in full.items()})
+                sampled[part] = sampled.get(part, 0) + nbytes
             if full and args.full and size <= FULL_LIMIT:
                 if sum(a.nbytes for a in full_files[-1].values()) > FULL_FILE_BYTES:
                     full_files.append({})
@@ -153,13 +187,15 @@ def main(argv=None) -> int:
                 print(f"{part} {i}/{len(cases)} {time.perf_counter() - start:.0f} s {json.dumps(brief)}",
                       flush=True)
     report["seconds"] = round(time.perf_counter() - start, 1)
-    save_npz_atomic(f"{args.out}/{SAMPLE_FILE}", **sample)
-    save_npz_atomic(f"{args.out}/{DIFFS_FILE}", **bwd_cases.pack_diffs(diffs))
+    stem = "fa3_backward" if args.ext is None else "fa3_backward_ext"
+    save_npz_atomic(f"{args.out}/{SAMPLE_FILE.replace('fa3_backward', stem)}", **sample)
+    save_npz_atomic(f"{args.out}/{DIFFS_FILE.replace('fa3_backward', stem)}",
+                    **bwd_cases.pack_diffs(diffs))
     for j, arrays in enumerate(full_files[:FULL_FILES] if args.full else []):
         save_npz_atomic(f"{args.out}/fa3_backward_full_{j}.npz", **arrays)
-    write_json_atomic(f"{args.out}/{REPORT_FILE}", report)
-    print(f"recorded {len(report['matrix'])} matrix and {len(report['drawn'])} drawn cases in "
-          f"{report['seconds']} s")
+    write_json_atomic(f"{args.out}/{REPORT_FILE.replace('fa3_backward', stem)}", report)
+    print(f"recorded {len(report['matrix'])} matrix, {len(report['drawn'])} drawn and "
+          f"{len(report.get('extra', []))} extra cases in {report['seconds']} s")
     return 0
 
 

@@ -8,7 +8,8 @@ A case is a dict: ``name``, ``seed``, ``dtype`` (``"bf16"`` or ``"f16"``), ``bat
 ``seqlen_q``, ``seqlen_k`` (the maxima, for varlen), ``heads``, ``heads_kv``, ``head_dim``,
 ``causal``, ``window`` (left, right), ``seqlens_q`` / ``seqlens_k`` (None, or the per-sequence
 lengths of a varlen launch: ``cu_seqlens`` are their prefix sums), ``softmax_scale`` (None:
-FA3's 1/sqrt(head_dim)).
+FA3's 1/sqrt(head_dim)); the cases of :func:`extras` also ``softcap`` (0: off) and
+``seqused_q`` / ``seqused_k`` (None, or per-sequence used lengths).
 
 Inputs: q, k, v from :func:`simulator.flash.inputs.attention_inputs` (seed ``seed``), dO
 normal-ish with std 1 from ``InputStream(seed + 2**32)``; a varlen case draws its packed
@@ -148,13 +149,53 @@ def drawn(seed: int, count: int) -> list[dict]:
     return out
 
 
+def extras(seed: int = 20261203) -> list[dict]:
+    """The recorded cases beyond the matrix and the drawn ones: softcap (values 1.5 to 50,
+    masks, GQA, varlen) and ``seqused_q`` / ``seqused_k`` (varlen launches whose sequences use
+    a prefix of their rows or keys)."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(40):
+        b = rng.randint(1, 3)
+        hk = rng.choice((1, 2))
+        h = hk * rng.choice((1, 2))
+        causal, window = rng.choice(((False, (-1, -1)), (True, (-1, -1)), (False, (40, 0)),
+                                     (False, (64, 64))))
+        dtype = ("bf16", "f16")[i % 2]
+        sq, sk = rng.randint(1, 300), rng.randint(1, 300)
+        if i % 4 == 3:  # varlen
+            lq = [rng.randint(1, 200) for _ in range(b)]
+            lk = [rng.randint(1, 200) for _ in range(b)]
+            case = _case(f"softcap{i}", seed + i, dtype, b, max(lq), max(lk), h, hk, causal,
+                         window, lq, lk)
+        else:
+            case = _case(f"softcap{i}", seed + i, dtype, b, sq, sk, h, hk, causal, window)
+        case["softcap"] = rng.choice((1.5, 5.0, 15.0, 30.0, 50.0))
+        cases.append(case)
+    for i in range(40):
+        b = rng.randint(1, 4)
+        hk = rng.choice((1, 2))
+        h = hk * rng.choice((1, 2))
+        causal, window = rng.choice(((False, (-1, -1)), (True, (-1, -1)), (False, (30, 10))))
+        lq = [rng.randint(1, 250) for _ in range(b)]
+        lk = [rng.randint(1, 250) for _ in range(b)]
+        case = _case(f"seqused{i}", seed + 100 + i, ("bf16", "f16")[i % 2], b, max(lq), max(lk),
+                     h, hk, causal, window, lq, lk)
+        which = i % 3  # q only, k only, both
+        case["seqused_q"] = [rng.randint(0, n) for n in lq] if which != 1 else None
+        case["seqused_k"] = [rng.randint(0, n) for n in lk] if which != 0 else None
+        cases.append(case)
+    return cases
+
+
 def case_inputs(case: dict) -> dict:
     """The inputs of one case (forward and backward share them).
 
     Returns:
         dict with ``q``, ``k``, ``v``, ``dout`` (the case's dtype; [batch, seqlen, heads, d], or
         [total, heads, d] for varlen), ``cu_seqlens_q`` / ``cu_seqlens_k`` (int32 [batch + 1]
-        or None), ``max_seqlen_q`` / ``max_seqlen_k``, ``causal``, ``window`` (a tuple).
+        or None), ``max_seqlen_q`` / ``max_seqlen_k``, ``causal``, ``window`` (a tuple),
+        ``softcap`` (float), ``seqused_q`` / ``seqused_k`` (int32 [batch] or None).
     """
     varlen = case["seqlens_q"] is not None
     d, h, hk = case["head_dim"], case["heads"], case["heads_kv"]
@@ -175,7 +216,24 @@ def case_inputs(case: dict) -> dict:
     return {"q": q, "k": k, "v": v, "dout": dout, "cu_seqlens_q": _cu(case["seqlens_q"]),
             "cu_seqlens_k": _cu(case["seqlens_k"]), "max_seqlen_q": case["seqlen_q"],
             "max_seqlen_k": case["seqlen_k"], "causal": case["causal"],
-            "window": tuple(case["window"]), "softmax_scale": case["softmax_scale"]}
+            "window": tuple(case["window"]), "softmax_scale": case["softmax_scale"],
+            "softcap": float(case.get("softcap", 0.0)),
+            "seqused_q": _used(case.get("seqused_q")), "seqused_k": _used(case.get("seqused_k"))}
+
+
+def _used(lengths):
+    return None if lengths is None else np.asarray(lengths, np.int32)
+
+
+def unwritten_zeroed(x: np.ndarray, cu: np.ndarray | None, used: np.ndarray | None) -> np.ndarray:
+    """``x`` [total, ...] with the rows FA3 does not write set to 0: in each sequence the rows
+    past its ``seqused`` (the library's output there is whatever its buffer held)."""
+    if cu is None or used is None:
+        return x
+    x = x.copy()
+    for i in range(len(cu) - 1):
+        x[cu[i] + used[i]: cu[i + 1]] = 0
+    return x
 
 
 def _cu(lengths):

@@ -32,6 +32,10 @@ SAMPLE = DATA_DIR / "fa3_backward_sample.npz"
 DIFFS = DATA_DIR / "fa3_backward_diffs.npz"
 STRESS_REPORT = DATA_DIR / "fa3_backward_stress_report.json"
 STRESS_DIFFS = DATA_DIR / "fa3_backward_stress_diffs.npz"
+#: the extension recording (``--ext``): drawn cases past the main report's, softcap, seqused
+EXT_REPORT = DATA_DIR / "fa3_backward_ext_report.json"
+EXT_SAMPLE = DATA_DIR / "fa3_backward_ext_sample.npz"
+EXT_DIFFS = DATA_DIR / "fa3_backward_ext_diffs.npz"
 #: the cost (millions of score elements the mainloop visits) up to which ``quick`` replays a case
 QUICK_COST = 0.1
 QUICK_DRAWN_EVERY = 10
@@ -63,7 +67,8 @@ def _cfg_for(case, sq, sk):
     zk = np.zeros((1, sk, 1, d), np.float16)
     return make_backward_config(z, z, zk, zk, z, np.zeros((1, 1, sq), np.float32),
                                 causal=case["causal"], window=tuple(case["window"]),
-                                max_seqlen_q=case["seqlen_q"], max_seqlen_k=case["seqlen_k"])
+                                max_seqlen_q=case["seqlen_q"], max_seqlen_k=case["seqlen_k"],
+                                softcap=case.get("softcap", 0.0))
 
 
 def bits(x: np.ndarray) -> np.ndarray:
@@ -73,7 +78,8 @@ def bits(x: np.ndarray) -> np.ndarray:
 def emulate(case: dict) -> dict:
     """The emulator's forward digests, backward bits and spread for one case."""
     x = bwd_cases.case_inputs(case)
-    common = dict(softmax_scale=x["softmax_scale"], causal=x["causal"], window_size=x["window"])
+    common = dict(softmax_scale=x["softmax_scale"], causal=x["causal"], window_size=x["window"],
+                  softcap=x["softcap"])
     if x["cu_seqlens_q"] is None:
         out, lse = fa3.flash_attn_func(x["q"], x["k"], x["v"], return_attn_probs=True, **common)
         var = {}
@@ -83,7 +89,7 @@ def emulate(case: dict) -> dict:
         out, lse = fa3.flash_attn_varlen_func(x["q"], x["k"], x["v"], return_attn_probs=True,
                                               **var, **common)
     args = dict(dout=x["dout"], q=x["q"], k=x["k"], v=x["v"], out=out, softmax_lse=lse,
-                softcap=0.0, seqused_q=None, seqused_k=None,
+                seqused_q=x["seqused_q"], seqused_k=x["seqused_k"],
                 cu_seqlens_q=var.get("cu_seqlens_q"), cu_seqlens_k=var.get("cu_seqlens_k"),
                 max_seqlen_q=var.get("max_seqlen_q"), max_seqlen_k=var.get("max_seqlen_k"),
                 **common)
@@ -150,20 +156,29 @@ def stress_entries(report: dict) -> list[tuple[str, dict]]:
     return [(e["key"], {**e, "case": cases[e["key"]]}) for e in stress["entries"]]
 
 
+def entries(report: dict, part: str) -> list[tuple[str, dict]]:
+    """(key, entry) of a report's part, the library's refusals left out (keys ``m{i}``,
+    ``d{i}``, ``e{i}``: an entry's own ``key`` where it has one)."""
+    return [(e.get("key", f"{part[0]}{i}"), e) for i, e in enumerate(report.get(part, []))
+            if "error" not in e]
+
+
 def replay(quick: bool = False, progress=None) -> list[dict]:
-    """verify rows: the matrix, the drawn cases and the stress recording of the varying ones
-    (``quick``: the cheap ones, and their stress runs). A case of the stress recording reuses
-    the emulation of its main entry."""
+    """verify rows: the matrix, the drawn cases (both recordings), the softcap / seqused
+    extras and the stress recording of the varying ones (``quick``: the cheap ones, and their
+    stress runs). A case of the stress recording reuses the emulation of its main entry."""
     report = read_json(REPORT, REGENERATE)
+    ext = read_json(EXT_REPORT, REGENERATE)
     diffs = bwd_cases.unpack_diffs(read_npz(DIFFS, REGENERATE))
+    diffs.update(bwd_cases.unpack_diffs(read_npz(EXT_DIFFS, REGENERATE)))
     stress_diffs = bwd_cases.unpack_diffs(read_npz(STRESS_DIFFS, REGENERATE))
     stress = dict(stress_entries(report))
-    tally = {part: _Tally() for part in ("matrix", "drawn", "stress")}
-    for part in ("matrix", "drawn"):
-        entries = [(f"{part[0]}{i}", e) for i, e in enumerate(report[part]) if "error" not in e]
+    tally = {part: _Tally() for part in ("matrix", "drawn", "extra", "stress")}
+    for part, rep in (("matrix", report), ("drawn", report), ("drawn", ext), ("extra", ext)):
+        todo = entries(rep, part)
         if quick:
-            entries = _quick(entries, QUICK_DRAWN_EVERY if part == "drawn" else 1)
-        for key, e in entries:
+            todo = _quick(todo, QUICK_DRAWN_EVERY if part == "drawn" else 1)
+        for key, e in todo:
             r = check(key, e, diffs)
             tally[part].add(e, r)
             if key in stress:
