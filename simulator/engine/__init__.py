@@ -10,9 +10,9 @@ One switch for the whole process::
 
 ``SIMULATOR_ENGINE=numpy|numba|auto`` in the environment sets the start value (it reaches
 process-pool and dask workers too). ``"auto"`` takes the compiled path when numba is installed
-and either the call is large enough that a first compile (a few seconds, once per machine:
-numba's on-disk cache keeps the machine code) is a small part of its NumPy time, or the kernel
-is compiled in this process already; small calls (the default ``python -m simulator run``)
+and the call is large enough that a first compile (a few seconds, once per machine: numba's
+on-disk cache keeps the machine code) is a small part of its NumPy time (the rule depends on
+the call only, never on what ran before in the process); small calls (the default ``python -m simulator run``)
 stay on NumPy, so the cold start does not grow. Both engines give the same bits
 (``tests/test_engine*.py``), so the choice changes speed only.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import threading
 
 __all__ = ["ENGINES", "AUTO_MIN_WORK", "available", "dot_add", "get_engine", "mark_compiled",
            "numba_dot_add", "set_engine", "set_threads", "use_engine", "wants_numba"]
@@ -34,6 +35,7 @@ ENGINES = ("auto", "numpy", "numba")
 #: elements): about 3 s of NumPy time for the dot-add, the order of one kernel's cold compile.
 AUTO_MIN_WORK = 1 << 27
 
+_CALL_LOCK = threading.Lock()
 _state = {"engine": None, "compiled": set(), "available": None}
 
 
@@ -99,7 +101,7 @@ def wants_numba(kernel: str, work: int) -> bool:
         return False
     if name == "numba":
         return True
-    return available() and (kernel in _state["compiled"] or work >= AUTO_MIN_WORK)
+    return available() and work >= AUTO_MIN_WORK
 
 
 def set_threads(n: int | None = None) -> int:
@@ -141,6 +143,7 @@ def dot_add(a64, b64, c, p, kblock: int):
     """
     from . import dotadd
 
-    out = dotadd.gemm(a64, b64, c, p, kblock)
+    with _CALL_LOCK:  # numba's fork-safe workqueue pool takes one parallel launch at a time
+        out = dotadd.gemm(a64, b64, c, p, kblock)
     mark_compiled("dotadd")
     return out

@@ -16,10 +16,17 @@ Importing this module imports numba; the machine code is cached on disk (``cache
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
 from numba import prange
+
+# GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
+# it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
+# its parallel launches, which that pool needs. NUMBA_THREADING_LAYER, when set, is kept.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
 
 _NO_EXP = -(1 << 20)  # exponent of a zero or non-finite operand: two still fit int32
 _CANONICAL_NAN = 0x7FFFFFFF
