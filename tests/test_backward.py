@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import ml_dtypes
 import numpy as np
@@ -216,6 +217,55 @@ def _small(dtype=ml_dtypes.bfloat16, d=64, h=2, hk=2):
                                                          np.float16: "f16"}[dtype])
     out, lse = flash.forward(x["q"], x["k"], x["v"])
     return dict(dout=out.copy(), q=x["q"], k=x["k"], v=x["v"], out=out, softmax_lse=lse)
+
+
+def _same_bits(a, b):
+    for name in ("dq", "dk", "dv"):
+        np.testing.assert_array_equal(getattr(a, name).view(np.uint16),
+                                      getattr(b, name).view(np.uint16))
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_executor_gives_the_serial_bits_and_spread(pool):
+    """A recorded GQA causal case (its dq and dk / dv varied on the device) through an
+    executor, whole and in budgeted chunks: the serial bits and the serial spread."""
+    x = bwd_cases.case_inputs(_entry(143)["case"])
+    out, lse = fa3.flash_attn_func(x["q"], x["k"], x["v"], causal=True, return_attn_probs=True)
+    args = (x["dout"], x["q"], x["k"], x["v"], out, lse)
+    whole = flash.backward(*args, causal=True, spread=True)
+    make = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
+    seen = []
+    with make(2) as ex:
+        for budget in (None, 24_000_000):
+            got = flash.backward(*args, causal=True, spread=True, executor=ex,
+                                 memory_budget=budget, progress=lambda d, t: seen.append((d, t)))
+            _same_bits(whole, got)
+            for name in ("dq", "dk", "dv"):
+                for w, g in zip(whole.spread[name], got.spread[name], strict=True):
+                    np.testing.assert_array_equal(w.view(np.uint16), g.view(np.uint16))
+    assert seen[-1][0] == seen[-1][1] > 0
+
+
+def test_executor_through_the_api_and_its_refusals():
+    x = bwd_cases.case_inputs(_entry(241)["case"])  # varlen: one kernel-level call per sequence
+    kw = dict(cu_seqlens_q=x["cu_seqlens_q"], cu_seqlens_k=x["cu_seqlens_k"],
+              max_seqlen_q=x["max_seqlen_q"], max_seqlen_k=x["max_seqlen_k"],
+              causal=x["causal"], window_size=x["window"], softmax_scale=x["softmax_scale"])
+    out, lse = fa3.flash_attn_varlen_func(x["q"], x["k"], x["v"], **kw, return_attn_probs=True)
+    args = (x["dout"], x["q"], x["k"], x["v"], out, lse)
+    serial = fa3.flash_attn_backward(*args, **kw)
+    with ThreadPoolExecutor(2) as ex:
+        pooled = fa3.flash_attn_backward(*args, **kw, executor=ex)
+        d = bwd_cases.case_inputs(_entry(143)["case"])
+        o, l_ = fa3.flash_attn_func(d["q"], d["k"], d["v"], return_attn_probs=True)
+        with pytest.raises(ValueError, match="trace: not recorded with an executor"):
+            flash.backward(d["dout"], d["q"], d["k"], d["v"], o, l_, trace=(0, 0, 0), executor=ex)
+    for a, b in zip(serial, pooled, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+    with pytest.raises(ValueError, match="executor: it takes no more tasks"):
+        fa3.flash_attn_backward(*args, **kw, executor=ex)  # shut down by the with block
+    with pytest.raises(TypeError, match="executor: expected a concurrent.futures.Executor"):
+        fa3.backward_spread(*args, **kw, executor=ThreadPoolExecutor)
 
 
 @pytest.mark.parametrize("change, match", [

@@ -18,7 +18,7 @@ import numpy as np
 from .. import flash
 from ..flash.backward import make_backward_config
 from .arrays import returned, to_numpy
-from .checks import check_bool, cu_seqlens, seqused
+from .checks import check_bool, check_parallel, cu_seqlens, seqused
 
 __all__ = ["backward_spread", "flash_attn_backward"]
 
@@ -27,7 +27,7 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, seqused_q=None, seqused_k=None, sm_margin=0, *,
-                        memory_budget=None, progress=None):
+                        memory_budget=None, progress=None, executor=None):
     """FA3's backward: (dq, dk, dv) for ``dout`` at a forward's ``out`` and ``softmax_lse``.
 
     Args:
@@ -46,14 +46,17 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
             kernels use (FA3's varlen kernels; with 4-d inputs each batch entry is a sequence);
             the gradients of the rows / keys past them are 0 here, unwritten by FA3.
         sm_margin: accepted (it changes no bits).
-        memory_budget, progress: keyword-only, not FA3's: as :func:`simulator.flash.backward`
-            (per kernel-level call; a varlen launch makes one per sequence).
+        memory_budget, progress, executor: keyword-only, not FA3's: as
+            :func:`simulator.flash.backward` (per kernel-level call; a varlen launch makes one
+            per sequence); an executor runs chunks of (batch, head) rows as its tasks, with
+            the bits of the serial call.
     Returns:
         (dq, dk, dv) like q, k, v (NumPy, or CPU torch tensors when q was one).
     Raises:
         ValueError: what ``mha_bwd`` refuses (shapes, dtypes, head dims, deterministic with
             head dim 256), naming the argument; seqused_* not int32 [batch] within the
-            sequences' lengths.
+            sequences' lengths; an executor that was shut down. TypeError: an executor
+            without ``submit``.
     Source: hopper/flash_api.cpp (mha_bwd), hopper/flash_bwd_launch_template.h.
     """
     deterministic = check_bool("deterministic", deterministic)
@@ -64,7 +67,8 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
 def backward_spread(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None,
                     max_seqlen_q=None, max_seqlen_k=None, seqused_q=None, seqused_k=None,
-                    sm_margin=0, *, memory_budget=None, progress=None) -> dict:
+                    sm_margin=0, *, memory_budget=None, progress=None,
+                    executor=None) -> dict:
     """What FA3's default (``deterministic=False``) backward can give on these inputs.
 
     FA3 reduce-adds dQ's float32 partials (one per key block) and, with GQA, dK / dV's (one per
@@ -89,6 +93,7 @@ def launch(args: dict, deterministic: bool, spread: bool):
     """One backward launch on ``args`` (the arguments of :func:`flash_attn_backward` by name):
     (a result with ``dq``, ``dk``, ``dv`` as NumPy arrays and ``spread`` (a dict, or None
     without ``spread``), whether q was a torch tensor)."""
+    check_parallel(args.get("executor"), args.get("progress"), args.get("memory_budget"), None)
     names = ("dout", "q", "k", "v", "out", "softmax_lse")
     arrs = {}
     tq = False
@@ -101,7 +106,8 @@ def launch(args: dict, deterministic: bool, spread: bool):
         raise ValueError(f"sm_margin: expected an int >= 0, got {sm!r}")
     kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
               window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread,
-              memory_budget=args.get("memory_budget"), progress=args.get("progress"))
+              memory_budget=args.get("memory_budget"), progress=args.get("progress"),
+              executor=args.get("executor"))
     used = args["seqused_q"] is not None or args["seqused_k"] is not None
     if args["cu_seqlens_q"] is None and args["cu_seqlens_k"] is None:
         d = arrs

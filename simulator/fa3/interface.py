@@ -90,7 +90,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
             :func:`simulator.flash.forward` call of the launch (a ``concurrent.futures``
             executor for its CTA chunks, None / True / a callable ``progress(done, total)``
             called by each forward call with its own K/V block visits, a working-memory budget
-            in bytes); the bits are the serial run's. An executor does not record ``trace``.
+            in bytes), and to the backward that ``loss.backward()`` runs when q requires
+            grad; the bits are the serial run's. An executor does not record ``trace``.
     Returns:
         out [batch, seqlen_q, heads, head_dim_v] (bf16 for e4m3 inputs), and with
         ``return_attn_probs`` also softmax_lse float32 [batch, heads, seqlen_q]; with
@@ -106,7 +107,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     """
     if trace is None and autograd.needs_grad(q, k, v):
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                   softcap=softcap, deterministic=deterministic)
+                   softcap=softcap, deterministic=deterministic, executor=executor,
+                   progress=progress, memory_budget=memory_budget)
 
         def run(q_, k_, v_):
             return flash_attn_func(
@@ -198,7 +200,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                   max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k)
+                   max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k,
+                   executor=executor, progress=progress, memory_budget=memory_budget)
 
         def run(q_, k_, v_):
             return flash_attn_varlen_func(

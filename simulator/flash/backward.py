@@ -26,6 +26,7 @@ sequential structure of the kernels, never threads or elements.
 
 from __future__ import annotations
 
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,7 @@ from .. import mma
 from ..numerics import FORMATS, convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2, tanh
 from . import chunks
+from .backward_trace import make_tracer
 from .config import ARCHS
 from .constants import host_constants
 from .dispatch import kernel_head_dim
@@ -274,7 +276,7 @@ def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
              arch="sm90", spread=False, memory_budget=None, progress=None,
-             trace=None) -> BackwardResult:
+             trace=None, executor=None) -> BackwardResult:
     """FlashAttention-3's backward, emulated bit for bit on Hopper warpgroups.
 
     Args:
@@ -297,7 +299,13 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         progress: None, True (a bar on stderr) or a callable ``progress(done, total)`` in CTA
             m_block steps, as :func:`simulator.flash.forward`'s.
         trace: None or ``(batch, head, n_block)``: record that CTA's steps
-            (:class:`CtaTrace`, ``result.trace``: a dict of float32 arrays).
+            (:class:`~simulator.flash.backward_trace.CtaTrace`, ``result.trace``: a dict of
+            float32 arrays).
+        executor: None (serial), or a ``concurrent.futures.Executor`` (a
+            ``ProcessPoolExecutor``, ``dask.distributed.Client.get_executor()``): chunks of
+            whole (batch, head) rows of CTAs run as its tasks, each with the batches it needs
+            and a W-th of ``memory_budget`` (W: its workers); the bits are the serial run's
+            (no chunk shares a dQaccum tile or a dK / dV accumulator with another).
     Returns:
         :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2; with
         ``spread`` a dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` of arrays like dq, dk, dv;
@@ -306,23 +314,27 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     Raises:
         ValueError: see :func:`make_backward_config`; ``memory_budget`` not a positive int.
         MemoryError: up front, with the estimate, when not even one CTA fits the budget.
-        TypeError: ``progress`` of another type.
+        TypeError: ``progress`` of another type; ``executor`` without a ``submit`` method.
     """
+    executor = chunks.check_executor(executor)
     budget = chunks.check_budget(memory_budget)
     chunks.check_progress(progress)
+    if executor is not None and trace is not None:
+        raise ValueError("trace: not recorded with an executor; trace a serial call "
+                         "(executor=None)")
     cfg = make_backward_config(dout, q, k, v, out, lse, softmax_scale=softmax_scale,
                                causal=causal, window=window, softcap=softcap,
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
                                max_seqlen_k=max_seqlen_k, arch=arch)
     want = spread and not cfg.deterministic
-    tracer = _make_tracer(cfg, trace)
+    tracer = make_tracer(cfg, trace)
     dpsum, lse_log2 = _preprocess(cfg, out, dout, lse)
     m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
     steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
     bar = chunks.Progress(progress, steps, "flash.backward")
     try:
         dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar,
-                                              tracer)
+                                              tracer, executor)
     finally:
         bar.close()
     dq = _postprocess_dq(cfg, dq_accum)
@@ -353,55 +365,6 @@ def _preprocess(cfg: BackwardConfig, out, dout, lse):
     return dpsum, lse_log2
 
 
-class CtaTrace:
-    """The steps of one backward CTA (``trace=(batch, head, n_block)`` of :func:`backward`):
-    per visited m_block, in visiting order, float32 arrays [kBlockM, kBlockN] ``s`` (Q K^T),
-    ``dtanh`` (softcap only: 1 - tanh^2 before the mask), ``scores`` (after softcap and mask,
-    -inf where masked), ``p``, ``dp`` (dO V^T), ``ds`` (before rounding) and [kBlockM, kd]
-    ``dq_partial`` (dS K, before the reduce-add); after the loop ``dk_accum`` / ``dv_accum``
-    [kBlockN, kd] (dK before ``* softmax_scale``). ``m_blocks`` lists the visited m_blocks."""
-
-    def __init__(self, cta: int, where: tuple[int, int, int]):
-        self.cta = cta
-        self.where = where
-        self.m_blocks: list[int] = []
-        self.steps: dict[str, list[np.ndarray]] = {}
-        self.final: dict[str, np.ndarray] = {}
-
-    def record(self, m_block: int, ctas: np.ndarray, arrays: dict) -> None:
-        hit = np.flatnonzero(ctas == self.cta)
-        if hit.size == 0:
-            return
-        self.m_blocks.append(int(m_block))
-        for name, x in arrays.items():
-            self.steps.setdefault(name, []).append(np.array(x[hit[0]], np.float32))
-
-    def finish(self, dk: np.ndarray, dv: np.ndarray) -> None:
-        self.final = {"dk_accum": dk[self.cta].copy(), "dv_accum": dv[self.cta].copy()}
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """``{name: [steps, ...] float32}`` for the per-m_block steps (empty [0] when the CTA
-        visits no m_block), the final accumulators and ``m_blocks`` (int64)."""
-        out = {name: np.stack(v) for name, v in self.steps.items()}
-        return {**out, **self.final, "m_blocks": np.array(self.m_blocks, np.int64)}
-
-
-def _make_tracer(cfg: BackwardConfig, trace):
-    """A :class:`CtaTrace` for ``trace = (batch, head, n_block)``, or None."""
-    if trace is None:
-        return None
-    if (not isinstance(trace, tuple) or len(trace) != 3
-            or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in trace)):
-        raise ValueError(f"trace: expected a tuple (batch, head, n_block) of ints, got {trace!r}")
-    b, h, n = (int(i) for i in trace)
-    for name, i, size in (("batch", b, cfg.batch), ("head", h, cfg.heads),
-                          ("n_block", n, cfg.n_blocks)):
-        if not 0 <= i < size:
-            raise ValueError(f"trace: {name} {i} out of range: this call has {size} "
-                             f"({cfg.tiles.describe()})")
-    return CtaTrace((b * cfg.heads + h) * cfg.n_blocks + n, (b, h, n))
-
-
 def _ctas(cfg: BackwardConfig):
     """Every (batch, head, n_block) CTA: int arrays [C] and its m_block range."""
     b, h, n = np.meshgrid(np.arange(cfg.batch), np.arange(cfg.heads), np.arange(cfg.n_blocks),
@@ -412,40 +375,99 @@ def _ctas(cfg: BackwardConfig):
 
 
 def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False, budget=None,
-              bar=None, tracer=None):
+              bar=None, tracer=None, executor=None):
     """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32
     [B, H, n_blocks * kBlockN, kd], and with ``spread`` dQaccum's (lo, hi) over every order of
     its reduce-adds (else None). CTAs run in chunks of whole (batch, head) rows of n_blocks
-    (their dQ tiles meet no other chunk's) that fit ``budget`` bytes."""
+    (their dQ tiles meet no other chunk's) that fit ``budget`` bytes; with an ``executor``
+    each chunk is one task (a W-th of the budget each, W its workers), stored as it finishes."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
     padded = [pad_rows(x, length, kd) for x, length in ((q, rows), (dout, rows), (k, keys), (v, keys))]
-    b, h, n, m_min, m_max = _ctas(cfg)
-    dk = np.zeros((len(b), N, kd), np.float32)
-    dv = np.zeros((len(b), N, kd), np.float32)
-    dq_accum = np.zeros((cfg.batch, cfg.heads, rows, kd), np.float32)
+    ctas = _ctas(cfg)
+    dk = np.zeros((len(ctas[0]), N, kd), np.float32)
+    dv = np.zeros((len(ctas[0]), N, kd), np.float32)
+    dq_accum = np.zeros((cfg.batch * cfg.heads, rows, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     fixed = chunks.fixed_bytes(*padded, dk, dv, dq_accum, dpsum, lse_log2) * (2 if spread else 1)
     per_cta = 2 * chunks.cta_bytes(M, N, kd)  # five GEMMs per step, two of them of [M, N]
-    size = chunks.chunk_size(budget, fixed, per_cta, "this backward")
-    per_row = max(1, size // max(1, cfg.n_blocks))      # (batch, head) rows of CTAs per chunk
-    for start in range(0, cfg.batch * cfg.heads, per_row):
-        sel = np.arange(start * cfg.n_blocks, min(len(b), (start + per_row) * cfg.n_blocks))
-        _run_chunk(cfg, sel, (b, h, n, m_min, m_max), padded, dpsum, lse_log2, dk, dv, dq_accum,
-                   bounds, bar, tracer)
+    parts = 1 if executor is None else chunks.workers(executor)
+    size = chunks.chunk_size(budget, fixed, per_cta, "this backward", parts)
+    jobs = _row_jobs(cfg, size, parts)
+    flat = (dpsum.reshape(-1, rows), lse_log2.reshape(-1, rows))
+    if executor is None:
+        for job in jobs:
+            res = _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer)
+            _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds)
+    else:
+        futures = {executor.submit(_run_chunk, cfg, job, ctas, _batch_slice(cfg, job, padded),
+                                   *(x[job[0]:job[1]] for x in flat), spread, None, None,
+                                   True): job for job in jobs}
+        for future in as_completed(futures):  # stored as they finish: chunks are disjoint
+            job = futures[future]
+            _store_chunk(cfg, job, future.result(), dk, dv, dq_accum, bounds)
+            if bar is not None:
+                bar.update(_chunk_steps(cfg, job, ctas))
     if tracer is not None:
         tracer.finish(dk, dv)
     dk = fmul(dk, cfg.softmax_scale, ftz=True)
     shape = (cfg.batch, cfg.heads, keys, kd)
-    return dq_accum, dk.reshape(shape), dv.reshape(shape), bounds
+    bounds = None if bounds is None else tuple(x.reshape(shape[:2] + (rows, kd)) for x in bounds)
+    return (dq_accum.reshape(shape[:2] + (rows, kd)), dk.reshape(shape), dv.reshape(shape),
+            bounds)
 
 
-def _run_chunk(cfg, sel, ctas, padded, dpsum, lse_log2, dk, dv, dq_accum, bounds, bar, tracer):
-    """The m_block loop of the CTAs ``sel`` (indices into ``ctas``), in place."""
+def _row_jobs(cfg: BackwardConfig, size: int, parts: int) -> list[tuple[int, int]]:
+    """Chunks of (batch, head) rows, ``[start, stop)`` in ``batch * heads + head``, of at most
+    ``size`` CTAs each (at least one row), and at least ``parts`` chunks when there are that
+    many rows (so that an executor's workers all get work)."""
+    total = cfg.batch * cfg.heads
+    per_row = max(1, size // max(1, cfg.n_blocks))
+    count = max(-(-total // per_row), min(parts, total), 1)
+    edges = np.linspace(0, total, count + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
+def _batch_slice(cfg: BackwardConfig, job, padded):
+    """The padded q, dO, k, v of the batches the rows ``job`` cover (an executor task's
+    inputs: what a process pool pickles)."""
+    b0, b1 = job[0] // cfg.heads, (job[1] - 1) // cfg.heads + 1
+    return [x[b0:b1] for x in padded]
+
+
+def _chunk_steps(cfg: BackwardConfig, job, ctas) -> int:
+    """CTA m_block steps of the rows ``job`` (the progress bar's unit)."""
+    sel = slice(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
+    return int(np.maximum(ctas[4][sel] - ctas[3][sel], 0).sum())
+
+
+def _store_chunk(cfg: BackwardConfig, job, res, dk, dv, dq_accum, bounds) -> None:
+    """Put a chunk's results (:func:`_run_chunk`) into the launch's arrays."""
+    dq_c, dk_c, dv_c, bounds_c = res
+    sel = slice(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
+    dk[sel], dv[sel] = dk_c, dv_c
+    dq_accum[job[0]:job[1]] = dq_c
+    if bounds is not None:
+        bounds[0][job[0]:job[1]], bounds[1][job[0]:job[1]] = bounds_c
+
+
+def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sliced=False):
+    """The m_block loop of the CTAs of the (batch, head) rows ``job = (start, stop)``:
+    (dQaccum [rows, M * m_blocks, kd], dK, dV [CTAs, kBlockN, kd], dQaccum's (lo, hi) or
+    None), float32. ``padded`` holds every batch, or with ``sliced`` only those of ``job``
+    (:func:`_batch_slice`); ``dpsum`` / ``lse_log2`` are [B * H, rows], or the job's rows."""
     M, N = cfg.tiles.kblock_m, cfg.tiles.kblock_n
     kd = cfg.tiles.kernel_head_dim
+    sel = np.arange(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
     b, h, n, m_min, m_max = (x[sel] for x in ctas)
+    local = b * cfg.heads + h - job[0]                  # the CTA's (b, h) row in this chunk
+    b0, r0 = (job[0] // cfg.heads, job[0]) if sliced else (0, 0)
+    b = b - b0                                          # index into ``padded``
     qp, dop, kp, vp = padded
+    dk = np.zeros((len(sel), N, kd), np.float32)
+    dv = np.zeros_like(dk)
+    dq_accum = np.zeros((job[1] - job[0], cfg.m_blocks * M, kd), np.float32)
+    bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     g = cfg.heads // cfg.heads_kv
     key_idx = n[:, None] * N + np.arange(N)[None, :]                                  # [C, N]
     kc = kp[b[:, None], key_idx, (h // g)[:, None]]                                   # [C, N, kd]
@@ -456,7 +478,7 @@ def _run_chunk(cfg, sel, ctas, padded, dpsum, lse_log2, dk, dv, dq_accum, bounds
         act = np.flatnonzero((m_min <= m) & (m < m_max))
         if act.size == 0:
             continue
-        ab, ah, at = b[act], h[act], sel[act]
+        ab, ah, tile = b[act], h[act], local[act]
         r = m * M + np.arange(M)
         qm = qp[ab[:, None], r[None, :], ah[:, None]]                                 # [A, M, kd]
         dom = dop[ab[:, None], r[None, :], ah[:, None]]
@@ -475,29 +497,32 @@ def _run_chunk(cfg, sel, ctas, padded, dpsum, lse_log2, dk, dv, dq_accum, bounds
         ok = allowed(r[None, :, None], key_idx[act][:, None, :], cfg.seqlen_q, cfg.seqlen_k,
                      cfg.window)
         s = np.where(ok, s, _NEG_INF)
-        lse_m = lse_log2[ab, ah][:, r]                                                  # [A, M]
+        row = tile + job[0] - r0                       # the (b, h) row in dpsum / lse_log2
+        lse_m = lse_log2[row][:, r]                                                     # [A, M]
         p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
-        ds = fmul(p, fsub(dp, dpsum[ab, ah][:, r][..., None], ftz=True), ftz=True)
+        ds = fmul(p, fsub(dp, dpsum[row][:, r][..., None], ftz=True), ftz=True)
         if dtanh is not None:
             ds = fmul(ds, dtanh, ftz=True)
         p16 = convert(p, cfg.fmt)
         ds16 = convert(ds, cfg.fmt)
-        dv[at] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[at], instruction=ins)
+        dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
         dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), instruction=ins)
-        dk[at] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[at], instruction=ins)
+        dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
         if tracer is not None:
-            tracer.record(m, at, {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
-        _ordered_add(dq_accum, ab, ah, r, dqp, order[act], bounds)
+            tracer.record(m, sel[act], {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
+        _ordered_add(dq_accum, tile, r, dqp, order[act], bounds)
         if bar is not None:
             bar.update(int(act.size))
+    return dq_accum, dk, dv, bounds
 
 
-def _ordered_add(acc, ab, ah, rows, parts, key, bounds=None):
-    """``acc[b, h, rows] += parts`` (float32 adds, FTZ) in ascending ``key`` within each (b, h):
-    the reduce-adds of several CTAs into one dQaccum tile, one after the other. With
-    ``bounds = (lo, hi)`` arrays like ``acc``, also what any order of those adds gives
-    (:func:`simulator.flash.spread.sum_bounds`; the tile is zero before this m_block's adds)."""
-    bh = ab * acc.shape[1] + ah
+def _ordered_add(acc, tile, rows, parts, key, bounds=None):
+    """``acc[tile, rows] += parts`` (float32 adds, FTZ) in ascending ``key`` within each tile
+    (a (batch, head) row of dQaccum): the reduce-adds of several CTAs into one dQaccum tile,
+    one after the other. With ``bounds = (lo, hi)`` arrays like ``acc``, also what any order of
+    those adds gives (:func:`simulator.flash.spread.sum_bounds`; the tile is zero before this
+    m_block's adds)."""
+    bh = tile
     idx = np.lexsort((key, bh))
     bh_sorted = bh[idx]
     first = np.r_[True, bh_sorted[1:] != bh_sorted[:-1]]
@@ -506,8 +531,8 @@ def _ordered_add(acc, ab, ah, rows, parts, key, bounds=None):
     rank[idx] = np.arange(len(idx)) - start
     for k in range(int(rank.max()) + 1):
         sel = np.flatnonzero(rank == k)
-        cur = acc[ab[sel][:, None], ah[sel][:, None], rows[None, :]]
-        acc[ab[sel][:, None], ah[sel][:, None], rows[None, :]] = fadd(cur, parts[sel], ftz=True)
+        cur = acc[bh[sel][:, None], rows[None, :]]
+        acc[bh[sel][:, None], rows[None, :]] = fadd(cur, parts[sel], ftz=True)
     if bounds is None:
         return
     count = np.bincount(bh, minlength=int(bh.max()) + 1)[bh]
@@ -515,7 +540,7 @@ def _ordered_add(acc, ab, ah, rows, parts, key, bounds=None):
         tiles = np.flatnonzero((count == c) & (rank == 0))        # one CTA per (b, h) tile
         stack = np.stack([parts[_member(bh, rank, bh[tiles], j)] for j in range(c)])
         lo, hi = sum_bounds(stack)
-        at = (ab[tiles][:, None], ah[tiles][:, None], rows[None, :])
+        at = (bh[tiles][:, None], rows[None, :])
         bounds[0][at], bounds[1][at] = lo, hi
 
 
