@@ -50,12 +50,19 @@ def _cmd_verify(args) -> int:
     unknown = sorted(set(args.topic or []) - set(TOPICS))
     if unknown:
         raise UsageError(f"--topic: unknown {unknown}; known: {', '.join(TOPICS)}")
-    rows = run_checks(args.topic or None, quick=args.quick)
+    rows = run_checks(args.topic or None, quick=args.quick, workers=args.workers)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
         print(format_table(rows))
     return EXIT_OK if all(r["mismatches"] == 0 for r in rows) else EXIT_MISMATCH
+
+
+def _verify_workers(text: str) -> int:
+    """``verify --workers``: as ``run --workers`` takes it (an int from 1 to its cap)."""
+    from .run.command import parse_workers  # noqa: PLC0415
+
+    return parse_workers(text)
 
 
 def _writable_dir(path: str) -> None:
@@ -178,9 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
                        "(no GPU needed)", description=VERIFY_DESCRIPTION, epilog=VERIFY_EPILOG)
     v.add_argument("--topic", action="append",
-                   help="only this topic (repeatable): numerics, mufu, hw, mma, forward, fa3")
+                   help="only this topic (repeatable): numerics, mufu, hw, mma, forward, fa3, "
+                        "backward")
     v.add_argument("--quick", action="store_true", help="fewer cases (1.5-6 minutes on 2 cores)")
     v.add_argument("--json", action="store_true", help="print rows as JSON")
+    v.add_argument("--workers", type=_verify_workers, default=1,
+                   help="processes replaying the backward's recorded calls (default 1)")
     v.set_defaults(func=_cmd_verify)
 
     s = sub.add_parser("sweep", help="on a GPU: measure the device against the emulator and "

@@ -15,6 +15,8 @@ Strategies:
     block_params(fmt)               kblock_m, kblock_n, schedule the kernel supports
     masks()                         causal / local window / none
     attention_inputs(...)           q, k, v plus forward keyword arguments (an AttentionCase)
+    backward_cases(...)             one FA3 backward call as a recorded-case dict
+                                    (simulator.replay.bwd_cases)
 
 Requires the ``hypothesis`` package (in the ``test`` extra).
 """
@@ -173,3 +175,68 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
     if "window" in kwargs and kwargs.get("causal"):
         kwargs.pop("causal")
     return AttentionCase(*arrays, kwargs=kwargs)
+
+
+# seqlens at FA3's backward tile edges (kBlockM 64 / 80, kBlockN 128) and beside them
+_BWD_EDGES = (1, 2, 63, 64, 65, 79, 80, 81, 127, 128, 129, 160, 191, 192, 255, 256, 257, 384)
+
+
+@st.composite
+def backward_cases(draw, head_dim: int = 128, max_batch: int = 4, max_seqlen: int = 600,
+                   max_work: int = 3_000_000):
+    """One backward call as a case dict of :mod:`simulator.replay.bwd_cases` (its inputs are
+    :func:`simulator.replay.bwd_cases.case_inputs` of the drawn ``seed``): dtype bf16 / fp16,
+    batch 1..``max_batch``, GQA groups 1-8, seqlens 1..``max_seqlen`` with FA3's tile edges
+    favoured, no mask / causal / local windows (either side unbounded or 0 included), an
+    explicit softmax_scale or FA3's default, varlen launches with empty sequences and
+    ``seqused_q`` / ``seqused_k``. ``batch * heads * seqlen_q * seqlen_k`` stays within
+    ``max_work`` (heads are reduced to fit), so that a drawn call emulates in about a second.
+
+    Returns (when drawn): dict with ``name`` ``"hyp"``, ``seed`` (int), ``dtype``, ``batch``,
+    ``seqlen_q`` / ``seqlen_k`` (the maxima for varlen), ``heads``, ``heads_kv``, ``head_dim``,
+    ``causal``, ``window`` [left, right], ``seqlens_q`` / ``seqlens_k`` (lists or None),
+    ``softmax_scale`` (float or None), ``softcap`` 0.0, ``seqused_q`` / ``seqused_k`` (lists
+    or None).
+    """
+    length = st.one_of(st.integers(1, max_seqlen), st.sampled_from(_BWD_EDGES)).map(
+        lambda n: min(n, max_seqlen))
+    batch = draw(st.integers(1, max_batch))
+    heads_kv = draw(st.integers(1, 4))
+    group = draw(st.sampled_from((1, 1, 2, 3, 4, 8)))
+    kind = draw(st.sampled_from(("none", "causal", "local")))
+    window = [-1, -1]
+    if kind == "local":
+        side = st.one_of(st.just(-1), st.just(0), st.integers(0, max_seqlen))
+        window = [draw(side), draw(side)]
+    varlen = draw(st.booleans())
+    used_q = used_k = lens_q = lens_k = None
+    if varlen:
+        seq = st.one_of(length, st.just(0))
+        lens_q = draw(st.lists(seq, min_size=batch, max_size=batch))
+        lens_k = lens_q if draw(st.booleans()) else draw(st.lists(seq, min_size=batch,
+                                                                  max_size=batch))
+        if max(lens_q) == 0 or max(lens_k) == 0:
+            lens_q, lens_k = [max(1, n) for n in lens_q], [max(1, n) for n in lens_k]
+        which = draw(st.sampled_from((None, None, "q", "k", "qk")))
+        if which and "q" in which:
+            used_q = [draw(st.integers(0, n)) for n in lens_q]
+        if which and "k" in which:
+            used_k = [draw(st.integers(0, n)) for n in lens_k]
+        sq, sk = max(lens_q), max(lens_k)
+        work = sum(a * b for a, b in zip(lens_q, lens_k, strict=True))
+    else:
+        sq = draw(length)
+        sk = sq if draw(st.booleans()) else draw(length)
+        work = batch * sq * sk
+    heads_kv = max(1, min(heads_kv, max_work // max(1, work * group)))
+    heads = heads_kv * group
+    while heads > 1 and heads * work > max_work:  # drop the group before the kv heads
+        heads_kv, group = (heads_kv, group // 2) if group > 1 else (heads_kv // 2, group)
+        heads = heads_kv * group
+    scale = draw(st.one_of(st.none(), st.floats(0.0625, 2.0, width=32)))
+    return {"name": "hyp", "seed": draw(st.integers(0, 2**31 - 1)),
+            "dtype": draw(st.sampled_from(("bf16", "f16"))), "batch": batch, "seqlen_q": sq,
+            "seqlen_k": sk, "heads": heads, "heads_kv": heads_kv, "head_dim": head_dim,
+            "causal": kind == "causal", "window": window, "seqlens_q": lens_q,
+            "seqlens_k": lens_k, "softmax_scale": None if scale is None else float(scale),
+            "softcap": 0.0, "seqused_q": used_q, "seqused_k": used_k}

@@ -24,7 +24,8 @@ from .replay import (
     twin_backward,
 )
 
-#: topic name -> function(quick: bool) -> list of result rows
+#: topic name -> function(quick: bool) -> list of result rows; the topics of ``PARALLEL`` also
+#: take ``workers`` (processes replaying their cases)
 TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "numerics": lambda quick: numerics.check_all(quick=quick),
     "mufu": lambda quick: mufu.check_all(quick=quick),
@@ -32,13 +33,17 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "mma": lambda quick: mma.check_all(quick=quick),
     "forward": lambda quick: forward_goldens.check_all(quick=quick) + hypothesis.check_sample(quick),
     "fa3": lambda quick: fa3_library.check_all(quick=quick) + fa3_api.check_all(quick=quick),
-    "backward": lambda quick: fa3_backward.replay(quick=quick) + twin_backward.replay(quick=quick),
+    "backward": lambda quick, workers=1: (fa3_backward.replay(quick=quick, workers=workers)
+                                          + twin_backward.replay(quick=quick)),
 }
+PARALLEL = ("backward",)
 
 
-def run_checks(topics: list[str] | None = None, quick: bool = False) -> list[dict]:
+def run_checks(topics: list[str] | None = None, quick: bool = False,
+               workers: int = 1) -> list[dict]:
     """Run the checks of ``topics`` (all when None) and return their rows, each tagged with
-    its topic and elapsed seconds.
+    its topic and elapsed seconds; the topics of :data:`PARALLEL` replay their cases in
+    ``workers`` processes.
 
     Raises:
         ValueError: an unknown topic, listing the known ones.
@@ -52,7 +57,8 @@ def run_checks(topics: list[str] | None = None, quick: bool = False) -> list[dic
     for name in names:
         t0 = time.perf_counter()
         try:
-            topic_rows = TOPICS[name](quick)
+            topic_rows = (TOPICS[name](quick, workers) if name in PARALLEL and workers > 1
+                          else TOPICS[name](quick))
         except KeyError as exc:  # a recorded file without an expected array
             raise RecordedDataError(f"recorded data of topic {name!r} lacks the entry {exc}; "
                                     "regenerate it (see docs/architecture.md)") from None

@@ -30,6 +30,11 @@ With ``--ext S`` it records instead the drawn cases from index S on, then the so
 files of the same layout (entries keyed ``d{i}`` and ``e{i}``; the library's gradient rows past
 ``seqused`` are unwritten memory and recorded as 0).
 
+With ``--hyp CASES`` it records instead the hypothesis-drawn cases of the file CASES (written
+by ``--draw N``: :func:`draw_cases`, the strategy :func:`simulator.strategies.backward_cases`),
+in ``--jobs J`` processes at once, into ``fa3_backward_hyp_*`` files of the same layout
+(entries keyed ``h{i}``, the case list's index).
+
 With ``--stress R`` it records instead the cases of the committed report whose default-mode
 runs differed, with R default-mode runs each: ``fa3_backward_stress_report.json`` (entries as
 above, each with its ``key`` in the main report) and ``fa3_backward_stress_diffs.npz``.
@@ -53,6 +58,7 @@ from .common import out_parser
 REPORT_FILE = "fa3_backward_report.json"
 SAMPLE_FILE = "fa3_backward_sample.npz"
 DIFFS_FILE = "fa3_backward_diffs.npz"
+HYP_CASES_FILE = "fa3_backward_hyp_cases.json"
 SAMPLE_LIMIT = 40_000
 SAMPLE_EVERY = 4
 #: raw bytes of sampled bits per part of a recording (the files travel with every device visit)
@@ -138,9 +144,22 @@ def main(argv=None) -> int:
     ap.add_argument("--ext", type=int, default=None, metavar="S",
                     help="the extension recording instead: drawn cases from index S on, then the "
                          "softcap and seqused cases (fa3_backward_ext_* files)")
+    ap.add_argument("--draw", type=int, default=None, metavar="N",
+                    help="draw N backward calls with hypothesis (seed --seed) into OUT/"
+                         f"{HYP_CASES_FILE}, and record nothing")
+    ap.add_argument("--seed", type=int, default=20261203, help="hypothesis seed of --draw")
+    ap.add_argument("--hyp", default=None, metavar="CASES",
+                    help="record the drawn cases of the file CASES (fa3_backward_hyp_* files)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes recording at once with --hyp (each its own jax client)")
     ap.add_argument("--stress", type=int, default=0, metavar="R",
                     help="re-record the cases whose default runs differed, R default runs each")
     args = ap.parse_args(argv)
+    if args.draw is not None:
+        path = f"{args.out}/{HYP_CASES_FILE}"
+        write_json_atomic(path, draw_cases(args.draw, args.seed))
+        print(f"wrote {path}")
+        return 0
     if args.stress:
         return stress(args.out, args.stress, args.time_limit)
     start = time.perf_counter()
@@ -151,23 +170,26 @@ def main(argv=None) -> int:
     first = 0 if args.ext is None else args.ext
     parts = [("matrix", bwd_cases.matrix()[: args.only] if args.ext is None else []),
              ("drawn", bwd_cases.drawn(7, first + args.drawn)[first:])]
+    if args.hyp is not None:
+        from ..io import read_json  # noqa: PLC0415
+
+        drawn_file = read_json(args.hyp, "python -m simulator measure fa3_backward_record --draw N")
+        report["provenance"]["drawn"] = drawn_file["provenance"]
+        report["hyp"] = []
+        parts = [("hyp", drawn_file["cases"])]
     if args.ext is not None:
         report["drawn_start"] = first
         report["extra"] = []
         parts.append(("extra", bwd_cases.extras()))
     # the extras start from their own budget: they are few, and they are what --ext is for
-    limits = {"matrix": args.time_limit, "drawn": args.time_limit,
+    limits = {"matrix": args.time_limit, "drawn": args.time_limit, "hyp": args.time_limit,
               "extra": args.time_limit + 120}
     for part, cases in parts:
-        for i, case in enumerate(cases):
+        for i, (entry, full, d) in enumerate(_recorded(cases, args.jobs)):
             if time.perf_counter() - start > limits[part]:
                 report["stopped"] = f"time limit reached at {part} case {i}"
                 break
             key = f"{part[0]}{i + (first if part == 'drawn' else 0)}"
-            try:
-                entry, full, d = record_case(case)
-            except Exception as exc:  # the library's refusal is a result too
-                entry, full, d = {"case": case, "error": f"{type(exc).__name__}: {exc}"[:400]}, {}, {}
             entry["key"] = key
             report[part].append(entry)
             size = full["dq"].size if full else 0
@@ -188,6 +210,7 @@ def main(argv=None) -> int:
                       flush=True)
     report["seconds"] = round(time.perf_counter() - start, 1)
     stem = "fa3_backward" if args.ext is None else "fa3_backward_ext"
+    stem = "fa3_backward_hyp" if args.hyp is not None else stem
     save_npz_atomic(f"{args.out}/{SAMPLE_FILE.replace('fa3_backward', stem)}", **sample)
     save_npz_atomic(f"{args.out}/{DIFFS_FILE.replace('fa3_backward', stem)}",
                     **bwd_cases.pack_diffs(diffs))
@@ -197,6 +220,56 @@ def main(argv=None) -> int:
     print(f"recorded {len(report['matrix'])} matrix, {len(report['drawn'])} drawn and "
           f"{len(report.get('extra', []))} extra cases in {report['seconds']} s")
     return 0
+
+
+def _record_or_refusal(case: dict) -> tuple[dict, dict, dict]:
+    """:func:`record_case`, or the library's refusal as an entry (it is a result too)."""
+    try:
+        return record_case(case)
+    except Exception as exc:
+        return {"case": case, "error": f"{type(exc).__name__}: {exc}"[:400]}, {}, {}
+
+
+def _recorded(cases: list[dict], jobs: int):
+    """(entry, full bits, diffs) of each case in order: in this process, or with ``jobs`` > 1
+    in that many spawned processes (each with its own jax client on the GPU). Stopping the
+    iteration early stops the processes."""
+    if jobs <= 1:
+        yield from map(_record_or_refusal, cases)
+        return
+    import multiprocessing as mp  # noqa: PLC0415
+
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        yield from pool.imap(_record_or_refusal, cases, chunksize=1)
+
+
+def draw_cases(count: int, seed: int) -> dict:
+    """``count`` distinct backward calls drawn by hypothesis (seed ``seed``, generation phase
+    only, no example database) from :func:`simulator.strategies.backward_cases`, named
+    ``hyp{i}``: ``{"provenance": ..., "cases": [...]}``, the file ``--hyp`` records."""
+    import hypothesis  # noqa: PLC0415
+    from hypothesis import HealthCheck, Phase, given, settings  # noqa: PLC0415
+    from hypothesis import seed as hyp_seed  # noqa: PLC0415
+
+    from .. import strategies as sst  # noqa: PLC0415
+
+    seen, cases = set(), []
+
+    @settings(max_examples=4 * count, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @hyp_seed(seed)
+    @given(sst.backward_cases())
+    def collect(case):
+        key = json.dumps(case, sort_keys=True)
+        if len(cases) < count and key not in seen:
+            seen.add(key)
+            cases.append({**case, "name": f"hyp{len(cases)}"})
+
+    collect()
+    return {"provenance": {"strategy": "simulator.strategies.backward_cases()",
+                           "hypothesis": hypothesis.__version__, "seed": seed,
+                           "date": time.strftime("%Y-%m-%d")},
+            "cases": cases}
 
 
 def stress(out: str, runs: int, time_limit: float) -> int:

@@ -36,6 +36,11 @@ STRESS_DIFFS = DATA_DIR / "fa3_backward_stress_diffs.npz"
 EXT_REPORT = DATA_DIR / "fa3_backward_ext_report.json"
 EXT_SAMPLE = DATA_DIR / "fa3_backward_ext_sample.npz"
 EXT_DIFFS = DATA_DIR / "fa3_backward_ext_diffs.npz"
+#: the hypothesis-drawn recording (``--hyp``): :func:`simulator.strategies.backward_cases`
+HYP_CASES = DATA_DIR / "fa3_backward_hyp_cases.json"
+HYP_REPORT = DATA_DIR / "fa3_backward_hyp_report.json"
+HYP_SAMPLE = DATA_DIR / "fa3_backward_hyp_sample.npz"
+HYP_DIFFS = DATA_DIR / "fa3_backward_hyp_diffs.npz"
 #: the cost (millions of score elements the mainloop visits) up to which ``quick`` replays a case
 QUICK_COST = 0.1
 QUICK_DRAWN_EVERY = 10
@@ -163,29 +168,70 @@ def entries(report: dict, part: str) -> list[tuple[str, dict]]:
             if "error" not in e]
 
 
-def replay(quick: bool = False, progress=None) -> list[dict]:
+def replay(quick: bool = False, progress=None, workers: int = 1,
+           parts: tuple[str, ...] = ("matrix", "drawn", "extra", "hyp")) -> list[dict]:
     """verify rows: the matrix, the drawn cases (both recordings), the softcap / seqused
-    extras and the stress recording of the varying ones (``quick``: the cheap ones, and their
-    stress runs). A case of the stress recording reuses the emulation of its main entry."""
-    report = read_json(REPORT, REGENERATE)
-    ext = read_json(EXT_REPORT, REGENERATE)
-    diffs = bwd_cases.unpack_diffs(read_npz(DIFFS, REGENERATE))
-    diffs.update(bwd_cases.unpack_diffs(read_npz(EXT_DIFFS, REGENERATE)))
-    stress_diffs = bwd_cases.unpack_diffs(read_npz(STRESS_DIFFS, REGENERATE))
+    extras, the hypothesis-drawn calls and the stress recording of the varying ones
+    (``quick``: the cheap ones, and their stress runs). A case of the stress recording reuses
+    the emulation of its main entry. ``workers`` > 1: that many processes replay the cases
+    (the same checks; each process reads the recordings once). ``parts``: which recorded
+    parts to replay (the stress runs follow their main entries)."""
+    report, ext, hyp = (read_json(p, REGENERATE) for p in (REPORT, EXT_REPORT, HYP_REPORT))
     stress = dict(stress_entries(report))
-    tally = {part: _Tally() for part in ("matrix", "drawn", "extra", "stress")}
-    for part, rep in (("matrix", report), ("drawn", report), ("drawn", ext), ("extra", ext)):
-        todo = entries(rep, part)
+    tally = {part: _Tally() for part in ("matrix", "drawn", "extra", "hyp", "stress")}
+    todo = []
+    for part, rep in (("matrix", report), ("drawn", report), ("drawn", ext), ("extra", ext),
+                      ("hyp", hyp)):
+        some = entries(rep, part) if part in parts else []
         if quick:
-            todo = _quick(todo, QUICK_DRAWN_EVERY if part == "drawn" else 1)
-        for key, e in todo:
-            r = check(key, e, diffs)
-            tally[part].add(e, r)
-            if key in stress:
-                tally["stress"].add(stress[key], check(key, stress[key], stress_diffs, r["got"]))
-            if progress:
-                progress(key)
-    return [tally[part].row(part, 12 if part == "stress" else 3) for part in tally]
+            some = _quick(some, QUICK_DRAWN_EVERY if part in ("drawn", "hyp") else 1)
+        todo += [(part, key, e, stress.get(key)) for key, e in some]
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+        with ProcessPoolExecutor(workers) as pool:
+            results = pool.map(_check_task, todo, chunksize=1)
+            _tally_all(todo, results, tally, progress)
+    else:
+        _tally_all(todo, map(_check_task, todo), tally, progress)
+    return [tally[part].row(part, 12 if part == "stress" else 3) for part in tally
+            if part in parts or tally[part].calls]
+
+
+def _tally_all(todo, results, tally, progress) -> None:
+    for (part, key, e, st), (r, rs) in zip(todo, results, strict=True):
+        tally[part].add(e, r)
+        if st is not None:
+            tally["stress"].add(st, rs)
+        if progress:
+            progress(key)
+
+
+_DIFFS: dict = {}
+
+
+def _diffs(stress: bool) -> dict:
+    """The unpacked default-mode differences of every recording (or of the stress one), read
+    once per process."""
+    name = "stress" if stress else "main"
+    if name not in _DIFFS:
+        paths = (STRESS_DIFFS,) if stress else (DIFFS, EXT_DIFFS, HYP_DIFFS)
+        _DIFFS[name] = {}
+        for path in paths:
+            _DIFFS[name].update(bwd_cases.unpack_diffs(read_npz(path, REGENERATE)))
+    return _DIFFS[name]
+
+
+def _check_task(task) -> tuple[dict, dict | None]:
+    """:func:`check` of one (part, key, entry, stress entry or None), without the emulated
+    arrays (what a worker process sends back)."""
+    _, key, e, st = task
+    r = check(key, e, _diffs(False))
+    rs = None if st is None else check(key, st, _diffs(True), r["got"])
+    for x in (r, rs):
+        if x is not None:
+            x.pop("got")
+    return r, rs
 
 
 class _Tally:

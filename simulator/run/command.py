@@ -157,7 +157,8 @@ def max_workers() -> int:
     return max(8, 2 * (os.cpu_count() or 1))
 
 
-def _workers(text: str) -> int:
+def parse_workers(text: str) -> int:
+    """``--workers`` as an argparse type: an int from 1 to :func:`max_workers`."""
     # digits only: int() would also take " 2" and "2_0" (= 20)
     value = int(text) if text.isascii() and text.isdigit() else 0
     if value < 1:
@@ -208,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keys per K/V block (default: FA3's choice)")
     g.add_argument("--schedule", choices=("intra_wg_overlap", "plain"),
                    help="mainloop (default: FA3's choice)")
-    g.add_argument("--workers", type=_workers, default=1, metavar="N",
+    g.add_argument("--workers", type=parse_workers, default=1, metavar="N",
                    help="worker processes for the forward's CTA chunks (default: 1, in this "
                    "process; at most twice the CPUs, at least 8); the bits are the same for every N")
     g = p.add_argument_group("backward")
