@@ -66,9 +66,11 @@ def write_bytes_atomic(path: str | os.PathLike, data, durable: bool = True) -> P
     return path
 
 
-def write_json_atomic(path: str | os.PathLike, obj) -> Path:
-    """Write ``obj`` as indented JSON (UTF-8, trailing newline) atomically."""
-    return write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+def write_json_atomic(path: str | os.PathLike, obj, compact: bool = False) -> Path:
+    """Write ``obj`` as indented JSON (UTF-8, trailing newline) atomically; ``compact``: no
+    indentation or spaces (large recordings, which travel with every device visit)."""
+    text = json.dumps(obj, separators=(",", ":")) if compact else json.dumps(obj, indent=2)
+    return write_bytes_atomic(path, (text + "\n").encode())
 
 
 def npz_bytes(arrays: dict, compresslevel: int = 6) -> bytes:

@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.draw is not None:
         path = f"{args.out}/{HYP_CASES_FILE}"
-        write_json_atomic(path, draw_cases(args.draw, args.seed))
+        write_json_atomic(path, draw_cases(args.draw, args.seed), compact=True)
         print(f"wrote {path}")
         return 0
     if args.stress:
@@ -216,7 +216,8 @@ def main(argv=None) -> int:
                     **bwd_cases.pack_diffs(diffs))
     for j, arrays in enumerate(full_files[:FULL_FILES] if args.full else []):
         save_npz_atomic(f"{args.out}/fa3_backward_full_{j}.npz", **arrays)
-    write_json_atomic(f"{args.out}/{REPORT_FILE.replace('fa3_backward', stem)}", report)
+    write_json_atomic(f"{args.out}/{REPORT_FILE.replace('fa3_backward', stem)}", report,
+                      compact=True)
     print(f"recorded {len(report['matrix'])} matrix, {len(report['drawn'])} drawn and "
           f"{len(report.get('extra', []))} extra cases in {report['seconds']} s")
     return 0
