@@ -34,7 +34,8 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "forward": lambda quick: forward_goldens.check_all(quick=quick) + hypothesis.check_sample(quick),
     "fa3": lambda quick: fa3_library.check_all(quick=quick) + fa3_api.check_all(quick=quick),
     "backward": lambda quick, workers=1: (fa3_backward.replay(quick=quick, workers=workers)
-                                          + twin_backward.replay(quick=quick)),
+                                          + twin_backward.replay(quick=quick)
+                                          + twin_backward.replay_traces()),
 }
 PARALLEL = ("backward",)
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..flash.backward import BackwardResult, make_backward_config
+from ..flash.backward import BackwardResult, m_block_range, make_backward_config
+from ..flash.backward_trace import make_tracer
 from . import runtime
 
 KERNEL = "fa3_backward.cu"
@@ -47,7 +48,7 @@ def _padded(x: np.ndarray, kd: int) -> np.ndarray:
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
-             arch="sm90") -> BackwardResult:
+             arch="sm90", trace=None) -> BackwardResult:
     """FlashAttention-3's backward on the GPU, the device twin of
     :func:`simulator.flash.backward.backward` (same arguments, same checks).
 
@@ -60,12 +61,16 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         deterministic: accepted and checked as the emulator does; the twin always adds dQ in
             FA3's deterministic order.
         arch: must be "sm90" (the emulator's "ideal" has no device twin).
+        trace: None or ``(batch, head, n_block)``: that CTA's steps, as the emulator's
+            ``trace=`` records them (:class:`simulator.flash.backward_trace.CtaTrace`; the
+            kernel's trace hooks, docs/backward_twin.md).
     Returns:
         :class:`simulator.flash.backward.BackwardResult` with dq, dk, dv (input dtype),
-        dpsum and lse_log2 (float32 [batch, heads, m_blocks * kBlockM]) and the tiles.
+        dpsum and lse_log2 (float32 [batch, heads, m_blocks * kBlockM]), the tiles, and with
+        ``trace`` a dict of float32 arrays (the emulator's names and shapes).
     Raises:
-        ValueError: invalid arguments (the emulator's messages), ``arch`` other than "sm90",
-            or sizes past the kernel's 32-bit indexing.
+        ValueError: invalid arguments (the emulator's messages, ``trace`` included), ``arch``
+            other than "sm90", or sizes past the kernel's 32-bit indexing.
         DeviceUnavailable: no CuPy or no CUDA GPU.
     """
     if arch != "sm90":
@@ -74,6 +79,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
                                causal=causal, window=window, softcap=softcap,
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
                                max_seqlen_k=max_seqlen_k, arch=arch)
+    tracer = make_tracer(cfg, trace)  # validates trace as the emulator does
     kd, M, N = cfg.tiles.kernel_head_dim, cfg.tiles.kblock_m, cfg.tiles.kblock_n
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
     big = max(cfg.batch * cfg.heads * max(rows, keys) * kd, q.size, k.size)
@@ -107,6 +113,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             cupy.cuda.driver.funcSetAttribute(
                 fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
     consts = (_f32_bits(cfg.scale_log2), _f32_bits(cfg.softcap_val), _f32_bits(cfg.softmax_scale))
+    trace_args, trace_buf, m_lo, steps = _trace_buffer(cupy, cfg, tracer)
     order = range(cfg.n_blocks - 1, -1, -1) if cfg.causal else range(cfg.n_blocks)  # dq_order
     for n in order:
         fn((b * h,), (128,),
@@ -114,7 +121,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             *(np.int32(x) for x in (cfg.seqlen_q, cfg.seqlen_k, h, hk, kd, M, N, cfg.m_blocks,
                                     cfg.n_blocks, n, cfg.causal, cfg.local,
                                     *cfg.kernel_window, *cfg.window, cfg.softcap_val > 0)),
-            *consts), shared_mem=smem)
+            *consts, *trace_args), shared_mem=smem)
     dq = cupy.full((b, cfg.seqlen_q, h, kd), 0xFFFF, cupy.uint16)
     mod.get_function("bwd_postprocess_dq")(
         (min(4096, -(-dq.size // 128)),), (128,),
@@ -131,4 +138,38 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     cupy.cuda.get_current_stream().synchronize()
     dtype = q.dtype
     dq, dk, dv = (np.ascontiguousarray(x.get()[..., : cfg.head_dim]).view(dtype) for x in grads)
-    return BackwardResult(dq, dk, dv, dpsum.get(), lse_log2.get(), cfg.tiles)
+    traced = None if tracer is None else _trace_arrays(cfg, trace_buf.get(), m_lo, steps)
+    return BackwardResult(dq, dk, dv, dpsum.get(), lse_log2.get(), cfg.tiles, trace=traced)
+
+
+_STEP_ARRAYS = ("s", "dp", "dtanh", "scores", "p", "ds")
+
+
+def _trace_buffer(cupy, cfg, tracer):
+    """(the mainloop's trace arguments, the poisoned float32 buffer or None, the traced CTA's
+    first m_block, its m_block count)."""
+    if tracer is None:  # a one-value buffer no CTA writes (trace_bh -1 matches none)
+        return (cupy.zeros(1, cupy.float32), *(np.int32(x) for x in (-1, -1, 0, 0))), None, 0, 0
+    b, h, n = tracer.where
+    m_min, m_max = (int(x[0]) for x in m_block_range(cfg, np.array([n])))
+    steps = max(0, m_max - m_min)
+    M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
+    size = steps * (6 * M * N + M * kd) + 2 * N * kd
+    buf = cupy.full(size, _POISON_F32, cupy.uint32).view(cupy.float32)
+    args = (buf, *(np.int32(x) for x in (b * cfg.heads + h, n, m_min, steps)))
+    return args, buf, m_min, steps
+
+
+def _trace_arrays(cfg, buf: np.ndarray, m_min: int, steps: int) -> dict:
+    """The trace buffer as the emulator's ``CtaTrace.arrays()``: per step [M, N] arrays (dtanh
+    only with softcap) and the [M, kd] dQ partial, then dk_accum / dv_accum and m_blocks."""
+    M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
+    per = buf[: steps * (6 * M * N + M * kd)].reshape(steps, 6 * M * N + M * kd)
+    out = {name: per[:, i * M * N:(i + 1) * M * N].reshape(steps, M, N)
+           for i, name in enumerate(_STEP_ARRAYS)}
+    if not cfg.softcap_val > 0:
+        del out["dtanh"]
+    out["dq_partial"] = per[:, 6 * M * N:].reshape(steps, M, kd)
+    fin = buf[steps * (6 * M * N + M * kd):].reshape(2, N, kd)
+    return {**{k: np.ascontiguousarray(v) for k, v in out.items()}, "dk_accum": fin[0].copy(),
+            "dv_accum": fin[1].copy(), "m_blocks": np.arange(m_min, m_min + steps, dtype=np.int64)}

@@ -30,6 +30,13 @@
 // parameters, for both instruction families): only k16 and the chaining order matter, not the
 // M / N tiling. Operands are read element by element from row-major shared-memory tiles.
 //
+// Step trace (docs/backward_twin.md "Step traces"): with trace_buf non-null, the CTA of
+// (batch * heads + head) == trace_bh in the launch of n_block == trace_n writes, per visited
+// m_block m (slot m - trace_m_min), float32 [M, N] arrays S (Q K^T), dP, dtanh (1 without
+// softcap), the scores after softcap and mask, P, dS (before rounding), then [M, kd] the dQ
+// partial dS K before its add; after the loop (slot trace_steps) dK and dV [N, kd] before
+// dK *= softmax_scale. Stores only: the arithmetic is the untraced kernel's.
+//
 // Compile-time: BW_DTYPE 0 = bf16, 1 = f16. Everything else is a runtime argument.
 
 #ifndef BW_DTYPE
@@ -218,7 +225,8 @@ bwd_mainloop(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __
              int heads, int heads_kv, int kd, int kblock_m, int kblock_n, int m_blocks,
              int n_blocks, int n_block, int is_causal, int is_local, int kwin_left,
              int kwin_right, int win_left, int win_right, int softcap, u32 scale_log2_bits,
-             u32 softcap_val_bits, u32 softmax_scale_bits) {
+             u32 softcap_val_bits, u32 softmax_scale_bits, float* __restrict__ trace_buf,
+             int trace_bh, int trace_n, int trace_m_min, int trace_steps) {
   const struct {
     int seqlen_q, seqlen_k, heads, heads_kv, kblock_m, kblock_n, m_blocks, n_blocks, n_block;
     int is_causal, is_local, kwin_left, kwin_right, win_left, win_right, softcap;
@@ -266,6 +274,8 @@ bwd_mainloop(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __
   const Tile tKt{sK, 1, kd}, tVt{sV, 1, kd};        // K^T, V^T as [kd, N] B operands
   const Tile tPt{sP, 1, N}, tdSt{sdS, 1, N}, tdS{sdS, N, 1};
   const int offset = a.seqlen_k - a.seqlen_q;
+  const bool traced = trace_buf != nullptr && bh == trace_bh && n == trace_n;
+  const long long step_size = 6LL * M * N + (long long)M * kd;  // floats per traced m_block
 
   for (int m = m_min; m < m_max; ++m) {
     __syncthreads();  // the previous m_block's readers are done with the tiles
@@ -276,6 +286,7 @@ bwd_mainloop(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __
     __syncthreads();
     const float* lse_m = lse_log2 + (long long)bh * rows + m * M;
     const float* dps_m = dpsum + (long long)bh * rows + m * M;
+    float* tr_m = traced ? trace_buf + (long long)(m - trace_m_min) * step_size : nullptr;
     // S, dP, P, dS per 16 x 8 tile of [M, N]
     for (int tile = warp; tile < (M / 16) * (N / 8); tile += kThreads / 32) {
       const int i0 = (tile / (N / 8)) * 16, j0 = (tile % (N / 8)) * 8;
@@ -301,6 +312,10 @@ bwd_mainloop(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __
         if (a.softcap) ds = fmul(ds, dtanh);
         sP[i * N + j] = to_half(p);
         sdS[i * N + j] = to_half(ds);
+        if (tr_m) {
+          const float step[6] = {s[r], dp[r], dtanh, x, p, ds};
+          for (int t = 0; t < 6; ++t) tr_m[(long long)t * M * N + i * N + j] = step[t];
+        }
       }
     }
     __syncthreads();
@@ -332,12 +347,20 @@ bwd_mainloop(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const long long at = (long long)(i0 + acc_row(r)) * kd + j0 + acc_col(r);
+        if (tr_m) tr_m[6LL * M * N + at] = c[r];
         dq_m[at] = fadd(dq_m[at], c[r]);
       }
     }
   }
   __syncthreads();  // dK written by every warp: scale it (FA3's epilogue, dK *= softmax_scale)
   const float scale = __uint_as_float(a.softmax_scale_bits);
+  if (traced) {
+    float* fin = trace_buf + (long long)trace_steps * step_size;
+    for (int idx = threadIdx.x; idx < N * kd; idx += kThreads) {
+      fin[idx] = dk_cta[idx];
+      fin[(long long)N * kd + idx] = dv_cta[idx];
+    }
+  }
   for (int idx = threadIdx.x; idx < N * kd; idx += kThreads) dk_cta[idx] = fmul(dk_cta[idx], scale);
 }
 

@@ -12,10 +12,13 @@ twin forward (:func:`simulator.device.forward.forward`, bit-exact with the emula
 twin backward runs and is checked against a float64 reference (a broken kernel shows here,
 before any bit comparison). Written atomically to OUTDIR: ``twin_backward_report.json`` and
 ``twin_backward_sample.npz`` (format and replay: :mod:`simulator.replay.twin_backward`).
+With ``--traces`` it records instead the step traces of one CTA per entry of
+:data:`simulator.replay.twin_backward.TRACES` (``twin_backward_traces.*``).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 
@@ -132,6 +135,42 @@ def run(out_dir: str, inputs_path: str | None = None, only: str | None = None,
     return failures
 
 
+def record_traces(out_dir: str, progress=print) -> int:
+    """The step traces of :data:`simulator.replay.twin_backward.TRACES` on the GPU (inputs:
+    the emulator's forward, :func:`simulator.replay.twin_backward.inputs`): digests of every
+    array in ``twin_backward_traces.json``, the full bits of the small traces in
+    ``twin_backward_traces.npz``. Returns the number of traces that failed."""
+    from ..device import runtime  # noqa: PLC0415
+
+    info = runtime.device_info()
+    info.update(kernel_provenance(dev.KERNEL))
+    traces, sample, failures = [], {}, 0
+    for i, (name, cta) in enumerate(twin.TRACES):
+        case = twin.trace_case(name)
+        key = f"t{i}"
+        try:
+            res = twin.run_backward(functools.partial(dev.backward, trace=cta), case,
+                                    twin.inputs(case))
+            got = twin.trace_bits(res.trace)
+            entry = {"key": key, "case": case, "cta": list(cta),
+                     "digests": {n: digest(b).hex() for n, b in got.items()}}
+            size = sum(b.size for n, b in got.items() if n != "m_blocks")
+            if size <= twin.TRACE_SAMPLE_MAX:
+                sample.update({f"{key}_{n}": b for n, b in got.items()})
+            progress(f"[{key}] {name} {cta}: m_blocks {got['m_blocks'].tolist()}, {size} values")
+        except Exception as exc:
+            entry = {"key": key, "case": case, "cta": list(cta),
+                     "error": f"{type(exc).__name__}: {exc}"[:3000]}
+            failures += 1
+            progress(f"[{key}] {name} ERROR {entry['error'][:1500]}")
+        traces.append(entry)
+    report = {"provenance": info, "traces": traces, "failures": failures,
+              "sample": f"full bits of the traces of at most {twin.TRACE_SAMPLE_MAX} values: "
+                        "{key}_{array} uint32 (m_blocks int64)"}
+    write_recordings(out_dir, twin.TRACE_REPORT_FILE, report, {twin.TRACE_SAMPLE_FILE: sample})
+    return failures
+
+
 def main(argv=None) -> int:
     ap = out_parser("twin_backward_record", __doc__.split("\n\n")[0])
     ap.add_argument("--inputs", default=None, help=".npz of the emulator forward's out / lse "
@@ -139,7 +178,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="record the cases whose name contains this")
     ap.add_argument("--full", action="store_true", help="also write every case's bits "
                     "(twin_backward_full.npz)")
+    ap.add_argument("--traces", action="store_true", help="record the step traces of "
+                    "twin_backward.TRACES instead (twin_backward_traces.*)")
     args = ap.parse_args(argv)
+    if args.traces:
+        return 1 if record_traces(args.out) else 0
     return 1 if run(args.out, args.inputs, args.only, args.full) else 0
 
 

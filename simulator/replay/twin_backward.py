@@ -161,3 +161,57 @@ def replay(quick: bool = False, progress=None) -> list[dict]:
     return [row(f"twin backward ({n} cases, kernels/fa3_backward.cu, {gpu})", values, len(bad),
                 "dq, dk, dv, dpsum, lse_log2 bits of the twin against the emulator"
                 + (f"; first: {bad[0]}" if bad else ""))]
+
+
+# ---- step traces ------------------------------------------------------------------------------
+TRACE_REPORT_FILE = "twin_backward_traces.json"
+TRACE_SAMPLE_FILE = "twin_backward_traces.npz"
+TRACE_REPORT = DATA_DIR / TRACE_REPORT_FILE
+TRACE_SAMPLE = DATA_DIR / TRACE_SAMPLE_FILE
+#: traced CTAs, (case name, (batch, head, n_block)): every kernel head dim, causal, local and
+#: softcap, GQA, fp16, a padded head dim, a CTA that visits several m_blocks
+TRACES = (("d64_causal_gqa_bf16", (1, 1, 1)), ("d96_local_f16", (0, 1, 0)),
+          ("d128_softcap_bf16", (0, 0, 1)), ("d192_local_gqa_bf16", (1, 3, 0)),
+          ("d256_none_bf16", (0, 1, 2)), ("d80_local_softcap_bf16", (0, 1, 0)),
+          ("d64_softcap_causal_gqa_f16", (0, 3, 1)))
+#: traces with at most this many float32 values keep their full bits in the sample
+TRACE_SAMPLE_MAX = 140_000
+
+
+def trace_case(name: str) -> dict:
+    """The case of :func:`cases` named ``name``."""
+    return next(c for c in cases() if c["name"] == name)
+
+
+def trace_bits(trace: dict) -> dict:
+    """``{name: uint32 bits}`` of a backward trace's float32 arrays (``m_blocks`` as int64)."""
+    return {k: (v if k == "m_blocks" else bits(np.asarray(v, np.float32)))
+            for k, v in trace.items()}
+
+
+def emulate_trace(case: dict, where: tuple[int, int, int], x: dict | None = None) -> dict:
+    """The emulator's trace of CTA ``where`` of ``case`` (:func:`trace_bits`)."""
+    x = inputs(case) if x is None else x
+    res = emulated_backward(x["dout"], x["q"], x["k"], x["v"], x["out"], x["lse"],
+                            trace=tuple(where), **backward_kwargs(case))
+    return trace_bits(res.trace)
+
+
+def replay_traces(progress=None) -> list[dict]:
+    """verify row: every recorded twin trace against the emulator's, array by array."""
+    report = read_json(TRACE_REPORT, REGENERATE)
+    bad, values = [], 0
+    for entry in report["traces"]:
+        got = emulate_trace(entry["case"], entry["cta"])
+        for name, d in entry["digests"].items():
+            if name not in got or digest(got[name]).hex() != d:
+                bad.append(f"{entry['case']['name']} {tuple(entry['cta'])} {name}")
+            elif name != "m_blocks":
+                values += int(got[name].size)
+        if set(got) != set(entry["digests"]):
+            bad.append(f"{entry['case']['name']}: arrays {sorted(got)} vs {sorted(entry['digests'])}")
+        if progress:
+            progress(entry["key"])
+    return [row(f"twin backward step traces ({len(report['traces'])} CTAs)", values, len(bad),
+                "S, dP, dtanh, scores, P, dS, dQ partials per m_block and the dK / dV "
+                "accumulators of one CTA, twin against emulator" + (f"; first: {bad[0]}" if bad else ""))]
