@@ -132,23 +132,41 @@ def ffma_ftz(a, b, c):
 
 
 @numba.njit(inline="always", **_JIT)
-def ex2_table_bits(x, table):
-    """MUFU.EX2 (``ex2.approx.ftz.f32``) of one float32 as uint32 bits:
-    ``simulator.numerics.mufu.MufuModel._ex2_core`` with its int32 table (2^24 entries)."""
+def _ex2_split(x):
+    """MUFU.EX2's fixed-point split of one float32 (``MufuModel._ex2_core``): (table index,
+    exponent increment); index -1 for NaN."""
     if x != x:
-        return _CANONICAL_NAN
+        return -1, 0
     g = x
-    if g > np.float32(128.0):
+    if g > np.float32(128.0):  # +inf and huge: clamped (128 gives exactly +inf)
         g = np.float32(128.0)
     if g < np.float32(-130.0):
         g = np.float32(-130.0)
     f = np.int64(np.int32(g * np.float32(2.0**23)))  # float32 product, truncated
-    hi = f & ~0x7FFFFF
-    idx = ((hi >> 8) & 0x800000) | (f ^ hi)
+    hi = f & ~0x7FFFFF  # floor(f / 2^23) << 23
+    return ((hi >> 8) & 0x800000) | (f ^ hi), hi
+
+
+@numba.njit(inline="always", **_JIT)
+def _ex2_bits(idx, hi, table):
+    """The uint32 result of MUFU.EX2 from :func:`_ex2_split`'s pair: ``table[idx] + hi``,
+    flushed below 2^-126; the canonical NaN for index -1."""
+    if idx < 0:
+        return _CANONICAL_NAN
     r = np.int64(table[idx]) + hi  # exponent field += floor(f / 2^23)
     if r < 0x00800000:  # below 2^-126 (or below zero): flushed
         return np.uint32(0)
     return np.uint32(r)
+
+
+def ex2_table_bits(x, table):
+    """MUFU.EX2 (``ex2.approx.ftz.f32``) of one float32 as uint32 bits, from its int32 table
+    (2^24 entries): ``simulator.numerics.mufu.MufuModel._ex2_core`` on one element."""
+    idx, hi = _ex2_split(x)
+    return _ex2_bits(idx, hi, table)
+
+
+ex2_table_bits = numba.njit(**_JIT)(ex2_table_bits)
 
 
 @numba.njit(parallel=True, **_JIT)
@@ -187,22 +205,31 @@ def scaled_exp2(scores, scale, neg_max, table, use_table, out, out_bits):
     ``use_table``; otherwise only the FFMA (the caller applies its MUFU model).
 
     scores [R, T, nrow, ncol]; scale, neg_max [R, T, nrow] (neg_max = -max_scaled); writes
-    ``out`` (``out_bits`` its uint32 view) of the scores' shape."""
+    ``out`` (``out_bits`` its uint32 view) of the scores' shape. The table reads of a batch
+    entry run in a loop of their own, so that many are in flight at once."""
     rows, threads, nrow, ncol = scores.shape
-    for rt in prange(rows * threads):
-        r = rt // threads
-        t = rt - r * threads
-        for mi in range(nrow):
-            sc = scale[r, t, mi]
-            nm = neg_max[r, t, mi]
-            for ni in range(ncol):
-                x = ffma_ftz(scores[r, t, mi, ni], sc, nm)
-                if use_table:
-                    out_bits[r, t, mi, ni] = ex2_table_bits(x, table)
-                elif x != x:
-                    out_bits[r, t, mi, ni] = _CANONICAL_NAN
-                else:
-                    out[r, t, mi, ni] = x
+    per = threads * nrow * ncol
+    for r in prange(rows):
+        idx = np.empty(per, dtype=np.int64)
+        hi = np.empty(per, dtype=np.int64)
+        flat = out[r].reshape(per)
+        flat_bits = out_bits[r].reshape(per)
+        for t in range(threads):
+            for mi in range(nrow):
+                sc = scale[r, t, mi]
+                nm = neg_max[r, t, mi]
+                base = (t * nrow + mi) * ncol
+                for ni in range(ncol):
+                    x = ffma_ftz(scores[r, t, mi, ni], sc, nm)
+                    if use_table:
+                        idx[base + ni], hi[base + ni] = _ex2_split(x)
+                    elif x != x:
+                        flat_bits[base + ni] = _CANONICAL_NAN
+                    else:
+                        flat[base + ni] = x
+        if use_table:
+            for e in range(per):
+                flat_bits[e] = _ex2_bits(idx[e], hi[e], table)
 
 
 @numba.njit(parallel=True, **_JIT)
