@@ -25,11 +25,11 @@ import math
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import prange, types
-from numba.extending import intrinsic
+from numba import prange
 
-from . import dotadd as _dotadd  # noqa: F401  (sets numba's fork-safe threading layer first)
+# dotadd sets numba's fork-safe threading layer on import; its bitcasts serve here too
+from .dotadd import bits64 as _bits64
+from .dotadd import float64_of as _float64
 
 _JIT = dict(cache=True, nogil=True)
 _CANONICAL_NAN = np.uint32(0x7FFFFFFF)
@@ -39,28 +39,6 @@ _HALF29 = 1 << 28
 _ABS64 = 0x7FFF_FFFF_FFFF_FFFF
 _TINY_BITS64 = (1023 - 125) << 52  # magnitude bits of 2^-125
 _F32_TINY = 2.0**-126 * (1.0 - 2.0**-25)
-
-
-@intrinsic
-def _bits64(typingctx, x):
-    """The int64 bit pattern of a float64."""
-    if not (isinstance(x, types.Float) and x.bitwidth == 64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _float64(typingctx, b):
-    """The float64 of an int64 bit pattern."""
-    if not (isinstance(b, types.Integer) and b.bitwidth == 64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(b), codegen
 
 
 @numba.njit(inline="always", **_JIT)
