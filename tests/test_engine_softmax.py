@@ -197,6 +197,9 @@ def test_auto_keeps_small_calls_on_numpy(monkeypatch):
     with engine.use_engine("numba"):
         assert engine.numba_softmax(small)
         assert not engine.numba_softmax(small.astype(np.float64))
+        assert not engine.numba_softmax(small[:, :100])  # not a warpgroup or warp: NumPy raises
+        with pytest.raises(ValueError):
+            Softmax((2,), 2, np.float32(1)).max_get_scale(small[:, :100], is_first=True)
         with pytest.raises(TypeError, match="float32"):
             rescale_o(small[..., 0], np.ones((2, 128), dtype=np.float64))
 

@@ -159,11 +159,15 @@ def dot_add(a64, b64, c, p, kblock: int):
 
 
 # ---- the forward's softmax steps (:mod:`.softmax`) ------------------------------------------------
-def numba_softmax(x) -> bool:
+def numba_softmax(x, rowcol: bool = True) -> bool:
     """Whether ``simulator.flash.softmax`` should evaluate a step on the float32 array ``x``
-    (scores ``[..., T, nrow, ncol]`` or an O accumulator ``[..., rows, d]``) compiled: the
-    engine's choice for ``x.size`` elements, and a shape the kernels take (non-empty)."""
-    return x.dtype == np.float32 and x.ndim >= 2 and x.size > 0 and wants_numba("softmax", x.size)
+    compiled: the engine's choice for ``x.size`` elements, and a shape the kernels take
+    (non-empty; scores ``[..., T, nrow, ncol]`` with T = 32 or 128 when ``rowcol``, else an O
+    accumulator ``[..., rows, d]``). Anything else takes the NumPy model, which raises its
+    errors."""
+    shaped = x.ndim >= 3 and x.shape[-3] in (32, 128) if rowcol else x.ndim >= 2
+    return (isinstance(x, np.ndarray) and type(x) is np.ndarray and x.dtype == np.float32
+            and shaped and x.size > 0 and wants_numba("softmax", x.size))
 
 
 def _rows3(x, lead, dtype=np.float32):

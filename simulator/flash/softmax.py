@@ -162,6 +162,6 @@ def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray) -> np.ndarray:
         scores_scale_rows: float32 ``[..., rows]``: each row's scale (the quad-identical value
             its owner threads hold).
     """
-    if engine.numba_softmax(acc_o):  # compiled twin
+    if engine.numba_softmax(acc_o, rowcol=False):  # compiled twin
         return engine.softmax_scale_rows(acc_o, scores_scale_rows)
     return fmul(acc_o, scores_scale_rows[..., None], ftz=True)
