@@ -27,13 +27,21 @@ import importlib.util
 import os
 import threading
 
-__all__ = ["ENGINES", "AUTO_MIN_WORK", "available", "dot_add", "get_engine", "mark_compiled",
-           "numba_dot_add", "set_engine", "set_threads", "use_engine", "wants_numba"]
+import numpy as np
+
+__all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "dot_add", "get_engine",
+           "mark_compiled", "numba_dot_add", "numba_softmax", "set_engine", "set_threads",
+           "softmax_exp2", "softmax_row_max", "softmax_row_sum", "softmax_scale_rows",
+           "use_engine", "wants_numba"]
 
 ENGINES = ("auto", "numpy", "numba")
 #: "auto" compiles a kernel for calls of at least this many products (multiply-adds or
 #: elements): about 3 s of NumPy time for the dot-add, the order of one kernel's cold compile.
 AUTO_MIN_WORK = 1 << 27
+#: "auto" compiles an elementwise kernel (the softmax steps) for calls of at least this many
+#: elements: about 2 s of NumPy time (some 100 ns per element and step), a cold compile's order.
+AUTO_MIN_ELEMENTS = 1 << 24
+_AUTO_MIN = {"softmax": AUTO_MIN_ELEMENTS}
 
 _CALL_LOCK = threading.Lock()
 _state = {"engine": None, "compiled": set(), "available": None}
@@ -95,13 +103,14 @@ def mark_compiled(kernel: str) -> None:
 
 
 def wants_numba(kernel: str, work: int) -> bool:
-    """Whether a call of ``work`` products to ``kernel`` should take the compiled path."""
+    """Whether a call of ``work`` products (``"dotadd"``) or elements (``"softmax"``) to
+    ``kernel`` should take the compiled path."""
     name = get_engine()
     if name == "numpy":
         return False
     if name == "numba":
         return True
-    return available() and work >= AUTO_MIN_WORK
+    return available() and work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK)
 
 
 def set_threads(n: int | None = None) -> int:
@@ -147,3 +156,121 @@ def dot_add(a64, b64, c, p, kblock: int):
         out = dotadd.gemm(a64, b64, c, p, kblock)
     mark_compiled("dotadd")
     return out
+
+
+# ---- the forward's softmax steps (:mod:`.softmax`) ------------------------------------------------
+def numba_softmax(x, rowcol: bool = True) -> bool:
+    """Whether ``simulator.flash.softmax`` should evaluate a step on the float32 array ``x``
+    compiled: the engine's choice for ``x.size`` elements, and a shape the kernels take
+    (non-empty; scores ``[..., T, nrow, ncol]`` with T = 32 or 128 when ``rowcol``, else an O
+    accumulator ``[..., rows, d]``). Anything else takes the NumPy model, which raises its
+    errors."""
+    shaped = x.ndim >= 3 and x.shape[-3] in (32, 128) if rowcol else x.ndim >= 2
+    return (isinstance(x, np.ndarray) and type(x) is np.ndarray and x.dtype == np.float32
+            and shaped and x.size > 0 and wants_numba("softmax", x.size))
+
+
+def _rows3(x, lead, dtype=np.float32):
+    """``x`` broadcast to the shape ``lead`` (``[..., a, b]``), as a C-contiguous [R, a, b].
+
+    Raises:
+        TypeError: ``x`` is not float32 (as the NumPy model's operations raise).
+    """
+    if np.asarray(x).dtype != dtype:
+        raise TypeError(f"expected a float32 operand, got dtype {np.asarray(x).dtype}")
+    x = np.ascontiguousarray(np.broadcast_to(x, lead))
+    return x.reshape((-1,) + x.shape[-2:])
+
+
+def _launch(kernel, *args):
+    with _CALL_LOCK:  # numba's fork-safe workqueue pool takes one parallel launch at a time
+        kernel(*args)
+    mark_compiled("softmax")
+
+
+def softmax_row_max(scores: np.ndarray, prev) -> np.ndarray:
+    """Compiled ``quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=prev is None),
+    "max")`` (:func:`simulator.engine.softmax.row_max`).
+
+    Args:
+        scores: float32 ``[..., T, nrow, ncol]``, T a multiple of 4, ncol >= 1.
+        prev: float32 ``[..., T, nrow]`` (broadcasting against the scores' rows), or None for
+            ``zero_init``.
+    Returns:
+        float32 ``[..., T, nrow]``, the NumPy model's bits.
+    """
+    from . import softmax
+
+    s4 = np.ascontiguousarray(scores).reshape((-1,) + scores.shape[-3:])
+    lead = scores.shape[:-1]
+    out = np.empty(lead, dtype=np.float32)
+    o3 = out.reshape(s4.shape[:-1])
+    p3 = o3 if prev is None else _rows3(prev, lead)
+    _launch(softmax.row_max, s4, p3, prev is None, o3, o3.view(np.uint32))
+    return out
+
+
+def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
+    """Compiled ``ex2(ffma(scores, scale[..., None], neg_max[..., None], ftz=True))``
+    (:func:`simulator.engine.softmax.scaled_exp2`).
+
+    Args:
+        scores: float32 ``[..., T, nrow, ncol]``.
+        scale, neg_max: float32, broadcasting against ``[..., T, nrow]``.
+        table: the int32 MUFU.EX2 table of the arch (``MufuModel.ex2_table()``), or None: then
+            only the FFMA is evaluated and the caller applies its ex2.
+    Returns:
+        float32 of the scores' shape.
+    """
+    from . import softmax
+
+    s4 = np.ascontiguousarray(scores).reshape((-1,) + scores.shape[-3:])
+    lead = scores.shape[:-1]
+    out = np.empty(scores.shape, dtype=np.float32)
+    o4 = out.reshape(s4.shape)
+    use = table is not None
+    _launch(softmax.scaled_exp2, s4, _rows3(scale, lead), _rows3(neg_max, lead),
+            table if use else _NO_TABLE, use, o4, o4.view(np.uint32))
+    return out
+
+
+def softmax_row_sum(p: np.ndarray, sum_scale, prev) -> np.ndarray:
+    """Compiled thread-local row_sum of ``online_softmax`` (:func:`simulator.engine.softmax.
+    row_sums`): ``p[0] + p[1] + ...`` when ``prev`` is None, else ``ffma(sum_scale, prev, p[0])
+    + p[1] + ...``.
+
+    Args:
+        p: float32 ``[..., T, nrow, ncol]``.
+        sum_scale, prev: float32 broadcasting against ``[..., T, nrow]`` (both None, or both
+            given).
+    Returns:
+        float32 ``[..., T, nrow]``.
+    """
+    from . import softmax
+
+    p4 = np.ascontiguousarray(p).reshape((-1,) + p.shape[-3:])
+    lead = p.shape[:-1]
+    out = np.empty(lead, dtype=np.float32)
+    o3 = out.reshape(p4.shape[:-1])
+    first = prev is None
+    _launch(softmax.row_sums, p4, o3 if first else _rows3(sum_scale, lead),
+            o3 if first else _rows3(prev, lead), first, o3, o3.view(np.uint32))
+    return out
+
+
+def softmax_scale_rows(acc: np.ndarray, scale) -> np.ndarray:
+    """Compiled ``fmul(acc, scale[..., None], ftz=True)`` (:func:`simulator.engine.softmax.
+    scale_rows`): acc float32 ``[..., rows, d]``, scale float32 broadcasting against
+    ``[..., rows]``; returns float32 of acc's shape."""
+    from . import softmax
+
+    a3 = np.ascontiguousarray(acc).reshape((-1,) + acc.shape[-2:])
+    s2 = _rows3(scale, acc.shape[:-1]).reshape(a3.shape[:-1])
+    out = np.empty(acc.shape, dtype=np.float32)
+    o3 = out.reshape(a3.shape)
+    _launch(softmax.scale_rows, a3, s2, o3, o3.view(np.uint32))
+    return out
+
+
+_NO_TABLE = np.zeros(1, dtype=np.int32)
+_NO_TABLE.setflags(write=False)

@@ -20,7 +20,9 @@ import os
 
 import numba
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic
 
 # GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
 # it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
@@ -35,17 +37,39 @@ _RZ, _RN = 0, 1
 _JIT = dict(cache=True, nogil=True)
 
 
+@intrinsic
+def bits64(typingctx, x):
+    """The int64 bit pattern of a float64 (a bitcast)."""
+    if not (isinstance(x, types.Float) and x.bitwidth == 64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def float64_of(typingctx, b):
+    """The float64 of an int64 bit pattern (a bitcast)."""
+    if not (isinstance(b, types.Integer) and b.bitwidth == 64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(b), codegen
+
+
 @numba.njit(**_JIT)
 def _exponents(x, emin, out):
     """max(floor(log2|x|), emin) of a flat float64 array into int32 ``out``; _NO_EXP for
-    zeros and non-finite values."""
+    zeros and non-finite values (the exponent field; frexp for float64 subnormals)."""
     for i in range(x.size):
-        v = x[i]
-        if v != 0.0 and math.isfinite(v):
-            e = math.frexp(v)[1] - 1
-            out[i] = e if e > emin else emin
-        else:
+        ex = (bits64(x[i]) >> 52) & 0x7FF
+        if ex == 0x7FF or x[i] == 0.0:
             out[i] = _NO_EXP
+            continue
+        e = ex - 1023 if ex != 0 else math.frexp(x[i])[1] - 1
+        out[i] = e if e > emin else emin
 
 
 @numba.njit(**_JIT)

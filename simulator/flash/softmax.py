@@ -8,15 +8,20 @@ row/column view of the accumulator, ``[..., 128, kNRows, ncol]``
 :mod:`simulator.numerics.mufu` (``arch="sm90"``, or ``"ideal"`` for correctly rounded ones).
 The exact sequence is docs/forward.md, steps 4, 5 and "finalize"; hopper/softmax.h is the
 source, and the SASS of FA3's sm_90 kernels shows how it compiles (the fused row_sum rescale).
+
+With the numba engine (:mod:`simulator.engine`) the per-element parts of a step (the row
+maximum, P and its row sums, the O rescale) run compiled with the same bits; each method says
+where it hands over. Row-state operations (one value per thread and row) stay NumPy.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .. import engine
 from ..hw import quad_allreduce, thread_reduce
 from ..numerics import ffma, fmul, fsub
-from ..numerics.mufu import ex2, lg2, rcp
+from ..numerics.mufu import ex2, lg2, model, rcp
 from .constants import LN2_F32
 
 _NEG_INF = np.float32(-np.inf)
@@ -63,12 +68,14 @@ class Softmax:
         into the first add of :meth:`online_softmax` (one FFMA), so ``row_sum`` still holds the
         previous block's sum after this step (docs/forward.md, step 4).
         """
+        compiled = engine.numba_softmax(scores)  # the row maximum: compiled twin
         if is_first:
-            self.row_max = quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max")
+            self.row_max = engine.softmax_row_max(scores, None) if compiled else quad_allreduce(
+                thread_reduce(scores, op="max", zero_init=True), "max")
             self._row_sum_scale = None
             return np.ones_like(self.row_max)
         prev = self.row_max
-        self.row_max = quad_allreduce(
+        self.row_max = engine.softmax_row_max(scores, prev) if compiled else quad_allreduce(
             thread_reduce(scores, prev, op="max", zero_init=False), "max")
         cur = self.row_max
         if check_inf:
@@ -95,6 +102,8 @@ class Softmax:
             max_scaled = fmul(self.row_max, scale, ftz=True)
         if check_inf:
             max_scaled = np.where(self.row_max == _NEG_INF, np.float32(0), max_scaled)
+        if engine.numba_softmax(scores):  # P and the row sums: compiled twin
+            return self._online_compiled(scores, scale, -max_scaled, is_first)
         p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True), arch=self.arch)
         if is_first:
             self.row_sum = thread_reduce(p, op="sum", zero_init=True)
@@ -102,6 +111,19 @@ class Softmax:
             start = ffma(self._row_sum_scale, self.row_sum, p[..., 0], ftz=True)
             self.row_sum = start if p.shape[-1] == 1 else thread_reduce(
                 p[..., 1:], start, op="sum", zero_init=False)
+        return p
+
+    def _online_compiled(self, scores, scale, neg_max, is_first) -> np.ndarray:
+        """:meth:`online_softmax`'s P and row_sum through ``simulator.engine`` (MUFU.EX2 from
+        the arch's verified table; ``"ideal"`` applies :func:`ex2` between FFMA and sum)."""
+        table = model(self.arch).ex2_table()
+        p = engine.softmax_exp2(scores, scale, neg_max, table)
+        if table is None:
+            p = ex2(p, arch=self.arch)
+        if is_first:
+            self.row_sum = engine.softmax_row_sum(p, None, None)
+        else:
+            self.row_sum = engine.softmax_row_sum(p, self._row_sum_scale, self.row_sum)
         return p
 
     # ---- finalize ------------------------------------------------------------------------------
@@ -140,4 +162,6 @@ def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray) -> np.ndarray:
         scores_scale_rows: float32 ``[..., rows]``: each row's scale (the quad-identical value
             its owner threads hold).
     """
+    if engine.numba_softmax(acc_o, rowcol=False):  # compiled twin
+        return engine.softmax_scale_rows(acc_o, scores_scale_rows)
     return fmul(acc_o, scores_scale_rows[..., None], ftz=True)

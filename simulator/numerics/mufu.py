@@ -150,6 +150,16 @@ class MufuModel:
         offset = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint32)
         return {"tanh": t["tanh"], "kind": kind, "shift": shift, "offset": offset}
 
+    def ex2_table(self) -> np.ndarray | None:
+        """MUFU.EX2's verified table in the emulation's layout (int32, 2^24 entries,
+        read-only; :func:`simulator.numerics.mufu_data.ex2_table`), loaded on first use, for
+        compiled twins of :meth:`ex2` (``simulator.engine``); None for ``"ideal"``.
+
+        Raises:
+            MufuDataError: as :func:`ex2`.
+        """
+        return None if self.ideal else self._ex2c
+
     _TABLES_OF = {"ex2": ("_ex2c", "_ex2_no_flush"), "rcp": ("_rcp_table",),
                   "lg2": ("_lg2_tables",), "tanh": ("_tanh_tables",)}
 

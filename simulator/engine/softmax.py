@@ -1,0 +1,249 @@
+"""The forward's softmax steps compiled with numba: the arithmetic of
+:class:`simulator.flash.softmax.Softmax` (``max_get_scale``'s row maximum, ``online_softmax``'s
+FFMA + MUFU.EX2 and thread-local row_sum) and of :func:`simulator.flash.softmax.rescale_o`,
+one element at a time with the NumPy model's float32 rules.
+
+Every operation is the ``.ftz`` one of :mod:`simulator.numerics.float32`, replicated on the
+bits: inputs and results below 2^-126 flush to zero of the same sign; FMUL and FFMA flush
+results that are tiny after rounding (``_finish``'s ``tiny``); FFMA is the float64 sum of the
+exact product and the addend, with the round-to-odd repair of ``_fix_double_rounding`` on the
+same candidates (float32 midpoints, sums below 2^-125); max takes the non-NaN operand and +0
+over -0. The row maximum is ``thread_reduce_`` (columns in order, the first one copied when
+``zero_init``) followed by the quad butterfly of ``quad_allreduce_`` (lane ^ 2, then lane ^ 1,
+the own value first); row_sum is thread-local (hopper/softmax.h). MUFU.EX2 is
+``MufuModel._ex2_core`` on the table that :func:`simulator.numerics.mufu_data.ex2_table`
+verified, passed in by the caller. Every NaN written is 0x7fffffff.
+
+Arrays: scores and P ``[R, T, nrow, ncol]`` (R batch entries, T threads, a multiple of 4), row
+state ``[R, T, nrow]``, all C-contiguous float32; results are written into ``out`` arrays.
+Importing this module imports numba; the machine code is cached on disk (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+# dotadd sets numba's fork-safe threading layer on import; its bitcasts serve here too
+from .dotadd import bits64 as _bits64
+from .dotadd import float64_of as _float64
+
+_JIT = dict(cache=True, nogil=True)
+_CANONICAL_NAN = np.uint32(0x7FFFFFFF)
+_FLT_MIN = np.float32(2.0**-126)
+_LOW29 = (1 << 29) - 1
+_HALF29 = 1 << 28
+_ABS64 = 0x7FFF_FFFF_FFFF_FFFF
+_TINY_BITS64 = (1023 - 125) << 52  # magnitude bits of 2^-125
+_F32_TINY = 2.0**-126 * (1.0 - 2.0**-25)
+
+
+@numba.njit(inline="always", **_JIT)
+def _ftz(x):
+    """.ftz input rule: a float32 below 2^-126 in magnitude (nonzero) reads as signed zero."""
+    if x != 0.0 and abs(x) < _FLT_MIN:
+        return np.float32(math.copysign(0.0, x))
+    return x
+
+
+@numba.njit(inline="always", **_JIT)
+def fmax_ftz(a, b):
+    """``max.ftz.f32``: subnormals read as zero; a NaN operand loses; +0 over -0."""
+    a = _ftz(a)
+    b = _ftz(b)
+    if a != a:
+        return b
+    if b != b:
+        return a
+    if a > b:
+        return a
+    if a == b:
+        if a == 0.0 and (math.copysign(1.0, a) > 0 or math.copysign(1.0, b) > 0):
+            return np.float32(0.0)
+        return a
+    return b
+
+
+@numba.njit(inline="always", **_JIT)
+def fadd_ftz(a, b):
+    """``add.rn.ftz.f32``: the float64 sum (exact enough: 53 >= 2 * 24 + 2) cast once."""
+    r = np.float32(np.float64(_ftz(a)) + np.float64(_ftz(b)))
+    return _ftz(r)
+
+
+@numba.njit(inline="always", **_JIT)
+def fmul_ftz(a, b):
+    """``mul.rn.ftz.f32``: the exact float64 product cast once; tiny-after-rounding flushed."""
+    p = np.float64(_ftz(a)) * np.float64(_ftz(b))
+    r = np.float32(p)
+    if abs(p) < _F32_TINY:
+        return np.float32(math.copysign(0.0, r))
+    return _ftz(r)
+
+
+@numba.njit(**_JIT)
+def ffma_ftz(a, b, c):
+    """``fma.rn.ftz.f32`` (FFMA.FTZ): ``simulator.numerics.float32.ffma`` on one element."""
+    a = _ftz(a)
+    b = _ftz(b)
+    c = _ftz(c)
+    ps = np.float64(a) * np.float64(b)  # exact: 48 significant bits
+    cs = np.float64(c)
+    s = ps + cs
+    bits = _bits64(s)
+    mag_bits = bits & _ABS64
+    tiny = False
+    if (bits & _LOW29) == _HALF29 or (mag_bits != 0 and mag_bits < _TINY_BITS64):
+        bv = s - ps  # TwoSum: s + err == ps + cs exactly
+        err = (ps - (s - bv)) + (cs - bv)
+        mag = abs(s)
+        tiny = mag < _F32_TINY or (mag == _F32_TINY and err != 0.0 and (err > 0.0) != (s > 0.0))
+        if err != 0.0 and (bits & 1) == 0 and math.isfinite(s):
+            s = _float64(bits + (1 if (err > 0.0) == (s > 0.0) else -1))
+    r = np.float32(s)
+    if tiny:
+        return np.float32(math.copysign(0.0, r))
+    return _ftz(r)
+
+
+@numba.njit(inline="always", **_JIT)
+def _ex2_split(x):
+    """MUFU.EX2's fixed-point split of one float32 (``MufuModel._ex2_core``): (table index,
+    exponent increment); index -1 for NaN."""
+    if x != x:
+        return -1, 0
+    g = x
+    if g > np.float32(128.0):  # +inf and huge: clamped (128 gives exactly +inf)
+        g = np.float32(128.0)
+    if g < np.float32(-130.0):
+        g = np.float32(-130.0)
+    f = np.int64(np.int32(g * np.float32(2.0**23)))  # float32 product, truncated
+    hi = f & ~0x7FFFFF  # floor(f / 2^23) << 23
+    return ((hi >> 8) & 0x800000) | (f ^ hi), hi
+
+
+@numba.njit(inline="always", **_JIT)
+def _ex2_bits(idx, hi, table):
+    """The uint32 result of MUFU.EX2 from :func:`_ex2_split`'s pair: ``table[idx] + hi``,
+    flushed below 2^-126; the canonical NaN for index -1."""
+    if idx < 0:
+        return _CANONICAL_NAN
+    r = np.int64(table[idx]) + hi  # exponent field += floor(f / 2^23)
+    if r < 0x00800000:  # below 2^-126 (or below zero): flushed
+        return np.uint32(0)
+    return np.uint32(r)
+
+
+def ex2_table_bits(x, table):
+    """MUFU.EX2 (``ex2.approx.ftz.f32``) of one float32 as uint32 bits, from its int32 table
+    (2^24 entries): ``simulator.numerics.mufu.MufuModel._ex2_core`` on one element."""
+    idx, hi = _ex2_split(x)
+    return _ex2_bits(idx, hi, table)
+
+
+ex2_table_bits = numba.njit(**_JIT)(ex2_table_bits)
+
+
+@numba.njit(parallel=True, **_JIT)
+def row_max(scores, prev, first, out, out_bits):
+    """``quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=first), "max")``.
+
+    scores [R, T, nrow, ncol], prev [R, T, nrow] (ignored when ``first``); writes ``out``
+    [R, T, nrow] (``out_bits`` its uint32 view, for the canonical NaN)."""
+    rows, threads, nrow, ncol = scores.shape
+    quads = threads // 4
+    for rq in prange(rows * quads):
+        r = rq // quads
+        t0 = (rq - r * quads) * 4
+        v = np.empty(4, dtype=np.float32)
+        w = np.empty(4, dtype=np.float32)
+        for mi in range(nrow):
+            for lane in range(4):
+                t = t0 + lane
+                acc = scores[r, t, mi, 0] if first else fmax_ftz(prev[r, t, mi], scores[r, t, mi, 0])
+                for ni in range(1, ncol):
+                    acc = fmax_ftz(acc, scores[r, t, mi, ni])
+                v[lane] = acc
+            for lane in range(4):  # offset 2, then offset 1: own value first
+                w[lane] = fmax_ftz(v[lane], v[lane ^ 2])
+            for lane in range(4):
+                x = fmax_ftz(w[lane], w[lane ^ 1])
+                if x != x:
+                    out_bits[r, t0 + lane, mi] = _CANONICAL_NAN
+                else:
+                    out[r, t0 + lane, mi] = x
+
+
+@numba.njit(parallel=True, **_JIT)
+def scaled_exp2(scores, scale, neg_max, table, use_table, out, out_bits):
+    """P = ``ex2(ffma(scores, scale, neg_max, ftz=True))`` with MUFU.EX2 from ``table`` when
+    ``use_table``; otherwise only the FFMA (the caller applies its MUFU model).
+
+    scores [R, T, nrow, ncol]; scale, neg_max [R, T, nrow] (neg_max = -max_scaled); writes
+    ``out`` (``out_bits`` its uint32 view) of the scores' shape. The table reads of a batch
+    entry run in a loop of their own, so that many are in flight at once."""
+    rows, threads, nrow, ncol = scores.shape
+    per = threads * nrow * ncol
+    for r in prange(rows):
+        idx = np.empty(per, dtype=np.int64)
+        hi = np.empty(per, dtype=np.int64)
+        flat = out[r].reshape(per)
+        flat_bits = out_bits[r].reshape(per)
+        for t in range(threads):
+            for mi in range(nrow):
+                sc = scale[r, t, mi]
+                nm = neg_max[r, t, mi]
+                base = (t * nrow + mi) * ncol
+                for ni in range(ncol):
+                    x = ffma_ftz(scores[r, t, mi, ni], sc, nm)
+                    if use_table:
+                        idx[base + ni], hi[base + ni] = _ex2_split(x)
+                    elif x != x:
+                        flat_bits[base + ni] = _CANONICAL_NAN
+                    else:
+                        flat[base + ni] = x
+        if use_table:
+            for e in range(per):
+                flat_bits[e] = _ex2_bits(idx[e], hi[e], table)
+
+
+@numba.njit(parallel=True, **_JIT)
+def row_sums(p, sum_scale, prev, first, out, out_bits):
+    """Thread-local row_sum of ``online_softmax``: ``p[0] + p[1] + ...`` (FADD.FTZ in column
+    order, the first column copied) when ``first``, else ``ffma(sum_scale, prev, p[0]) + p[1]
+    + ...``. p [R, T, nrow, ncol]; sum_scale, prev [R, T, nrow]; writes ``out`` [R, T, nrow]."""
+    rows, threads, nrow, ncol = p.shape
+    for rt in prange(rows * threads):
+        r = rt // threads
+        t = rt - r * threads
+        for mi in range(nrow):
+            if first:
+                acc = p[r, t, mi, 0]
+            else:
+                acc = ffma_ftz(sum_scale[r, t, mi], prev[r, t, mi], p[r, t, mi, 0])
+            for ni in range(1, ncol):
+                acc = fadd_ftz(acc, p[r, t, mi, ni])
+            if acc != acc:
+                out_bits[r, t, mi] = _CANONICAL_NAN
+            else:
+                out[r, t, mi] = acc
+
+
+@numba.njit(parallel=True, **_JIT)
+def scale_rows(acc, scale, out, out_bits):
+    """``acc[r, i, :] * scale[r, i]`` with FMUL.FTZ: acc [R, M, D], scale [R, M]; writes
+    ``out`` [R, M, D] (``out_bits`` its uint32 view)."""
+    rows, m, d = acc.shape
+    for ri in prange(rows * m):
+        r = ri // m
+        i = ri - r * m
+        s = scale[r, i]
+        for j in range(d):
+            x = fmul_ftz(acc[r, i, j], s)
+            if x != x:
+                out_bits[r, i, j] = _CANONICAL_NAN
+            else:
+                out[r, i, j] = x

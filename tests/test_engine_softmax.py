@@ -1,0 +1,236 @@
+"""The compiled softmax steps (simulator/engine/softmax.py) against the NumPy model of
+simulator/flash/softmax.py, bit for bit (uint32 views): each kernel on random bit patterns of
+every class, whole Softmax sequences on hypothesis-drawn scores with -inf rows, NaN,
+subnormals, huge and tiny scales, Max_offset 8, Check_inf on and off, MUFU arch "sm90" and
+"ideal"; then the recorded H200 forwards (step traces, the FA3 library's calls, the drawn
+replay sample) replayed with engine "numba"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import engine
+from simulator.compare import first_divergence
+from simulator.device import forward_trace
+from simulator.flash import forward as emu_forward
+from simulator.flash.softmax import Softmax, rescale_o
+from simulator.hw import quad_allreduce, thread_reduce
+from simulator.numerics import ffma, fmax, fmul
+from simulator.numerics.mufu import ex2, model
+from simulator.replay import fa3_library, forward_traces
+from simulator.replay import hypothesis as replay_sample
+
+pytest.importorskip("numba", reason="the compiled engine needs numba")
+# the NumPy model's float64 intermediates overflow on purpose for huge inputs
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+SPECIAL = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FFFFFFF,
+                    0xFFC00001, 0x7F800001, 0x00000001, 0x807FFFFF, 0x00400000, 0x00800000,
+                    0x80800000, 0x00800001, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000, 0xBF800000,
+                    0x43000000, 0xC3020000, 0x42FE0000], dtype=np.uint32)
+
+
+def _values(rng, shape, neg_inf_rows: float = 0.1) -> np.ndarray:
+    """float32 of ``shape`` mixing every class: random bit patterns (all exponents, NaN
+    payloads, subnormals), the special values, short-mantissa numbers whose sums and products
+    land on float32 rounding midpoints, scores of a typical size; some rows all -inf."""
+    n = int(np.prod(shape))
+    kind = rng.integers(0, 4, n)
+    bits = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    out = bits.view(np.float32).copy()
+    sp = kind == 1
+    out[sp] = SPECIAL[rng.integers(0, SPECIAL.size, int(sp.sum()))].view(np.float32)
+    short = kind == 2
+    m = rng.integers(1, 1 << 12, int(short.sum())) * rng.choice([-1, 1], int(short.sum()))
+    out[short] = np.ldexp(m.astype(np.float64), rng.integers(-150, 120, int(short.sum())))
+    typical = kind == 3
+    out[typical] = (rng.standard_normal(int(typical.sum())) * 8).astype(np.float32)
+    out = out.reshape(shape)
+    if neg_inf_rows and out.ndim >= 2:
+        rows = rng.random(shape[:-1]) < neg_inf_rows
+        out[rows] = -np.inf
+    return out
+
+
+def _same(want, got) -> bool:
+    want, got = np.asarray(want), np.asarray(got)
+    return want.shape == got.shape and np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+# ---- each kernel on random bit patterns ----------------------------------------------------------
+def test_kernels_agree_with_the_float32_model_on_random_bits():
+    rng = np.random.default_rng(7)
+    scores = _values(rng, (16, 128, 2, 9), neg_inf_rows=0.0)
+    scale = _values(rng, (16, 128, 2), neg_inf_rows=0.0)
+    neg = _values(rng, (16, 128, 2), neg_inf_rows=0.0)
+    prev = _values(rng, (16, 128, 2), neg_inf_rows=0.0)
+    with engine.use_engine("numba"):
+        # FFMA.FTZ (the exp2 argument), then MUFU.EX2 from the verified table
+        want = ffma(scores, scale[..., None], neg[..., None], ftz=True)
+        assert _same(want, engine.softmax_exp2(scores, scale, neg, None))
+        assert _same(ex2(want), engine.softmax_exp2(scores, scale, neg, model("sm90").ex2_table()))
+        # max.ftz: thread_reduce then the quad butterfly, with and without zero_init
+        assert _same(quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max"),
+                     engine.softmax_row_max(scores, None))
+        assert _same(quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=False), "max"),
+                     engine.softmax_row_max(scores, prev))
+        # add.ftz row sums, the first add fused with the rescale (FFMA)
+        assert _same(thread_reduce(scores, op="sum", zero_init=True),
+                     engine.softmax_row_sum(scores, None, None))
+        start = ffma(scale, prev, scores[..., 0], ftz=True)
+        assert _same(thread_reduce(scores[..., 1:], start, op="sum", zero_init=False),
+                     engine.softmax_row_sum(scores, scale, prev))
+        # FMUL.FTZ of the O rescale, one scale per row
+        acc = scores.reshape(16, 256, 9)
+        rows = scale.reshape(16, 256)
+        assert _same(fmul(acc, rows[..., None], ftz=True), engine.softmax_scale_rows(acc, rows))
+
+
+def test_ffma_midpoints_and_tiny_results():
+    """Products exactly on a float32 rounding midpoint plus an addend below float64's
+    precision (a float64 sum cast once rounds them wrongly), and results around 2^-126 (the
+    tininess flush): FFMA's single rounding as the model computes it."""
+    rng = np.random.default_rng(11)
+    n = 400_000
+    x = rng.integers(1 << 12, 1 << 13, n)
+    y = rng.integers(1 << 12, 1 << 13, n)
+    prod = x * y
+    bits = np.floor(np.log2(prod)).astype(np.int64) + 1
+    low = np.log2(prod & -prod).astype(np.int64)
+    keep = bits - low == 25  # 25 significant bits: exactly halfway between two float32
+    x, y = x[keep], y[keep]
+    m = x.size
+    ea = rng.integers(-70, 60, m)
+    eb = rng.integers(-70, 60, m)
+    a = np.ldexp(x.astype(np.float64) * rng.choice([-1, 1], m), ea).astype(np.float32)
+    b = np.ldexp(y.astype(np.float64), eb).astype(np.float32)
+    p = a.astype(np.float64) * b
+    c = (p * np.ldexp(rng.choice([-1.0, 1.0], m), -rng.integers(55, 75, m))).astype(np.float32)
+    # around 2^-126: the product cancelled by all but a few of its bits, or by nothing
+    t = rng.random(m) < 0.3
+    a[t] = np.ldexp(x[t].astype(np.float64), -75).astype(np.float32)
+    b[t] = np.ldexp(y[t].astype(np.float64), -75).astype(np.float32)
+    c[t] = (-(a[t].astype(np.float64) * b[t]) * (1 - np.ldexp(1.0, -rng.integers(1, 30, int(t.sum())))))\
+        .astype(np.float32)
+    # exact 2^-126 (1 - 2^-24): tiny after rounding, though the subnormal rounding gives 2^-126
+    edge = np.float32(np.ldexp(1 - 2.0**-24, -63))
+    a = np.concatenate([a, [edge, -edge, edge]]).astype(np.float32)
+    b = np.concatenate([b, [2.0**-63, 2.0**-63, 2.0**-63]]).astype(np.float32)
+    c = np.concatenate([c, [0.0, 0.0, 2.0**-140]]).astype(np.float32)
+    assert m > 10_000
+    want = ffma(a, b, c, ftz=True)
+    naive = (a.astype(np.float64) * b + c).astype(np.float32)
+    assert np.count_nonzero(want.view(np.uint32) != naive.view(np.uint32)) > 1000
+    with engine.use_engine("numba"):  # one element per thread and row: per-row operands
+        got = engine.softmax_exp2(a.reshape(1, -1, 1, 1), b.reshape(1, -1, 1), c.reshape(1, -1, 1),
+                                  None)
+    assert _same(want, got.reshape(-1))
+
+
+def test_max_handles_nan_and_signed_zeros_like_the_model():
+    x = np.array([np.nan, -0.0, 0.0, -np.inf, 1e-45, -1e-45, np.inf, np.nan], dtype=np.float32)
+    grid = np.stack(np.meshgrid(x, x), -1).reshape(-1, 2)  # every ordered pair, one per thread
+    scores = np.zeros((1, 128, 1, 2), dtype=np.float32)
+    scores[0, : len(grid), 0] = grid
+    with engine.use_engine("numba"):
+        got = engine.softmax_row_max(scores, None)
+    assert _same(quad_allreduce(thread_reduce(scores, op="max"), "max"), got)
+    assert _same(fmax(grid[:, 0], grid[:, 1], ftz=True),
+                 thread_reduce(scores, op="max")[0, : len(grid), 0])
+
+
+# ---- whole Softmax sequences ------------------------------------------------------------------
+SCALES = np.array([0.12752, 1.4426950, 0.0, 1e-30, 2.0**-130, 3e38, 1e20, 8.0, 0.5],
+                  dtype=np.float32)
+
+
+def _sequence(name, blocks, checks, batch, nrow, scale_log2, max_offset, arch, final, acc):
+    """Every output of a Softmax run (max_get_scale / online_softmax per block, finalize,
+    rescale_o) under engine ``name``."""
+    outs = []
+    with engine.use_engine(name):
+        sm = Softmax((batch,), nrow, scale_log2[:, None, None], max_offset, arch)
+        for i, scores in enumerate(blocks):
+            outs += [sm.max_get_scale(scores, is_first=i == 0, check_inf=checks[i]),
+                     sm.row_max, sm.row_sum]
+            outs += [sm.online_softmax(scores, is_first=i == 0, check_inf=checks[i]), sm.row_sum]
+        scale = sm.finalize(final[:, None, None])
+        outs += [scale, sm.lse, sm.row_sum, rescale_o(acc, scale.reshape(batch, 128 * nrow)),
+                 rescale_o(acc, sm.row_max.reshape(batch, -1))]
+    return outs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), batch=st.integers(1, 3), nrow=st.sampled_from([1, 2]),
+       ncol=st.integers(1, 6), nblocks=st.integers(1, 3),
+       checks=st.lists(st.booleans(), min_size=3, max_size=3),
+       max_offset=st.sampled_from([0, 8]), arch=st.sampled_from(["sm90", "ideal"]),
+       scales=st.lists(st.sampled_from(range(len(SCALES))), min_size=3, max_size=3),
+       nasty=st.floats(0.0, 1.0))
+def test_softmax_sequences_agree(seed, batch, nrow, ncol, nblocks, checks, max_offset, arch,
+                                 scales, nasty):
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for _ in range(nblocks):
+        x = _values(rng, (batch, 128, nrow, ncol), neg_inf_rows=0.2)
+        calm = rng.random(x.shape) >= nasty  # from all-typical to all-nasty scores
+        x[calm] = (rng.standard_normal(int(calm.sum())) * 4).astype(np.float32)
+        blocks.append(x)
+    scale_log2 = SCALES[np.resize(scales, batch)]
+    final = SCALES[np.resize(scales[::-1], batch)]
+    acc = _values(rng, (batch, 128 * nrow, 8), neg_inf_rows=0.0)
+    args = (blocks, checks, batch, nrow, scale_log2, max_offset, arch, final, acc)
+    want, got = _sequence("numpy", *args), _sequence("numba", *args)
+    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+        assert _same(w, g), f"output {i}: {np.count_nonzero(w.view(np.uint32) != g.view(np.uint32))} differ"
+
+
+def test_auto_keeps_small_calls_on_numpy(monkeypatch):
+    monkeypatch.setitem(engine._state, "engine", "auto")
+    small = np.zeros((2, 128, 2, 4), dtype=np.float32)
+    assert not engine.numba_softmax(small)
+    assert engine.wants_numba("softmax", engine.AUTO_MIN_ELEMENTS)
+    assert not engine.wants_numba("softmax", engine.AUTO_MIN_ELEMENTS - 1)
+    with engine.use_engine("numba"):
+        assert engine.numba_softmax(small)
+        assert not engine.numba_softmax(small.astype(np.float64))
+        assert not engine.numba_softmax(small[:, :100])  # not a warpgroup or warp: NumPy raises
+        with pytest.raises(ValueError):
+            Softmax((2,), 2, np.float32(1)).max_get_scale(small[:, :100], is_first=True)
+        with pytest.raises(TypeError, match="float32"):
+            rescale_o(small[..., 0], np.ones((2, 128), dtype=np.float64))
+
+
+# ---- recorded forwards through the compiled engine ---------------------------------------------
+@pytest.fixture(scope="module")
+def recorded_traces():
+    return forward_traces.load_traces(forward_traces.__file__.replace(
+        "replay/forward_traces.py", f"data/device/{forward_traces.TRACES_FILE}"))
+
+
+def test_recorded_step_traces_replay_with_the_compiled_softmax(recorded_traces):
+    """Every H200 step trace (max_get_scale, online_softmax, rescale_o, finalize events of
+    every schedule, dtype, softcap and descale): no divergence with engine "numba"."""
+    _, rows = recorded_traces
+    assert rows
+    with engine.use_engine("numba"):
+        for rec, raw in rows:
+            inputs = forward_traces.make_inputs(rec)
+            lcfg = forward_traces.launch_config(rec, inputs)
+            ctas = forward_trace.trace_ctas([tuple(c) for c in rec["trace"]])
+            device = forward_trace.decode(raw, lcfg, ctas)
+            emulated = emu_forward(inputs["q"], inputs["k"], inputs["v"],
+                                   **forward_traces.call_kwargs(rec, inputs)).trace
+            div = first_divergence(emulated, device)
+            assert div.found is False, f"{rec['name']}: {div}"
+
+
+def test_library_recordings_replay_with_the_compiled_engine():
+    """The real FA3 library's recorded calls (every 8th, incl. inf / NaN / huge K cases) and
+    its sampled hypothesis-drawn calls, bit for bit with engine "numba"."""
+    with engine.use_engine("numba"):
+        rows = fa3_library.check_all(quick=True) + replay_sample.check_sample(quick=True)
+    assert rows and all(r["mismatches"] == 0 for r in rows), [r for r in rows if r["mismatches"]]
