@@ -87,3 +87,27 @@ def test_drawn_cases_are_valid_calls(case, data):
     if data.draw(st.integers(0, 9)) == 0:  # building inputs costs; a tenth of the draws
         x = bwd_cases.case_inputs(case)
         assert x["q"].shape[-2:] == (case["heads"], case["head_dim"])
+
+
+def test_reduce_adds_as_measured_and_the_call_that_showed_them():
+    """The reduce-adds measured on the H200 (``reduce_add_probe``): the TMA bulk reduce keeps
+    subnormals, red / atom flush them; the emulator adds GQA's dK / dV (and dQ below head dim
+    256) the bulk way. hyp823 (varlen GQA, one query row whose P is near 2^-126) is the drawn
+    call that showed it: with flushing adds its dv had 10 values +0 where the library has -0."""
+    from simulator.flash import spread
+    from simulator.numerics import fadd
+
+    rec = read_npz(replay.DATA_DIR / "reduce_add_probe.npz", "python -m simulator measure "
+                   "reduce_add_probe --out OUT")
+    init, x = rec["init"].view(np.float32), rec["x"].view(np.float32)
+    assert init.size % 4 == 0 and init.size > 65_000
+    assert np.array_equal(fadd(init, x, ftz=False).view(np.uint32), rec["bulk_add"])
+    for name in ("red_add", "atom_add"):
+        assert np.array_equal(fadd(init, x, ftz=True).view(np.uint32), rec[name])
+    sass = (replay.DATA_DIR / "reduce_add_sass.txt").read_text()
+    assert "UBLKRED.G.S.ADD.F32.RN" in sass and "REDG.E.ADD.F32.FTZ.RN" in sass
+    parts = np.array([[np.float32(-5e-39)], [np.float32(0.0)]], np.float32)
+    assert spread.ordered_sum(parts, ftz=False)[0] < 0 and spread.ordered_sum(parts)[0] == 0
+    key, e = next(ke for ke in replay.entries(HYP, "hyp") if ke[0] == "h823")
+    r = replay.check(key, e, DIFFS)
+    assert r["mismatches"] == [] and r["outside"] == 0

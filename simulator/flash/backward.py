@@ -267,6 +267,14 @@ def max_dq_partials(cfg: BackwardConfig) -> int:
     return int(((m_min[None, :] <= m) & (m < m_max[None, :])).sum(axis=1).max())
 
 
+def dq_add_ftz(cfg: BackwardConfig) -> bool:
+    """Whether dQ's reduce-adds flush subnormals: ``atomicAdd`` (REDG.ADD.F32.FTZ) at kernel
+    head dim 256, else the TMA bulk reduce (``dQacc_use_TMA = kHeadDim < 256`` in
+    ``mainloop_bwd_sm90_tma_gmma_ws.hpp``; UBLKRED.ADD.F32.RN keeps them). Measured:
+    ``simulator/data/device/reduce_add_probe.json``."""
+    return cfg.tiles.kernel_head_dim >= 256
+
+
 def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
     """The rank of each n_block's dQ partial in FA3's deterministic order of arrival at an
     m_block (``store_dq``: ascending n_block, descending with a causal mask): a sort key."""
@@ -510,18 +518,18 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
         if tracer is not None:
             tracer.record(m, sel[act], {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
-        _ordered_add(dq_accum, tile, r, dqp, order[act], bounds)
+        _ordered_add(dq_accum, tile, r, dqp, order[act], bounds, dq_add_ftz(cfg))
         if bar is not None:
             bar.update(int(act.size))
     return dq_accum, dk, dv, bounds
 
 
-def _ordered_add(acc, tile, rows, parts, key, bounds=None):
+def _ordered_add(acc, tile, rows, parts, key, bounds=None, ftz=True):
     """``acc[tile, rows] += parts`` (float32 adds, FTZ) in ascending ``key`` within each tile
     (a (batch, head) row of dQaccum): the reduce-adds of several CTAs into one dQaccum tile,
-    one after the other. With ``bounds = (lo, hi)`` arrays like ``acc``, also what any order of
-    those adds gives (:func:`simulator.flash.spread.sum_bounds`; the tile is zero before this
-    m_block's adds)."""
+    one after the other (``ftz``: subnormals flushed, :func:`dq_add_ftz`). With ``bounds =
+    (lo, hi)`` arrays like ``acc``, also what any order of those adds gives
+    (:func:`simulator.flash.spread.sum_bounds`; the tile is zero before this m_block's adds)."""
     bh = tile
     idx = np.lexsort((key, bh))
     bh_sorted = bh[idx]
@@ -532,14 +540,14 @@ def _ordered_add(acc, tile, rows, parts, key, bounds=None):
     for k in range(int(rank.max()) + 1):
         sel = np.flatnonzero(rank == k)
         cur = acc[bh[sel][:, None], rows[None, :]]
-        acc[bh[sel][:, None], rows[None, :]] = fadd(cur, parts[sel], ftz=True)
+        acc[bh[sel][:, None], rows[None, :]] = fadd(cur, parts[sel], ftz=ftz)
     if bounds is None:
         return
     count = np.bincount(bh, minlength=int(bh.max()) + 1)[bh]
     for c in np.unique(count):
         tiles = np.flatnonzero((count == c) & (rank == 0))        # one CTA per (b, h) tile
         stack = np.stack([parts[_member(bh, rank, bh[tiles], j)] for j in range(c)])
-        lo, hi = sum_bounds(stack)
+        lo, hi = sum_bounds(stack, ftz)
         at = (bh[tiles][:, None], rows[None, :])
         bounds[0][at], bounds[1][at] = lo, hi
 
@@ -554,8 +562,9 @@ def _member(bh, rank, tiles_bh, j):
 def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread=False):
     """(dK, dV) [B, Sk, Hkv, d] in the input type, and with ``spread`` their (lo, hi) over
     every order of the GQA reduce-adds ({} without). With GQA the query heads of each kv head
-    are reduce-added in ascending head order into zeroed float32 accumulators, then
-    ``* 1.0`` (FMUL.FTZ) and rounded; without GQA each CTA's accumulator is rounded."""
+    are reduce-added in ascending head order into zeroed float32 accumulators (the TMA bulk
+    reduce of ``CollectiveEpilogueBwdGQA``: subnormals kept), then ``* 1.0`` (FMUL.FTZ) and
+    rounded; without GQA each CTA's accumulator is rounded."""
     g = cfg.heads // cfg.heads_kv
     res, bounds = [], {}
     for name, x in (("dk", dk), ("dv", dv)):
@@ -563,8 +572,8 @@ def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread=False):
         if g > 1:
             x = np.moveaxis(x.reshape(cfg.batch, cfg.heads_kv, g, cfg.seqlen_k, cfg.head_dim), 2, 0)
             if spread:
-                bounds[name] = tuple(_round_kv(cfg, b) for b in sum_bounds(x))
-            x = ordered_sum(x)
+                bounds[name] = tuple(_round_kv(cfg, b) for b in sum_bounds(x, ftz=False))
+            x = ordered_sum(x, ftz=False)
         elif spread:
             r = _round_kv(cfg, x)
             bounds[name] = (r, r.copy())

@@ -1,11 +1,13 @@
 """What any arrival order of float32 reduce-adds can give: FA3's default backward.
 
 FA3 accumulates dQ across key blocks (and, with GQA, dK / dV across the query heads of a kv
-head) with float32 reduce-adds into a zeroed buffer (``SM90_BULK_REDUCE_ADD`` /
-``atomicAdd``: ``cp.reduce.async.bulk`` and ``red.global.add.f32``, round to nearest,
-subnormals flushed). Without ``deterministic`` the partials arrive in the order the CTAs
-finish, so every order is possible: the result is ``fl(...fl(fl(0 + x_a) + x_b)...)`` for some
-permutation of the partials.
+head) with float32 reduce-adds into a zeroed buffer, round to nearest: ``SM90_BULK_REDUCE_ADD``
+(``cp.reduce.async.bulk``, UBLKRED.ADD.F32.RN: subnormals kept) for dQ below head dim 256 and
+for GQA's dK / dV, ``atomicAdd`` (REDG.ADD.F32.FTZ.RN: subnormals flushed) for dQ at head dim
+256 (measured: ``simulator/measure/reduce_add_probe.py``, ``reduce_add_probe.json``).
+Without ``deterministic`` the partials arrive in the order the CTAs finish, so every order
+is possible: the result is ``fl(...fl(fl(0 + x_a) + x_b)...)`` for some permutation of the
+partials.
 
 :func:`ordered_sum` is one order; :func:`sum_bounds` the smallest and largest result over all
 orders: exact (every permutation evaluated) up to ``EXACT_UP_TO`` partials; beyond, a rigorous
@@ -35,23 +37,24 @@ _TINY = 2.0**-126
 _OVERFLOW = 2.0**128 - 2.0**103
 
 
-def ordered_sum(parts: np.ndarray) -> np.ndarray:
+def ordered_sum(parts: np.ndarray, ftz: bool = True) -> np.ndarray:
     """float32 ``[...]``: ``parts[0], parts[1], ...`` (axis 0) reduce-added in that order into
-    a zeroed float32 accumulator (FADD.FTZ, round to nearest)."""
+    a zeroed float32 accumulator, round to nearest; ``ftz``: subnormal operands and results
+    flushed (``red.global.add.f32``), else kept (the TMA bulk reduce)."""
     acc = np.zeros(parts.shape[1:], np.float32)
     for x in parts:
-        acc = fadd(acc, x, ftz=True)
+        acc = fadd(acc, x, ftz=ftz)
     return acc
 
 
-def sum_bounds(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sum_bounds(parts: np.ndarray, ftz: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi), float32 ``[...]``: the smallest and largest float32 results of
-    :func:`ordered_sum` over every order of ``parts`` along axis 0 (exact up to
+    :func:`ordered_sum` (with ``ftz``) over every order of ``parts`` along axis 0 (exact up to
     ``EXACT_UP_TO`` partials, a rigorous enclosure beyond); NaN where every order gives NaN,
     ``(-inf, +inf)`` where only some do (see the module docstring)."""
     n = parts.shape[0]
     if n <= 2:
-        r = ordered_sum(parts)
+        r = ordered_sum(parts, ftz)
         return r, r.copy()
     if n <= EXACT_UP_TO:
         lo = hi = None
@@ -60,13 +63,13 @@ def sum_bounds(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for perm in itertools.permutations(range(n)):
             if perm[0] > perm[1]:  # the first two adds commute: 0 + a + b == 0 + b + a
                 continue
-            r = ordered_sum(parts[list(perm)])
+            r = ordered_sum(parts[list(perm)], ftz)
             lo = r if lo is None else np.fmin(lo, r)
             hi = r if hi is None else np.fmax(hi, r)
             some_nan |= np.isnan(r)
             all_nan &= np.isnan(r)
         return _any_where(lo, hi, some_nan & ~all_nan)
-    return _enclosure(parts)
+    return _enclosure(parts, ftz)
 
 
 def contains(lo, hi, values) -> np.ndarray:
@@ -87,7 +90,7 @@ def _any_where(lo, hi, mask):
             np.where(mask, np.float32(np.inf), hi).astype(np.float32))
 
 
-def _enclosure(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _enclosure(parts: np.ndarray, ftz: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """A rigorous float32 enclosure of every order's result (see the module docstring)."""
     n = parts.shape[0]
     x = parts.astype(np.float64)
@@ -107,7 +110,7 @@ def _enclosure(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # all partials zero: +0 in every order (the accumulator starts at +0, round to nearest);
     # non-finite partials: NaN, or the one infinity, in every order unless a partial sum can
     # overflow the other way (below)
-    r = ordered_sum(parts)
+    r = ordered_sum(parts, ftz)
     zero = finite & (reach == 0)
     lo, hi = np.where(finite & ~zero, lo, r), np.where(finite & ~zero, hi, r)
     # a partial sum that can round to +-inf: some orders overflow (or meet an infinity of the

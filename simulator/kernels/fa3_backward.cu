@@ -18,11 +18,14 @@
 //                        mask, P = ex2(S * scale_log2 - LSE_log2), dS = P * (dP - dPsum) [* dtanh]
 //                        P, dS rounded to the input type (shared memory)
 //                        dV += P^T dO, dK += dS^T Q        (float32 accumulators in global memory)
-//                        dQaccum += dS K                   (partial from C = -0, then FADD.FTZ)
+//                        dQaccum += dS K                   (partial from C = -0, then FADD: no
+//                                                           .ftz below head dim 256, as FA3's
+//                                                           TMA bulk reduce)
 //                      then dK *= softmax_scale.
 //   bwd_postprocess_dq dQ = dQaccum * softmax_scale, rounded
 //   bwd_postprocess_kv dK, dV rounded; with GQA the query heads' float32 values of a kv head
-//                      summed in ascending head order from +0, then * 1.0, then rounded
+//                      summed in ascending head order from +0 (subnormals kept, as FA3's TMA bulk
+//                      reduce), then * 1.0, then rounded
 //
 // GEMMs: mma.sync.m16n8k16 (row.col, f32 accumulate), chained over K in ascending k16 steps,
 // each step's result the C of the next. For bf16 / f16 this is the arithmetic of the
@@ -62,6 +65,11 @@ __device__ __forceinline__ float ffma(float a, float b, float c) {
 __device__ __forceinline__ float fadd(float a, float b) {
   float d;
   asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float fadd_keep(float a, float b) {  // subnormals kept (no .ftz)
+  float d;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
   return d;
 }
 __device__ __forceinline__ float fsub(float a, float b) {
@@ -348,7 +356,8 @@ bwd_mainloop(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __
       for (int r = 0; r < 4; ++r) {
         const long long at = (long long)(i0 + acc_row(r)) * kd + j0 + acc_col(r);
         if (tr_m) tr_m[6LL * M * N + at] = c[r];
-        dq_m[at] = fadd(dq_m[at], c[r]);
+        // FA3: the TMA bulk reduce below head dim 256 (subnormals kept), atomicAdd at 256 (.ftz)
+        dq_m[at] = kd < 256 ? fadd_keep(dq_m[at], c[r]) : fadd(dq_m[at], c[r]);
       }
     }
   }
@@ -404,7 +413,7 @@ bwd_postprocess_kv(const float* __restrict__ acc, u16* __restrict__ out, int bat
     } else {
       x = 0.0f;
       for (int j = 0; j < g; ++j)
-        x = fadd(x, acc[(((long long)b * heads + hk * g + j) * keys + s) * kd + c]);
+        x = fadd_keep(x, acc[(((long long)b * heads + hk * g + j) * keys + s) * kd + c]);
       x = fmul(x, 1.0f);
     }
     out[idx] = to_half(x);

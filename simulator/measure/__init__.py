@@ -28,6 +28,7 @@ RUNS = {
     "hypothesis_replay": "the twin or the library against the emulator on hypothesis-drawn cases",
     "fa3_backward_record": "the real FA3 backward (flash-attn3-jax) on its case matrix and drawn cases",
     "softcap_sass": "the SASS nvcc makes of the softcap backward arithmetic with FA3's flags (no GPU)",
+    "reduce_add_probe": "the backward's float32 reduce-adds (red, atom, TMA bulk) on subnormals",
     "regressions": "the twin forward on the public regression cases",
     "twin_backward_record": "the twin backward's dq, dk, dv on its case list (digests, small cases in full)",
 }

@@ -190,10 +190,10 @@ def replay(quick: bool = False, progress=None, workers: int = 1,
         from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
 
         with ProcessPoolExecutor(workers) as pool:
-            results = pool.map(_check_task, todo, chunksize=1)
+            results = pool.map(check_task, todo, chunksize=1)
             _tally_all(todo, results, tally, progress)
     else:
-        _tally_all(todo, map(_check_task, todo), tally, progress)
+        _tally_all(todo, map(check_task, todo), tally, progress)
     return [tally[part].row(part, 12 if part == "stress" else 3) for part in tally
             if part in parts or tally[part].calls]
 
@@ -222,7 +222,7 @@ def _diffs(stress: bool) -> dict:
     return _DIFFS[name]
 
 
-def _check_task(task) -> tuple[dict, dict | None]:
+def check_task(task) -> tuple[dict, dict | None]:
     """:func:`check` of one (part, key, entry, stress entry or None), without the emulated
     arrays (what a worker process sends back)."""
     _, key, e, st = task
