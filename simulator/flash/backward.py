@@ -429,11 +429,9 @@ def _row_jobs(cfg: BackwardConfig, size: int, parts: int) -> list[tuple[int, int
     """Chunks of (batch, head) rows, ``[start, stop)`` in ``batch * heads + head``, of at most
     ``size`` CTAs each (at least one row), and at least ``parts`` chunks when there are that
     many rows (so that an executor's workers all get work)."""
-    total = cfg.batch * cfg.heads
     per_row = max(1, size // max(1, cfg.n_blocks))
-    count = max(-(-total // per_row), min(parts, total), 1)
-    edges = np.linspace(0, total, count + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+    rows = chunks.split(np.arange(cfg.batch * cfg.heads), per_row, parts)
+    return [(int(r[0]), int(r[-1]) + 1) for r in rows]
 
 
 def _batch_slice(cfg: BackwardConfig, job, padded):
