@@ -165,3 +165,58 @@ def backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1), softmax_
       softcap=float(softcap), deterministic=bool(deterministic), sm_margin=0)
     return {"dq": np.asarray(dq), "dk": np.asarray(dk), "dv": np.asarray(dv),
             "dpsum": np.asarray(dpsum), "lse_log2": np.asarray(lse2)}
+
+
+def kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens=None, page_table=None,
+            cache_batch_idx=None, cache_leftpad=None, causal=False, window_size=(-1, -1),
+            softmax_scale=None, num_splits=1) -> dict:
+    """The library's ``flash_attn_with_kvcache`` on NumPy arrays, through the FFI target
+    ``flash_mha_fwd`` as the wheel's ``flash_mha_with_kvcache`` calls it (``cache_seqlens``
+    as seqused_k, ``page_table`` with the pool as k / v, max_seqlen_k left to mha_fwd for a
+    paged cache), but with ``num_splits`` > 1 given its partial-output buffers and the caches
+    read back after the call.
+
+    Returns:
+        dict with ``out`` [batch, seqlen_q, heads, head_dim], ``lse`` [batch, heads, seqlen_q],
+        ``k_cache`` / ``v_cache``: the input buffers after the kernel ran (AppendKV writes the
+        new keys into them; whether XLA handed the kernel the caller's buffer or a copy is
+        XLA's choice, so an unchanged cache after an append says nothing), and
+        ``cache_written``: whether they differ from before.
+    """
+    jax, jnp = _import()
+    b, sq, h, d = q.shape
+    paged = page_table is not None
+    seqlen_k = k_cache.shape[1]
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
+    e32 = jnp.zeros((0,), jnp.int32)
+    ef = jnp.zeros((0,), jnp.float32)
+    eq = jnp.zeros((0,), q.dtype)
+    splits = int(num_splits)
+    acc = ([(splits, b, h, sq, d), (splits, b, h, sq)] if splits > 1
+           else [(1, 1, 1, 1), (1, 1, 1)])
+    kc, vc = jax.device_put(k_cache), jax.device_put(v_cache)
+
+    def opt(x):
+        return e32 if x is None else jnp.asarray(np.asarray(x, np.int32))
+    out, lse, _, _ = jax.ffi.ffi_call(
+        "flash_mha_fwd",
+        result_shape_dtypes=[jax.ShapeDtypeStruct(q.shape, q.dtype),
+                             jax.ShapeDtypeStruct((b, h, sq), jnp.float32),
+                             jax.ShapeDtypeStruct(acc[0], jnp.float32),
+                             jax.ShapeDtypeStruct(acc[1], jnp.float32)],
+        has_side_effect=True, input_layouts=[None] * 21, output_layouts=[None] * 4,
+    )(jnp.asarray(q), kc, vc, eq if k is None else jnp.asarray(k),
+      eq if v is None else jnp.asarray(v), eq, e32, e32, e32, e32, opt(cache_seqlens),
+      opt(page_table), opt(cache_batch_idx), opt(cache_leftpad), eq, eq, e32, ef, ef, ef, e32,
+      max_seqlen_q=sq, max_seqlen_q_has_value=True, max_seqlen_k=0 if paged else seqlen_k,
+      max_seqlen_k_has_value=not paged, softmax_scale_val=scale, softmax_scale_has_value=True,
+      pack_gqa_val=False, pack_gqa_has_value=False, is_causal=bool(causal),
+      window_size_left=int(window_size[0]), window_size_right=int(window_size[1]),
+      attention_chunk=0, softcap=0.0, is_rotary_interleaved=False, num_splits=splits,
+      sm_margin=0)
+    out, lse = np.asarray(out), np.asarray(lse)
+    k_after, v_after = np.asarray(kc), np.asarray(vc)
+    written = not (np.array_equal(k_after.view(np.uint16), np.asarray(k_cache).view(np.uint16))
+                   and np.array_equal(v_after.view(np.uint16), np.asarray(v_cache).view(np.uint16)))
+    return {"out": out, "lse": lse, "k_cache": k_after, "v_cache": v_after,
+            "cache_written": written}

@@ -13,6 +13,7 @@ import numpy as np
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
 from ..trace import Trace
+from . import paged
 from .arrays import check_writable, returned, to_numpy, write_back
 from .checks import (
     check_4d,
@@ -38,6 +39,20 @@ from .launch import (
     with_trace,
 )
 from .scheduler import dynamic_num_splits
+
+
+def paged_kwargs(launch, pack_gqa) -> dict:
+    """The forward's keywords for a paged launch: FA3's paged tile, the plain schedule where
+    the tile turns IntraWGOverlap off, PackGQA where ``PagedKVNonTMA`` forces it (else the
+    caller's ``pack_gqa``)."""
+    kw = dict(kblock_m=launch.kblock_m, kblock_n=launch.kblock_n)
+    if not launch.overlap:
+        kw["schedule"] = "plain"
+    if launch.pack_gqa_forced:
+        kw["pack_gqa"] = True
+    elif pack_gqa is not None:
+        kw["pack_gqa"] = bool(pack_gqa)
+    return kw
 
 
 def append_kv(caches, origs, slots, new) -> None:
@@ -77,12 +92,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         q: [batch, seqlen_q, heads, head_dim].
         k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim] and [..., head_dim_v];
             updated in place when ``k`` / ``v`` are given (NumPy arrays and CPU torch
-            tensors, views included).
+            tensors, views included). With ``page_table``: the block pool [num_pages,
+            page_size, heads_kv, head_dim] (and head_dim_v).
         k, v: [batch, seqlen_new, heads_kv, head_dim] and [..., head_dim_v], or None:
             appended at ``cache_seqlens``.
         cache_seqlens: int or int32 [batch]: keys in the cache per batch (default: all).
         cache_batch_idx: int32 [batch] or None: the cache row of each batch.
         cache_leftpad: int32 [batch] or None: the first valid key of each cache row.
+        page_table: int32 [batch_cache, max_num_pages_per_seq] or None: key ``i`` of cache row
+            ``r`` is row ``i % page_size`` of page ``page_table[r, i // page_size]``; a cache
+            row is ``max_num_pages_per_seq * page_size`` keys. Run with FA3's paged tile
+            (:func:`simulator.fa3.paged.paged_launch`); new keys are written into the pages.
         num_splits: 0 (default) FA3's heuristic, 1 unsplit, > 1 at most that many splits;
             with ``cache_seqlens`` each batch's count comes from FA3's prepare kernel
             (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
@@ -99,18 +119,23 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
             not divide, ...), naming the argument; the arguments not emulated.
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd, AppendKV),
-    hopper/seqlen.h (leftpad), hopper/flash_prepare_scheduler.cu.
+    hopper/seqlen.h (leftpad), hopper/flash_prepare_scheduler.cu, hopper/paged_kv.h.
     """
-    refuse(qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, page_table=page_table,
-            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
-            rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk,
-            scheduler_metadata=scheduler_metadata)
+    refuse(qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cu_seqlens_q=cu_seqlens_q,
+           cu_seqlens_k_new=cu_seqlens_k_new, rotary_seqlens=rotary_seqlens,
+           attention_chunk=attention_chunk, scheduler_metadata=scheduler_metadata)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
     (kn, _), (vn, _) = to_numpy(k, "k"), to_numpy(v, "v")
     check_4d(q, kc, vc)
     b, sq, h, d = q.shape
     bc, s_cache, hkv, _ = kc.shape
+    table = None if page_table is None else paged.page_table_array(page_table, None)
+    if table is not None:  # the pool's [num_pages, page_size]: a cache row is a page-table row
+        if s_cache < 1:
+            raise ValueError(f"k_cache: a paged cache needs page_size >= 1, got shape {kc.shape}")
+        num_pages, page_size = bc, s_cache
+        bc, s_cache = table.shape[0], table.shape[1] * page_size
     if (kn is None) != (vn is None):
         raise ValueError("k, v: give both new keys and new values, or neither")
     if q.dtype != kc.dtype or kc.dtype != vc.dtype:
@@ -141,8 +166,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     left = (np.zeros(b, np.int64) if cache_leftpad is None else
             int_array(to_numpy(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
     if cache_batch_idx is None and bc != b:  # before the rows: none were given to blame
-        raise ValueError(f"k_cache: batch_size must be equal to batch_size_k ({b} vs {bc}), "
-                         "or give cache_batch_idx")
+        raise ValueError(f"{'k_cache' if table is None else 'page_table'}: batch_size must be "
+                         f"equal to batch_size_k ({b} vs {bc}), or give cache_batch_idx")
     if np.any((rows < 0) | (rows >= bc)):
         raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
     s_new = 0 if kn is None else kn.shape[1]
@@ -171,14 +196,22 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
     check_head_dim(d, fmt)
     check_head_dim_v(d, dv, fmt)
+    if table is not None:
+        paged.check_pages(table, rows, left, seqlens + s_new, page_size, num_pages)
     varlen = cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k given
     is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size, sq,
                                                          s_cache, softcap)
+    launch = None if table is None else paged.paged_launch(
+        fmt, d, dv, causal, window_size, sq, s_cache, softcap, h, hkv, page_size,
+        leftpad=cache_leftpad is not None, append=kn is not None)
+    if launch is not None:
+        is_causal, is_local = launch.is_causal, launch.is_local
+        tile_m, tile_n = launch.kblock_m, launch.kblock_n
     static = 1 if splits_arg == 1 else static_splits(
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq, seqlen_k=s_cache,
         head_dim=d, head_dim_v=dv, causal=is_causal,
         local=is_local, softcap=softcap > 0, varlen=varlen,
-        num_sms=need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
+        num_sms=need_sms(sms, num_sms, sm_margin), window=tuple(window_size), paged=launch)
     check_pack_gqa(pack_gqa, static > 1, varlen, h, hkv)
     descales = check_descales({n: to_numpy(x, n)[0] for n, x in (
         ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
@@ -203,7 +236,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                   **parallel(executor, progress, memory_budget))
         if splits is not None and splits[bi] != 1:
             kw["num_splits"] = int(splits[bi])
-        return kc[None, rows[bi], keys], vc[None, rows[bi], keys], kw
+        if launch is None:
+            return kc[None, rows[bi], keys], vc[None, rows[bi], keys], kw
+        kw.update(paged_kwargs(launch, pack_gqa))
+        row = table[rows[bi]]
+        return (paged.gather(kc, row, keys.start, keys.stop)[None],
+                paged.gather(vc, row, keys.start, keys.stop)[None], kw)
 
     if kn is not None:  # the memory budget refuses before the cache is written, not after
         for bi in range(b):
@@ -212,6 +250,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                 check_memory(q[bi: bi + 1], kb, vb, **kw)
     if kn is not None:  # AppendKV: the new keys land in the cache, in place
         slots = (rows[:, None], seqlens[:, None] + np.arange(s_new))  # [batch, seqlen_new]
+        if table is not None:
+            slots = paged.slots(table, rows, slots[1], page_size)
         append_kv((kc, vc), (k_cache, v_cache), slots, (kn, vn))
     record = None if wanted is None else Trace()
     out = np.zeros((b, sq, h, dv), dtype=output_dtype(q.dtype))

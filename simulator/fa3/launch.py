@@ -30,15 +30,18 @@ def parallel(executor, progress, memory_budget) -> dict:
 
 
 def static_splits(num_splits: int, *, fmt, batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim,
-                  head_dim_v, causal, local, softcap, varlen, num_sms, window=(-1, -1)) -> int:
+                  head_dim_v, causal, local, softcap, varlen, num_sms, window=(-1, -1),
+                  paged=None) -> int:
     """FA3's params.num_splits: the caller's, or ``get_num_splits`` for num_splits <= 0
-    (``causal`` / ``local`` the kernel flags after mha_fwd's normalisation)."""
+    (``causal`` / ``local`` the kernel flags after mha_fwd's normalisation; ``paged`` a
+    :class:`simulator.fa3.paged.PagedLaunch` or None)."""
     if num_splits > 0:
         return num_splits
     return int(get_num_splits(
         batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v, fmt, causal=causal,
         local=local, softcap=1.0 if softcap else 0.0, varlen=varlen,
-        window_size=window if local else None, num_sms=num_sms))
+        window_size=window if local else None, num_sms=num_sms, paged_kv=paged is not None,
+        paged_kv_non_tma=paged is not None and not paged.tma))
 
 
 def launch_flags(fmt, head_dim, head_dim_v, causal, window, max_q, max_k, softcap):

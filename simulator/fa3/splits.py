@@ -208,7 +208,8 @@ def _window(window_size, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
 
 def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v=None, dtype="bf16",
                 causal=False, local=False, softcap=0.0, varlen=False, *, varlen_q=None,
-                window_size=None, num_sms: int = 132) -> SplitPlan:
+                window_size=None, num_sms: int = 132, paged_kv: bool = False,
+                paged_kv_non_tma: bool = False) -> SplitPlan:
     """``get_num_splits`` then ``get_pack_gqa`` (hopper/flash_api.cpp) for sm_90, with their inputs.
 
     ``get_num_splits``: the tile of ``tile_size_fwd_sm90(round_up_headdim(d), dv_rounded,
@@ -237,6 +238,9 @@ def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v
         window_size: (left, right), -1 unbounded (FA3's window before mha_fwd replaces -1 by
             ``seqlen_k - 1`` / ``seqlen_q - 1``): required when ``local``, ignored otherwise.
         num_sms: multiprocessors minus sm_margin (132 on the H200).
+        paged_kv: a page_table is given (causal at seqlen_q == 1 then stays causal for head
+            dims in (64, 128]); paged_kv_non_tma: FA3's PagedKVNonTMA (its tile, and PackGQA
+            always; :func:`simulator.fa3.paged.paged_launch`).
     Returns:
         :class:`SplitPlan`.
     Raises:
@@ -270,8 +274,8 @@ def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v
     num_sms = check_int("num_sms", num_sms, 1)
     if causal and local:
         raise ValueError("causal and local: FA3's is_causal and is_local exclude each other")
-    if seqlen_q == 1 and causal:
-        causal = False  # mha_fwd: causal with seqlen_q == 1 is non-causal (no paged KV)
+    if seqlen_q == 1 and causal and not (paged_kv and 64 < head_dim <= 128):
+        causal = False  # mha_fwd: causal with seqlen_q == 1 is non-causal (but paged hdim 128)
     if local and window_size is None:
         raise ValueError("window_size: required with local=True (the keys a local tile loads "
                          "depend on it)")
@@ -279,7 +283,8 @@ def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v
     esize = _ELEMENT_SIZE[fmt]
     d_r = round_up_headdim(head_dim)
     dv_r = d_r if head_dim_v == head_dim else round_up_headdimv(head_dim_v)
-    kbm, kbn, _, _ = tile_size_fwd_sm90(d_r, dv_r, causal, local, esize, False, False, soft)
+    kbm, kbn, _, _ = tile_size_fwd_sm90(d_r, dv_r, causal, local, esize, False,
+                                        bool(paged_kv_non_tma), soft)
     seqlen_q_packgqa = seqlen_q * (heads // heads_kv)
     loaded = seqlen_k if not local else max(0, min(seqlen_k, wr + wl + 1 + kbm))
     num_n_blocks = (loaded + kbn - 1) // kbn
@@ -287,21 +292,22 @@ def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v
     size_one = _wrap32(seqlen_k * (head_dim + head_dim_v) * esize)
     total = (1 if varlen else batch) * heads_kv * num_m_blocks
     n = num_splits_heuristic(total, num_sms, num_n_blocks, num_m_blocks, size_one, causal or local, 128)
-    pack = get_pack_gqa(n, heads, heads_kv, seqlen_q, head_dim, head_dim_v, fmt, causal, local, soft,
-                        varlen_q)
+    pack = bool(paged_kv_non_tma) or get_pack_gqa(n, heads, heads_kv, seqlen_q, head_dim,
+                                                  head_dim_v, fmt, causal, local, soft, varlen_q)
     return SplitPlan(n, pack, kbm, kbn, num_m_blocks, num_n_blocks, total, size_one, causal, local)
 
 
 def get_num_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v=None, dtype="bf16",
                    causal=False, local=False, softcap=0.0, varlen=False, *, window_size=None,
-                   num_sms: int = 132) -> int:
+                   num_sms: int = 132, paged_kv: bool = False, paged_kv_non_tma: bool = False) -> int:
     """``get_num_splits`` of hopper/flash_api.cpp for sm_90: what ``mha_fwd`` uses when called
     with ``num_splits <= 0`` (flash_attn_func's default is 1). See :func:`plan_splits` for the
     formula, the arguments and the errors. Returns an int in 1..128 (see
     :func:`num_splits_heuristic` for the int32 overflow). Source: hopper/flash_api.cpp
     (host code: no SASS)."""
     return plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v, dtype, causal,
-                       local, softcap, varlen, window_size=window_size, num_sms=num_sms).num_splits
+                       local, softcap, varlen, window_size=window_size, num_sms=num_sms,
+                       paged_kv=paged_kv, paged_kv_non_tma=paged_kv_non_tma).num_splits
 
 
 def get_pack_gqa(num_splits, heads, heads_kv, seqlen_q, head_dim, head_dim_v=None, dtype="bf16",
