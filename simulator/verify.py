@@ -15,6 +15,7 @@ from .replay import (
     fa3_api,
     fa3_backward,
     fa3_library,
+    fa3_paged,
     forward_goldens,
     hw,
     hypothesis,
@@ -33,11 +34,12 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "mma": lambda quick: mma.check_all(quick=quick),
     "forward": lambda quick: forward_goldens.check_all(quick=quick) + hypothesis.check_sample(quick),
     "fa3": lambda quick: fa3_library.check_all(quick=quick) + fa3_api.check_all(quick=quick),
+    "paged": lambda quick, workers=1: fa3_paged.replay(quick=quick, workers=workers),
     "backward": lambda quick, workers=1: (fa3_backward.replay(quick=quick, workers=workers)
                                           + twin_backward.replay(quick=quick)
                                           + twin_backward.replay_traces()),
 }
-PARALLEL = ("backward",)
+PARALLEL = ("backward", "paged")
 
 
 def run_checks(topics: list[str] | None = None, quick: bool = False,

@@ -180,8 +180,8 @@ def test_torch_cpu_tensors_come_back_as_torch_tensors():
     (lambda q, k, v: fa3.flash_attn_with_kvcache(q, k, v, k=k[:, :2], v=v[:, :2]), "cache_seqlens"),
     (lambda q, k, v: fa3.flash_attn_with_kvcache(q, k, v, cache_batch_idx=np.array([0, 2], np.int32)),
      "cache_batch_idx"),
-    (lambda q, k, v: fa3.flash_attn_with_kvcache(q, k, v, page_table=np.zeros((2, 1), np.int32)),
-     "page_table: not emulated"),
+    (lambda q, k, v: fa3.flash_attn_with_kvcache(q, k, v, page_table=np.zeros((2, 1), np.int64)),
+     "page_table: FA3 requires dtype int32"),
     (lambda q, k, v: fa3.flash_attn_func(q, k[:, :, :1].repeat(3, axis=2), v[:, :, :1].repeat(3, axis=2)),
      "heads_kv"),
 ])
