@@ -169,12 +169,15 @@ def backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1), softmax_
 
 def kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens=None, page_table=None,
             cache_batch_idx=None, cache_leftpad=None, causal=False, window_size=(-1, -1),
-            softmax_scale=None, num_splits=1) -> dict:
+            softmax_scale=None, num_splits=1, rotary_cos=None, rotary_sin=None,
+            rotary_seqlens=None, rotary_interleaved=True) -> dict:
     """The library's ``flash_attn_with_kvcache`` on NumPy arrays, through the FFI target
     ``flash_mha_fwd`` as the wheel's ``flash_mha_with_kvcache`` calls it (``cache_seqlens``
     as seqused_k, ``page_table`` with the pool as k / v, max_seqlen_k left to mha_fwd for a
-    paged cache), but with ``num_splits`` > 1 given its partial-output buffers and the caches
-    read back after the call.
+    paged cache), but with ``num_splits`` > 1 given its partial-output buffers, the caches
+    read back after the call, and the rotary arguments (``rotary_cos`` / ``rotary_sin``
+    [seqlen_ro, rotary_dim / 2] in q's dtype, ``rotary_seqlens`` int32 [batch],
+    ``rotary_interleaved``) passed through.
 
     Returns:
         dict with ``out`` [batch, seqlen_q, heads, head_dim], ``lse`` [batch, heads, seqlen_q],
@@ -207,13 +210,15 @@ def kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens=None, page_tab
         has_side_effect=True, input_layouts=[None] * 21, output_layouts=[None] * 4,
     )(jnp.asarray(q), kc, vc, eq if k is None else jnp.asarray(k),
       eq if v is None else jnp.asarray(v), eq, e32, e32, e32, e32, opt(cache_seqlens),
-      opt(page_table), opt(cache_batch_idx), opt(cache_leftpad), eq, eq, e32, ef, ef, ef, e32,
+      opt(page_table), opt(cache_batch_idx), opt(cache_leftpad),
+      eq if rotary_cos is None else jnp.asarray(rotary_cos),
+      eq if rotary_sin is None else jnp.asarray(rotary_sin), opt(rotary_seqlens), ef, ef, ef, e32,
       max_seqlen_q=sq, max_seqlen_q_has_value=True, max_seqlen_k=0 if paged else seqlen_k,
       max_seqlen_k_has_value=not paged, softmax_scale_val=scale, softmax_scale_has_value=True,
       pack_gqa_val=False, pack_gqa_has_value=False, is_causal=bool(causal),
       window_size_left=int(window_size[0]), window_size_right=int(window_size[1]),
-      attention_chunk=0, softcap=0.0, is_rotary_interleaved=False, num_splits=splits,
-      sm_margin=0)
+      attention_chunk=0, softcap=0.0, is_rotary_interleaved=bool(rotary_interleaved),
+      num_splits=splits, sm_margin=0)
     out, lse = np.asarray(out), np.asarray(lse)
     k_after, v_after = np.asarray(kc), np.asarray(vc)
     written = not (np.array_equal(k_after.view(np.uint16), np.asarray(k_cache).view(np.uint16))

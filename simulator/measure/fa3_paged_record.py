@@ -16,6 +16,12 @@ each time). Written atomically to OUTDIR:
   error message;
 * ``fa3_paged_sample.npz``: the full out / lse bits of the cases of at most ``SAMPLE_LIMIT``
   output values (``p{i}_out``, ``p{i}_lse``).
+
+With ``--rotary`` it records instead the cases of :func:`simulator.replay.rotary_cases.cases`
+(rotary_cos / rotary_sin, contiguous and paged caches) into ``fa3_rotary_report.json`` (the
+same entries, keyed ``r{i}``) and ``fa3_rotary_sample.npz``: for every case the full bits of
+out, lse and the cache rows the append wrote (``r{i}_k_new``, ``r{i}_v_new``: [batch,
+seqlen_new, heads_kv, 128], the rotated keys as the kernel stored them).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import numpy as np
 
 from ..device import fa3_jax
 from ..io import save_npz_atomic, write_json_atomic
-from ..replay import paged_cases
+from ..replay import paged_cases, rotary_cases
 from ..replay.common import digest
 from .common import out_parser
 
@@ -44,16 +50,29 @@ def bits(x: np.ndarray) -> np.ndarray:
 
 def library_call(x: dict) -> dict:
     """One library call on fresh copies of the case's caches."""
+    rot = {n: x[n] for n in ("rotary_cos", "rotary_sin", "rotary_seqlens", "rotary_interleaved")
+           if n in x}
     return fa3_jax.kvcache(x["q"], x["k_cache"].copy(), x["v_cache"].copy(), k=x["k"], v=x["v"],
                            cache_seqlens=x["cache_seqlens"], page_table=x["page_table"],
                            cache_batch_idx=x["cache_batch_idx"], cache_leftpad=x["cache_leftpad"],
                            causal=x["causal"], window_size=x["window_size"],
-                           num_splits=x["num_splits"])
+                           num_splits=x["num_splits"], **rot)
 
 
-def record_case(case: dict) -> tuple[dict, dict]:
+def appended_rows(x: dict, cache: np.ndarray) -> np.ndarray:
+    """The rows AppendKV wrote: [batch, seqlen_new, heads_kv, head_dim] of ``cache``."""
+    b, s_new = x["k"].shape[:2]
+    rows = np.arange(b) if x["cache_batch_idx"] is None else x["cache_batch_idx"].astype(np.int64)
+    pos = x["cache_seqlens"].astype(np.int64)[:, None] + np.arange(s_new)
+    if x["page_table"] is None:
+        return cache[rows[:, None], pos]
+    ps = cache.shape[1]
+    return cache[x["page_table"][rows[:, None], pos // ps], pos % ps]
+
+
+def record_case(case: dict, rotary: bool = False) -> tuple[dict, dict]:
     """(report entry, full bits) of one case."""
-    x = paged_cases.case_inputs(case)
+    x = (rotary_cases if rotary else paged_cases).case_inputs(case)
     t0 = time.perf_counter()
     runs = [library_call(x) for _ in range(2)]
     r = runs[0]
@@ -66,13 +85,19 @@ def record_case(case: dict) -> tuple[dict, dict]:
         entry["v_cache"] = digest(bits(r["v_cache"])).hex()
     entry["seconds"] = round(time.perf_counter() - t0, 3)
     full = {"out": bits(r["out"]), "lse": bits(r["lse"])} if r["out"].size <= SAMPLE_LIMIT else {}
+    if rotary:
+        full = {"out": bits(r["out"]), "lse": bits(r["lse"]),
+                "k_new": bits(appended_rows(x, r["k_cache"])),
+                "v_new": bits(appended_rows(x, r["v_cache"]))}
     return entry, full
 
 
 def main(argv=None) -> int:
     ap = out_parser("fa3_paged_record", __doc__.splitlines()[0])
     ap.add_argument("--only", type=int, default=None, help="the first N cases only")
+    ap.add_argument("--rotary", action="store_true", help="the rotary cases instead")
     args = ap.parse_args(argv)
+    stem, tag = ("fa3_rotary", "r") if args.rotary else ("fa3_paged", "p")
     start = time.perf_counter()
     report = {"provenance": {**fa3_jax.provenance(), "python": sys.version.split()[0],
                              "host": platform.node(), "date": time.strftime("%Y-%m-%d"),
@@ -80,21 +105,21 @@ def main(argv=None) -> int:
                                      "num_splits > 1 with its partial buffers, 2 runs per case"},
               "cases": []}
     sample = {}
-    cases = paged_cases.cases()[: args.only]
+    cases = (rotary_cases if args.rotary else paged_cases).cases()[: args.only]
     for i, case in enumerate(cases):
         try:
-            entry, full = record_case(case)
+            entry, full = record_case(case, args.rotary)
         except Exception as exc:  # the library's refusal is a result too
             entry, full = {"case": case, "error": f"{type(exc).__name__}: {exc}"[:400]}, {}
-        entry["key"] = f"p{i}"
+        entry["key"] = f"{tag}{i}"
         report["cases"].append(entry)
-        sample.update({f"p{i}_{n}": v for n, v in full.items()})
+        sample.update({f"{tag}{i}_{n}": v for n, v in full.items()})
         if i % 20 == 0:
             print(f"{i}/{len(cases)} {time.perf_counter() - start:.0f} s "
                   f"{entry.get('error', '')[:120]}", flush=True)
     report["seconds"] = round(time.perf_counter() - start, 1)
-    save_npz_atomic(f"{args.out}/{SAMPLE_FILE}", **sample)
-    write_json_atomic(f"{args.out}/{REPORT_FILE}", report, compact=True)
+    save_npz_atomic(f"{args.out}/{SAMPLE_FILE.replace('fa3_paged', stem)}", **sample)
+    write_json_atomic(f"{args.out}/{REPORT_FILE.replace('fa3_paged', stem)}", report, compact=True)
     errors = sum("error" in e for e in report["cases"])
     print(f"recorded {len(report['cases'])} cases ({errors} refused) in {report['seconds']} s")
     return 0
