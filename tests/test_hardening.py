@@ -1046,7 +1046,6 @@ def test_a_batch_vector_of_descales_is_refused_not_applied_per_kv_head(api):
 
 
 @pytest.mark.parametrize("kw, instead", [
-    (dict(rotary_cos=np.zeros((32, 32), np.float32)), "apply the rotary embedding to q and k"),
     (dict(cu_seqlens_q=np.zeros(3, np.int32)), "call flash_attn_with_kvcache once per sequence"),
     (dict(attention_chunk=16), r"leave it at 0; for a local window pass window_size"),
 ])

@@ -73,10 +73,8 @@ def refuse(**args) -> None:
 
 
 #: what to do instead of passing an argument that is not emulated
-_ROTARY = "apply the rotary embedding to q and k (and the new k) before the call, and leave it out"
 INSTEAD = {
     "qv": "leave it out: no emulated kernel takes qv",
-    "rotary_cos": _ROTARY, "rotary_sin": _ROTARY, "rotary_seqlens": _ROTARY,
     "cu_seqlens_q": "call flash_attn_with_kvcache once per sequence, or flash_attn_varlen_func "
                     "on the packed sequences",
     "cu_seqlens_k_new": "append each sequence's new keys in its own call (k, v of shape "

@@ -16,8 +16,9 @@ What the host side decides, as FA3 does:
 
 PackGQA (``pack_gqa``) changes which rows share a tile, never a row's arithmetic
 (docs/forward.md, "PackGQA"): accepted, with no effect on the bits. Not emulated (ValueError
-naming the argument): ``qv``, ``attention_chunk``, rotary embeddings, paged KV, ``cu_seqlens_q`` /
-``cu_seqlens_k_new`` with the KV cache, ``scheduler_metadata``.
+naming the argument): ``qv``, ``attention_chunk``, ``cu_seqlens_q`` / ``cu_seqlens_k_new``
+with the KV cache, ``scheduler_metadata``. Paged KV caches and rotary appends:
+:mod:`simulator.fa3.paged`, :mod:`simulator.fa3.rotary`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import numpy as np
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
 from ..trace import Trace
-from . import paged
+from . import paged, rotary
 from .arrays import check_writable, returned, to_numpy, write_back
 from .checks import (
     check_4d,
@@ -41,14 +41,15 @@ from .launch import (
 from .scheduler import dynamic_num_splits
 
 
-def paged_kwargs(launch, pack_gqa) -> dict:
+def paged_kwargs(launch, pack_gqa, grouped: bool) -> dict:
     """The forward's keywords for a paged launch: FA3's paged tile, the plain schedule where
-    the tile turns IntraWGOverlap off, PackGQA where ``PagedKVNonTMA`` forces it (else the
-    caller's ``pack_gqa``)."""
+    the tile turns IntraWGOverlap off, PackGQA where ``PagedKVNonTMA`` forces it and there is
+    a group of query heads to pack (``grouped``; one head per kv head packs nothing), else the
+    caller's ``pack_gqa``."""
     kw = dict(kblock_m=launch.kblock_m, kblock_n=launch.kblock_n)
     if not launch.overlap:
         kw["schedule"] = "plain"
-    if launch.pack_gqa_forced:
+    if launch.pack_gqa_forced and grouped:
         kw["pack_gqa"] = True
     elif pack_gqa is not None:
         kw["pack_gqa"] = bool(pack_gqa)
@@ -99,6 +100,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         cache_seqlens: int or int32 [batch]: keys in the cache per batch (default: all).
         cache_batch_idx: int32 [batch] or None: the cache row of each batch.
         cache_leftpad: int32 [batch] or None: the first valid key of each cache row.
+        rotary_cos, rotary_sin: [seqlen_ro, rotary_dim / 2] in q's dtype, or None: the new keys
+            and the queries rotated first (:mod:`simulator.fa3.rotary`); rotary_seqlens: int32
+            [batch] or None: the positions' base instead of cache_seqlens;
+            rotary_interleaved: pairs (2j, 2j + 1), else (j, j + rotary_dim / 2).
         page_table: int32 [batch_cache, max_num_pages_per_seq] or None: key ``i`` of cache row
             ``r`` is row ``i % page_size`` of page ``page_table[r, i // page_size]``; a cache
             row is ``max_num_pages_per_seq * page_size`` keys. Run with FA3's paged tile
@@ -119,10 +124,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
             not divide, ...), naming the argument; the arguments not emulated.
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd, AppendKV),
-    hopper/seqlen.h (leftpad), hopper/flash_prepare_scheduler.cu, hopper/paged_kv.h.
+    hopper/seqlen.h (leftpad), hopper/flash_prepare_scheduler.cu, hopper/paged_kv.h,
+    hopper/rotary.h.
     """
-    refuse(qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cu_seqlens_q=cu_seqlens_q,
-           cu_seqlens_k_new=cu_seqlens_k_new, rotary_seqlens=rotary_seqlens,
+    refuse(qv=qv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
            attention_chunk=attention_chunk, scheduler_metadata=scheduler_metadata)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
@@ -135,6 +140,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if s_cache < 1:
             raise ValueError(f"k_cache: a paged cache needs page_size >= 1, got shape {kc.shape}")
         num_pages, page_size = bc, s_cache
+        if num_pages < 1:
+            raise ValueError(f"k_cache: a paged cache needs a pool of at least one page, got "
+                             f"shape {kc.shape}")
         bc, s_cache = table.shape[0], table.shape[1] * page_size
     if (kn is None) != (vn is None):
         raise ValueError("k, v: give both new keys and new values, or neither")
@@ -217,6 +225,23 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
     scale = check_scale(softmax_scale, d, softcap)
     wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)  # checked before the cache is written
+    if wanted is not None and launch is not None and launch.pack_gqa_forced and h > hkv:
+        raise ValueError("trace: not recorded for this paged launch: without TMA page loads "
+                         "(new keys, cache_leftpad, or page_size not a multiple of kBlockN "
+                         f"{launch.kblock_n}) FA3 packs the query heads of a kv head (PackGQA), "
+                         "and PackGQA launches are not traced")
+    rot = rotary.check_rotary(rotary_cos, rotary_sin, rotary_seqlens, q_dtype=q.dtype,
+                              head_dim=d, batch=b, appends=kn is not None,
+                              paged=table is not None, seqlen_k=s_cache)
+    if rot is not None:  # the new keys rotated before AppendKV, the queries before attention
+        cos, sin, base = rot
+        base = seqlens if base is None else base
+        kpos = base[:, None] + np.arange(s_new)
+        qpos = base[:, None] + (np.arange(sq) if (is_causal or is_local) else np.zeros(sq, int))
+        rotary.positions_past(cos.shape[0], kpos, "k")
+        rotary.positions_past(cos.shape[0], qpos, "q")
+        kn = rotary.rotate(kn, cos, sin, kpos, bool(rotary_interleaved))
+        q = rotary.rotate(q, cos, sin, qpos, bool(rotary_interleaved))
     if kn is not None:  # both caches checked before either is written
         for name, orig, c in (("k_cache", k_cache, kc), ("v_cache", v_cache, vc)):
             check_writable(orig, name)
@@ -238,7 +263,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             kw["num_splits"] = int(splits[bi])
         if launch is None:
             return kc[None, rows[bi], keys], vc[None, rows[bi], keys], kw
-        kw.update(paged_kwargs(launch, pack_gqa))
+        kw.update(paged_kwargs(launch, pack_gqa, h > hkv))
         row = table[rows[bi]]
         return (paged.gather(kc, row, keys.start, keys.stop)[None],
                 paged.gather(vc, row, keys.start, keys.stop)[None], kw)
