@@ -158,3 +158,23 @@ def test_unused_page_entries_may_hold_anything():
     b = fa3.flash_attn_with_kvcache(q, kp, vp, cache_seqlens=lens,
                                     page_table=np.array([[3, 0, -7]], np.int32))
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_a_trace_of_a_packed_paged_launch_is_refused_before_the_append():
+    kp, vp = _pool(hk=1)
+    k0 = kp.copy()
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 1, 2, 64)).astype(BF16)  # 2 query heads on 1 kv head
+    kn, vn = (rng.standard_normal((1, 1, 1, 64)).astype(BF16) for _ in range(2))
+    with pytest.raises(ValueError, match="trace: not recorded for this paged launch"):
+        fa3.flash_attn_with_kvcache(q, kp, vp, kn, vn, page_table=np.array([[0, 1]], np.int32),
+                                    cache_seqlens=np.array([3], np.int32), num_splits=1,
+                                    trace=[(0, 0, 0)])
+    assert np.array_equal(kp.view(np.uint16), k0.view(np.uint16))
+
+
+def test_an_empty_pool_is_refused_naming_k_cache():
+    kp = np.zeros((0, 4, 1, 64), BF16)
+    with pytest.raises(ValueError, match="k_cache: a paged cache needs a pool of at least one"):
+        fa3.flash_attn_with_kvcache(np.zeros((1, 1, 1, 64), BF16), kp, kp,
+                                    page_table=np.array([[0]], np.int32))
