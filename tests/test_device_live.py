@@ -86,7 +86,7 @@ def test_live_library_api_call_equals_simulator_fa3(index):
     lib = _library()
     name, args = fa3_api_cases.call_args(fa3_api_cases.matrix()[index])
     got = lib.call(name, {k: (v.copy() if hasattr(v, "copy") else v) for k, v in args.items()})
-    out, lse = getattr(fa3, name)(**args)
+    out, lse = getattr(fa3, name)(**args)[:2]
     want = fa3_api_cases.result_bits(name, args, got["out"], got["lse"])
     mine = fa3_api_cases.result_bits(name, args, out, lse)
     for key in ("out", "lse"):

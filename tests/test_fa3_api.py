@@ -335,7 +335,7 @@ def test_api_no_key_in_the_launch_gives_lse_plus_inf():
     assert not np.any(out.astype(np.float32)) and np.all(lse == np.inf)
     _, lse = fa3.flash_attn_varlen_func(qp, kp, vp, cu_q, none, 5, 1, return_attn_probs=True)
     assert np.all(lse == -np.inf)
-    out, lse = fa3.flash_attn_with_kvcache(q, k[:, :0], v[:, :0], return_softmax_lse=True)
+    out, lse, *_ = fa3.flash_attn_with_kvcache(q, k[:, :0], v[:, :0], return_softmax_lse=True)
     assert not np.any(out.astype(np.float32)) and np.all(lse == np.inf)
 
 
@@ -397,7 +397,7 @@ def test_api_kvcache_without_cache_seqlens_is_not_a_varlen_launch(monkeypatch):
 
     seen = []
 
-    def record(q, k, v, kw, splits):
+    def record(q, k, v, kw, splits, partials=None):
         seen.append(splits)
         return np.zeros(q.shape, BF16), np.zeros((1, q.shape[2], q.shape[1]), np.float32)
 
@@ -445,8 +445,9 @@ def test_api_trace_records_steps_without_changing_bits():
                                                 return_softmax_lse=True, **t),
     ]
     for call in calls:
-        out, lse = call()
-        t_out, t_lse, trace = call(trace=[(1, 1, 0)])
+        out, lse = call()[:2]
+        res = call(trace=[(1, 1, 0)])
+        t_out, t_lse, trace = res[0], res[1], res[-1]
         assert t_out.view(np.uint16).tobytes() == out.view(np.uint16).tobytes()
         assert t_lse.view(np.uint32).tobytes() == lse.view(np.uint32).tobytes()
         assert trace.ctas() == [(1, 1, 0)] and {e.step for e in trace} >= {"qk_gemm", "epilogue"}
@@ -629,3 +630,22 @@ def test_verify_row_of_drawn_calls_counts_values_and_catches_a_disagreement(monk
     monkeypatch.setattr(fa3_api, "read_json", lambda *a: {"sample": wrong})
     (bad,) = fa3_api.check_drawn()
     assert bad["mismatches"] == sizes[0] and bad["detail"]
+
+
+def test_kvcache_returns_fa3s_four_values_and_the_split_partials():
+    """hopper/flash_attn_interface.py: ``return (out, softmax_lse, *rest) if return_softmax_lse``
+    with rest = out_accum, softmax_lse_accum (empty without splits); combining the returned
+    partials (flash_attn_combine's [splits, batch, seqlen, heads, d] layout) gives out."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 3, 4, 64)).astype(ml_dtypes.bfloat16)
+    k, v = (rng.standard_normal((2, 700, 2, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    out, lse, o_acc, l_acc = fa3.flash_attn_with_kvcache(q, k, v, num_splits=3,
+                                                         return_softmax_lse=True)
+    assert o_acc.shape == (3, 2, 4, 3, 64) and l_acc.shape == (3, 2, 4, 3)
+    assert o_acc.dtype == np.float32 and l_acc.dtype == np.float32
+    merged = fa3.flash_attn_combine(o_acc.transpose(0, 1, 3, 2, 4), l_acc.transpose(0, 1, 3, 2),
+                                    out_dtype=out.dtype)
+    merged = merged[0] if isinstance(merged, tuple) else merged
+    assert np.array_equal(merged.view(np.uint16), out.view(np.uint16))
+    unsplit = fa3.flash_attn_with_kvcache(q, k, v, num_splits=1, return_softmax_lse=True)
+    assert len(unsplit) == 4 and unsplit[2].shape == (0,) and unsplit[3].shape == (0,)

@@ -118,8 +118,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         executor, progress, memory_budget: as :func:`simulator.fa3.flash_attn_func`; each
             batch is one forward call. All arguments are checked before the caches are written.
     Returns:
-        out [batch, seqlen_q, heads, head_dim_v], and softmax_lse [batch, heads, seqlen_q] with
-        ``return_softmax_lse``; with ``trace`` a :class:`simulator.trace.Trace` is appended.
+        out [batch, seqlen_q, heads, head_dim_v]; with ``return_softmax_lse`` FA3's four values
+        (hopper/flash_attn_interface.py: ``(out, softmax_lse, *rest)``): out, softmax_lse
+        [batch, heads, seqlen_q], out_accum float32 [num_splits, batch, heads, seqlen_q,
+        head_dim_v] and softmax_lse_accum [num_splits, batch, heads, seqlen_q] (the Split
+        kernel's partial outputs; empty (0,) arrays without splits, as the library returns
+        ``torch.tensor([])``; entries the kernel leaves unwritten are 0 / -inf here); with
+        ``trace`` a :class:`simulator.trace.Trace` is appended.
     Raises:
         ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
             not divide, ...), naming the argument; the arguments not emulated.
@@ -282,13 +287,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     out = np.zeros((b, sq, h, dv), dtype=output_dtype(q.dtype))
     # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
     lse = np.full((b, h, sq), np.inf if s_cache == 0 else -np.inf, dtype=np.float32)
+    # FA3's out_accum / softmax_lse_accum: [num_splits, batch, heads, seqlen_q, (dv)] float32
+    # with splits, else empty; entries the Split kernel leaves unwritten are 0 / -inf here
+    out_acc = np.zeros((static, b, h, sq, dv) if static > 1 else (0,), np.float32)
+    lse_acc = np.full((static, b, h, sq) if static > 1 else (0,), -np.inf, np.float32)
     for bi in range(b):
         kb, vb, kw = call(bi)
         if kb.shape[1] == 0:
             continue
         kw.pop("num_splits", None)
+        parts = []
         o, l_ = traced_forward(q[bi: bi + 1], kb, vb, kw, None if splits is None else int(splits[bi]),
-                               bi, wanted, record)
+                               bi, wanted, record, parts)
         out[bi], lse[bi] = o[0], l_[0]
-    return with_trace(returned((out, lse) if return_softmax_lse else (out,), tq), record,
-                      return_softmax_lse)
+        for po, pl in parts:  # [splits, 1, sq, h, dv] and [splits, 1, h, sq]
+            out_acc[: po.shape[0], bi] = po[:, 0].transpose(0, 2, 1, 3)
+            lse_acc[: pl.shape[0], bi] = pl[:, 0]
+    full = (out, lse, out_acc, lse_acc) if return_softmax_lse else (out,)
+    return with_trace(returned(full, tq), record, return_softmax_lse)

@@ -67,24 +67,26 @@ def output_dtype(dt: np.dtype) -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16) if DTYPES[dt] == "e4m3" else np.dtype(dt)
 
 
-def run_forward(q, k, v, kw: dict, splits) -> tuple[np.ndarray, np.ndarray]:
+def run_forward(q, k, v, kw: dict, splits, partials: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The unsplit kernel (``splits`` None or 1: with a single split FA3's Split kernel writes
     the final output itself and the combine kernel skips the batch), or the Split kernel then
-    the combine kernel."""
+    the combine kernel; ``partials``, when a list, receives the Split kernel's (out, lse)."""
     if splits is None or splits == 1:
         res = flash.forward(q, k, v, **kw)
         return res.out, res.lse
     part = flash.forward(q, k, v, num_splits=splits, **kw)
+    if partials is not None:
+        partials.append((part.out, part.lse))
     return combine(part.out, part.lse, output_dtype(q.dtype), head_dim_v=v.shape[-1],
                    memory_budget=kw.get("memory_budget"))
 
 
-def traced_forward(q, k, v, kw: dict, splits, b: int, wanted, record):
+def traced_forward(q, k, v, kw: dict, splits, b: int, wanted, record, partials=None):
     """:func:`run_forward` of batch (or sequence) ``b`` run as its own launch, recording the
     CTAs of ``wanted`` ((b, head, m_block) tuples) in ``record`` with their batch number."""
     mine = None if wanted is None else [(0, c[1], c[2]) for c in wanted if c[0] == b]
     if not mine:
-        return run_forward(q, k, v, kw, splits)
+        return run_forward(q, k, v, kw, splits, partials)
     res = flash.forward(q, k, v, **kw, trace=mine)
     for e in res.trace:
         e.cta = (b, e.cta[1], e.cta[2])

@@ -65,7 +65,7 @@ def check_case(index: int, record: dict, sample: dict, digest) -> CallResult:
     if args_digest(args) != record["inputs"]:
         raise RecordedDataError(f"API call {index}: regenerated arguments differ from the "
                                 f"recording's (the generator changed?); regenerate with `{REGENERATE}`")
-    got = result_bits(name, args, *getattr(fa3, name)(**args))
+    got = result_bits(name, args, *getattr(fa3, name)(**args)[:2])  # kvcache: (out, lse, *accum)
     if "out_accum" in record:  # the Split kernel's partials, in FA3's layout
         part = flash.forward(args["q"], args["k"], args["v"], softmax_scale=args["q"].shape[-1] ** -0.5,
                              causal=args["causal"], softcap=args["softcap"],
@@ -120,7 +120,7 @@ def _emulate_counted(case: dict) -> tuple[dict, int]:
     """:func:`emulate`'s digests and the number of values they cover (0 for a refused call)."""
     name, args = call_args(case)
     try:
-        out, lse = getattr(fa3, name)(**args)
+        out, lse = getattr(fa3, name)(**args)[:2]  # kvcache: (out, lse, *accum)
     except (ValueError, TypeError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}, 0
     bits = result_bits(name, args, out, lse)

@@ -32,7 +32,7 @@ def emulate(case: dict) -> dict:
     """The emulator's out, lse and pools after the call, for one case."""
     x = paged_cases.case_inputs(case)
     kc, vc = x["k_cache"].copy(), x["v_cache"].copy()
-    out, lse = fa3.flash_attn_with_kvcache(
+    out, lse, *_ = fa3.flash_attn_with_kvcache(
         x["q"], kc, vc, k=x["k"], v=x["v"], cache_seqlens=x["cache_seqlens"],
         cache_batch_idx=x["cache_batch_idx"], cache_leftpad=x["cache_leftpad"],
         page_table=x["page_table"], causal=x["causal"], window_size=x["window_size"],
