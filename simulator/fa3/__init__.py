@@ -24,6 +24,7 @@ from .interface import (
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
 )
+from .packed import flash_attn_qkvpacked_func
 
 __all__ = ["backward_spread", "flash_attn_backward", "flash_attn_combine", "flash_attn_func",
-           "flash_attn_varlen_func", "flash_attn_with_kvcache"]
+           "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]

@@ -1,14 +1,15 @@
-"""Device check: the real library's ``flash_attn_with_kvcache(..., return_softmax_lse=True)``
-(fa3-fwd 0.0.3) against ``simulator.fa3``: tuple length, shapes, dtypes, and the bits of out,
-softmax_lse and of out_accum / softmax_lse_accum where the Split kernel writes them.
+"""Device check of the real library's call conventions (fa3-fwd 0.0.3) against ``simulator.fa3``:
+``flash_attn_with_kvcache(..., return_softmax_lse=True)`` (tuple length, shapes, dtypes, the
+bits of out, softmax_lse and of out_accum / softmax_lse_accum where the Split kernel writes
+them), and ``flash_attn_qkvpacked_func`` in both packed layouts (out / lse bits).
 
 Run on the H200 with the wheel importable (its ``fa3_fwd_interface.py`` and ``fa3_fwd/_C.abi3.so``
 on PYTHONPATH, ``fa3_fwd_config.py`` also as ``flash_attn_config.py``)::
 
-    PYTHONPATH=<wheel folder>:$PWD python3 scripts/fa3_kvcache_return_check.py
+    PYTHONPATH=<wheel folder>:$PWD python3 scripts/fa3_api_conventions_check.py
 
-Writes ``$OUT/kv_return_check.json`` (committed as
-``simulator/data/device/fa3_kvcache_return_check.json``).
+Writes ``$OUT/api_conventions_check.json`` (committed as
+``simulator/data/device/fa3_api_conventions_check.json``).
 """
 
 from __future__ import annotations
@@ -66,8 +67,29 @@ def main() -> None:
         r = {"case": i, **_compare([g.cpu() for g in got], em)}
         res.append(r)
         print(json.dumps(r), flush=True)
-    with open(os.path.join(os.environ.get("OUT", "."), "kv_return_check.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    packed = [_packed(rng, i, *c) for i, c in enumerate(PACKED)]
+    for r in packed:
+        print(json.dumps(r), flush=True)
+    with open(os.path.join(os.environ.get("OUT", "."), "api_conventions_check.json"), "w") as f:
+        json.dump({"kvcache": res, "qkvpacked": packed}, f, indent=1)
+
+
+#: qkvpacked calls: (shape of qkv, num_heads_q or None, causal, window_size); the wheel is built
+#: without local windows
+PACKED = [((2, 300, 3, 4, 128), None, True, (-1, -1)), ((1, 257, 8 + 2 * 2, 64), 8, False, (-1, -1)),
+          ((3, 129, 3, 2, 96), None, False, (-1, -1)), ((1, 500, 4 + 2 * 1, 128), 4, True, (-1, -1))]
+
+
+def _packed(rng, i, shape, heads_q, causal, window) -> dict:
+    qkv = rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+    lo, ll = lib.flash_attn_qkvpacked_func(_gpu(qkv), causal=causal, window_size=window,
+                                           num_heads_q=heads_q, return_attn_probs=True)
+    torch.cuda.synchronize()
+    eo, el = fa3.flash_attn_qkvpacked_func(qkv, causal=causal, window_size=window,
+                                           num_heads_q=heads_q, return_attn_probs=True)
+    return {"case": i, "shape": list(shape), "num_heads_q": heads_q,
+            "out_equal": bool(np.array_equal(lo.cpu().view(torch.int16).numpy(), eo.view(np.int16))),
+            "lse_equal": bool(np.array_equal(ll.cpu().numpy().view(np.uint32), el.view(np.uint32)))}
 
 
 if __name__ == "__main__":
