@@ -74,7 +74,6 @@ def refuse(**args) -> None:
 
 #: what to do instead of passing an argument that is not emulated
 INSTEAD = {
-    "qv": "leave it out: no emulated kernel takes qv",
     "cu_seqlens_q": "call flash_attn_with_kvcache once per sequence, or flash_attn_varlen_func "
                     "on the packed sequences",
     "cu_seqlens_k_new": "append each sequence's new keys in its own call (k, v of shape "
@@ -101,10 +100,11 @@ def check_softcap(softcap) -> float:
     return float(softcap)
 
 
-def check_scale(softmax_scale, head_dim: int, softcap: float = 0.0) -> float:
-    """softmax_scale, default ``head_dim ** -0.5`` (flash_attn_interface.py computes it in
-    Python); host_constants' ValueError names softmax_scale or softcap when out of range."""
-    scale = head_dim ** (-0.5) if softmax_scale is None else softmax_scale
+def check_scale(softmax_scale, head_dim: int, softcap: float = 0.0, qv_dim: int = 0) -> float:
+    """softmax_scale, default ``(head_dim + qv_dim) ** -0.5`` (flash_attn_interface.py computes
+    it in Python, adding qv's head dim when qv is given); host_constants' ValueError names
+    softmax_scale or softcap when out of range."""
+    scale = (head_dim + qv_dim) ** (-0.5) if softmax_scale is None else softmax_scale
     host_constants(head_dim, scale, softcap)  # a ValueError naming softmax_scale / softcap
     return scale
 
