@@ -62,28 +62,6 @@ def int_array(x, name: str, length: int | None = None) -> np.ndarray | None:
     return arr.astype(np.int64)
 
 
-def refuse(**args) -> None:
-    """Raise ValueError for the first argument given (not None, False or 0) among FA3's
-    arguments that are not emulated, naming it."""
-    for name, value in args.items():
-        if value is not None and value is not False and not (isinstance(value, (int, float)) and value == 0):
-            raise ValueError(f"{name}: not emulated (the published FA3 build and this emulator "
-                             f"cover the forward without it), got {type(value).__name__}; "
-                             f"{INSTEAD.get(name, 'leave it out')}")
-
-
-#: what to do instead of passing an argument that is not emulated
-INSTEAD = {
-    "cu_seqlens_q": "call flash_attn_with_kvcache once per sequence, or flash_attn_varlen_func "
-                    "on the packed sequences",
-    "cu_seqlens_k_new": "append each sequence's new keys in its own call (k, v of shape "
-                        "[batch, seqlen_new, ...])",
-    "attention_chunk": "leave it at 0; for a local window pass window_size=(left, right)",
-    "scheduler_metadata": "leave it out: the split counts are computed from the call's own "
-                          "arguments, as get_scheduler_metadata would",
-}
-
-
 def check_fmt(q) -> str:
     """The format name of ``q``'s dtype ("bf16", "f16", "e4m3"); ValueError for another."""
     fmt = DTYPES.get(q.dtype)

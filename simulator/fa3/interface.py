@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import flash
-from ..flash.config import check_qv
+from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..trace import Trace
 from . import autograd
@@ -41,7 +41,6 @@ from .checks import (
     check_scale,
     cu_seqlens,
     need_sms,
-    refuse,
     seqused,
     trace_ctas,
 )
@@ -50,6 +49,7 @@ from .kvcache import flash_attn_with_kvcache
 from .launch import (
     H200_SMS,
     descale_rows,
+    kernel_window,
     launch_flags,
     output_dtype,
     parallel,
@@ -111,8 +111,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         ``FlashAttnFunc``); not with ``trace``.
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd).
     """
+    chunk = check_chunk(attention_chunk)
     if trace is None and autograd.needs_grad(q, k, v):
-        refuse_qv_grad(qv)
+        refuse_qv_grad(qv, chunk)
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, executor=executor,
                    progress=progress, memory_budget=memory_budget)
@@ -125,7 +126,6 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
-    refuse(attention_chunk=attention_chunk)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
     qv = to_numpy(qv, "qv")[0]
@@ -143,16 +143,17 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     check_head_dim_v(d, dv, fmt)
     check_qv(qv, q, dv, fmt)
     is_causal, is_local, (tile_m, _) = launch_flags(fmt, d, dv, causal, window_size, sq,
-                                                    k.shape[1], softcap)
+                                                    k.shape[1], softcap, chunk)
     static = 1 if splits_arg == 1 else static_splits(
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=k.shape[2], seqlen_q=sq,
         seqlen_k=k.shape[1], head_dim=d, head_dim_v=dv, causal=is_causal,
         local=is_local, softcap=softcap > 0,
         varlen=False, num_sms=need_sms(sms, num_sms, sm_margin) if splits_arg <= 0 else sms,
-        window=tuple(window_size))
+        window=kernel_window(causal, window_size, sq, k.shape[1], chunk))
     check_pack_gqa(pack_gqa, static > 1, False, h, k.shape[2])
     kw = dict(softmax_scale=check_scale(softmax_scale, d, softcap, 0 if qv is None else dv),
-              causal=causal, window=tuple(window_size), softcap=softcap, qv=qv, **descales,
+              causal=causal, window=tuple(window_size), softcap=softcap, qv=qv,
+              attention_chunk=chunk, **descales,
               **parallel(executor, progress, memory_budget))
     wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)
     record = None if wanted is None else Trace()
@@ -205,8 +206,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         :func:`flash_attn_func` (FA3's ``FlashAttnVarlenFunc``, seqused_* included).
     Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
     """
+    chunk = check_chunk(attention_chunk)
     if trace is None and autograd.needs_grad(q, k, v):
-        refuse_qv_grad(qv)
+        refuse_qv_grad(qv, chunk)
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
@@ -222,7 +224,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
-    refuse(attention_chunk=attention_chunk)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
     qv = to_numpy(qv, "qv")[0]
@@ -263,12 +264,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         softcap, causal, num_sms, sm_margin, num_splits, return_attn_probs=return_attn_probs,
         deterministic=deterministic)
     is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size,
-                                                         max_seqlen_q, max_seqlen_k, softcap)
+                                                         max_seqlen_q, max_seqlen_k, softcap, chunk)
     static = 1 if splits_arg == 1 else static_splits(
         splits_arg, fmt=fmt, batch=batch, heads=h, heads_kv=hkv, seqlen_q=max_seqlen_q,
         seqlen_k=max_seqlen_k, head_dim=d, head_dim_v=dv, causal=is_causal,
         local=is_local, softcap=softcap > 0,
-        varlen=True, num_sms=need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
+        varlen=True, num_sms=need_sms(sms, num_sms, sm_margin),
+        window=kernel_window(causal, window_size, max_seqlen_q, max_seqlen_k, chunk))
     check_pack_gqa(pack_gqa, static > 1, True, h, hkv)
     wanted = trace_ctas(trace, static, h, len_q, tile_m, "sequence")
     record = None if wanted is None else Trace()
@@ -289,7 +291,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             continue
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                  qv=None if qv is None else qv[None, qs],
+                  qv=None if qv is None else qv[None, qs], attention_chunk=chunk,
                   **{n: descale_rows(x, bi) for n, x in descales.items()},
                   **parallel(executor, progress, memory_budget))
         o, l_ = traced_forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]),
@@ -299,12 +301,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                       return_attn_probs)
 
 
-def refuse_qv_grad(qv) -> None:
+def refuse_qv_grad(qv, chunk: int = 0) -> None:
     """FA3 has no backward with qv (its ``_flash_attn_backward`` takes no qv, so the gradients
-    of such a forward would not be those of the scores it computed): refuse autograd."""
+    of such a forward would not be those of the scores it computed) nor with attention_chunk
+    (hopper/flash_attn_interface.py asserts it): refuse autograd."""
     if qv is not None:
         raise ValueError("qv: FA3 has no backward with qv; call with tensors that do not "
                          "require grad (torch.no_grad()) or without qv")
+    if chunk:
+        raise ValueError("attention_chunk: FA3 has no backward with it ('FA3 backward does not "
+                         "support attention_chunk'); call under torch.no_grad() or without it")
 
 
 def _combine_out_dtype(out_dtype) -> np.dtype:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..flash.config import check_qv
+from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
 from ..trace import Trace
@@ -26,13 +26,13 @@ from .checks import (
     check_scale,
     int_array,
     need_sms,
-    refuse,
     trace_ctas,
 )
 from .kvcache_rows import NewKeys, QueryRows, cache_lengths
 from .launch import (
     H200_SMS,
     descale_rows,
+    kernel_window,
     launch_flags,
     output_dtype,
     parallel,
@@ -153,7 +153,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     hopper/seqlen.h (leftpad, varlen), hopper/flash_prepare_scheduler.cu, hopper/paged_kv.h,
     hopper/rotary.h.
     """
-    refuse(attention_chunk=attention_chunk)
+    chunk = check_chunk(attention_chunk)
+    if chunk and page_table is not None:
+        raise ValueError("attention_chunk: with page_table not emulated (no paged recording "
+                         "covers it); gather the pages into a contiguous cache first")
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
     (kn, _), (vn, _), (qv, _) = to_numpy(k, "k"), to_numpy(v, "v"), to_numpy(qv, "qv")
@@ -225,7 +228,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     varlen = (cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k
               or rows_q.varlen)
     is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size, sq,
-                                                         s_cache, softcap)
+                                                         s_cache, softcap, chunk)
     launch = None if table is None else paged.paged_launch(
         fmt, d, dv, causal, window_size, sq, s_cache, softcap, h, hkv, page_size,
         leftpad=cache_leftpad is not None, append=kn is not None)
@@ -236,7 +239,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq, seqlen_k=s_cache,
         head_dim=d, head_dim_v=dv, causal=is_causal,
         local=is_local, softcap=softcap > 0, varlen=varlen,
-        num_sms=need_sms(sms, num_sms, sm_margin), window=tuple(window_size), paged=launch)
+        num_sms=need_sms(sms, num_sms, sm_margin),
+        window=kernel_window(causal, window_size, sq, s_cache, chunk), paged=launch)
     check_pack_gqa(pack_gqa, static > 1, varlen, h, hkv)
     descales = check_descales({n: to_numpy(x, n)[0] for n, x in (
         ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
@@ -274,7 +278,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         """Batch ``bi``'s keys, values and forward arguments (the keys after the append)."""
         keys = slice(int(left[bi]), int(seqlens[bi] + new.lengths[bi]))
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
-                  max_seqlen_q=sq, max_seqlen_k=s_cache, qv=qvs[bi],
+                  max_seqlen_q=sq, max_seqlen_k=s_cache, qv=qvs[bi], attention_chunk=chunk,
                   **{n: descale_rows(x, bi) for n, x in descales.items()},
                   **parallel(executor, progress, memory_budget))
         if splits is not None and splits[bi] != 1:

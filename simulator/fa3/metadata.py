@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..flash.config import check_chunk
 from ..flash.dispatch import check_head_dim, check_head_dim_v, should_pack_gqa
 from . import paged
 from .arrays import to_numpy
-from .checks import check_sms, cu_seqlens, int_array, refuse
-from .launch import H200_SMS, launch_flags, static_splits
+from .checks import check_sms, cu_seqlens, int_array
+from .launch import H200_SMS, kernel_window, launch_flags, static_splits
 from .scheduler import dynamic_num_splits
 
 #: the prepare kernel's L2 estimate (hopper/flash_prepare_scheduler.cu: "underestimate seems
@@ -72,10 +73,10 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     Returns:
         int32 [size] (a NumPy array), laid out as the module docstring says.
     Raises:
-        ValueError: a bad argument, naming it; ``attention_chunk`` (not emulated).
+        ValueError: a bad argument, naming it; ``attention_chunk`` with ``page_size``.
     Source: hopper/flash_api.cpp (mha_fwd_get_scheduler_metadata), hopper/flash_prepare_scheduler.cu.
     """
-    refuse(attention_chunk=attention_chunk)
+    chunk = check_chunk(attention_chunk)
     for name, x in (("batch_size", batch_size), ("max_seqlen_q", max_seqlen_q),
                     ("max_seqlen_k", max_seqlen_k), ("num_heads_q", num_heads_q),
                     ("num_heads_kv", num_heads_kv), ("headdim", headdim),
@@ -106,7 +107,9 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     launch = None
     if page_size is None:
         is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size, sq,
-                                                             sk, softcap)
+                                                             sk, softcap, chunk)
+    elif chunk:
+        raise ValueError("attention_chunk: with page_size not emulated (as flash_attn_with_kvcache)")
     else:
         launch = paged.paged_launch(fmt, d, dv, causal, window_size, sq, sk, softcap, h, hkv,
                                     int(page_size), leftpad=cache_leftpad is not None,
@@ -116,7 +119,7 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     static = static_splits(int(num_splits), fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq,
                            seqlen_k=sk, head_dim=d, head_dim_v=dv, causal=is_causal,
                            local=is_local, softcap=bool(has_softcap), varlen=True, num_sms=sms,
-                           window=tuple(window_size), paged=launch)
+                           window=kernel_window(causal, window_size, sq, sk, chunk), paged=launch)
     pack = _pack_gqa(pack_gqa, launch, static, h, hkv, cu_seqlens_q is not None, sq, tile_m)
     return layout(lens_q, seqlens_k, left, lens_new, kblock_m=tile_m, kblock_n=tile_n, heads=h,
                   heads_kv=hkv, num_sms=sms, static=static, pack_gqa=pack, causal=is_causal,

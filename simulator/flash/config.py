@@ -17,7 +17,7 @@ from ..numerics import FORMATS
 from ..trace import Trace
 from .constants import host_constants
 from .dispatch import Dispatch, check_head_dim, check_head_dim_v, fa3_dispatch, should_pack_gqa
-from .masks import fa3_window, kernel_flags, normalize_window
+from .masks import chunk_window, fa3_window, kernel_flags, normalize_window
 
 #: the input dtypes FA3's forward takes, and their format names
 DTYPES = {FORMATS[name].dtype: name for name in ("bf16", "f16", "e4m3")}
@@ -74,6 +74,8 @@ class Config:
     kernel_head_dim_v: int = 0
     #: FA3's HasQv (MLA decode): S gains the GEMM of qv [.., head_dim_v] with V
     has_qv: bool = False
+    #: FA3's attention_chunk (0: none): keys cut into chunks of this many, a row sees its own
+    chunk: int = 0
 
     def __post_init__(self):
         if not self.head_dim_v:
@@ -136,7 +138,7 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
                 seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
                 q_descale=None, k_descale=None, v_descale=None, arch="sm90",
                 max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
-                qv=None) -> Config:
+                qv=None, attention_chunk=0) -> Config:
     """Validate every argument of :func:`forward` and resolve FA3's dispatch; raises ValueError
     naming the argument. ``kblock_m``, ``kblock_n``, ``schedule`` None: FA3's choice
     (:func:`simulator.flash.dispatch.fa3_dispatch`). With ``qv`` and no ``softmax_scale`` the
@@ -172,7 +174,9 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         raise ValueError(f"causal: expected True or False, got {causal!r}")
     max_q = _launch_max("max_seqlen_q", max_seqlen_q, sq)
     max_k = _launch_max("max_seqlen_k", max_seqlen_k, sk)
-    win = fa3_window(normalize_window(bool(causal), window), max_q, max_k)
+    chunk = check_chunk(attention_chunk)
+    win = (fa3_window(normalize_window(bool(causal), window), max_q, max_k) if not chunk
+           else chunk_window(bool(causal), window, max_q, max_k, chunk))
     is_causal, is_local = kernel_flags(win)
     disp = fa3_dispatch(fmt, d, max_q, causal=is_causal, local=is_local, softcap=_softcap_on(softcap),
                         head_dim_v=v.shape[3])
@@ -212,7 +216,15 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
                   _descale("v_descale", v_descale, fmt, b, hkv), disp,
                   _splits(num_splits, b), max_q, max_k,
                   _pack_gqa(pack_gqa, num_splits, h, hkv, max_q, kblock_m),
-                  disp.head_dim_v, disp.kernel_head_dim_v, has_qv)
+                  disp.head_dim_v, disp.kernel_head_dim_v, has_qv, chunk)
+
+
+def check_chunk(attention_chunk) -> int:
+    """FA3's ``attention_chunk``: an int >= 0 (0 = off)."""
+    if isinstance(attention_chunk, bool) or not isinstance(attention_chunk, (int, np.integer)) \
+            or not 0 <= attention_chunk < 2**31:
+        raise ValueError(f"attention_chunk: expected an int >= 0 (0 = off), got {attention_chunk!r}")
+    return int(attention_chunk)
 
 
 def check_qv(qv, q, head_dim_v: int, fmt: str) -> bool:

@@ -33,7 +33,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
             max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
-            executor=None, memory_budget=None, progress=None, qv=None) -> ForwardResult:
+            executor=None, memory_budget=None, progress=None, qv=None,
+            attention_chunk=0) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
 
     With no tile arguments it runs what FA3 dispatches for the inputs
@@ -88,6 +89,11 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             ``q K^T + qv V^T``, the second GEMM accumulating into the first's registers
             (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, HasQv: ``tiled_mma_qv`` with
             zero_init false after ``tiled_mma_qk``).
+        attention_chunk: 0 (off) or FA3's chunk length C: a row sees only the keys of its
+            chunk (C-aligned keys around key ``row + seqlen_k - seqlen_q``), within a window
+            capped at C - 1 on both sides; the kernel is then the local one
+            (hopper/flash_api.cpp, hopper/mask.h, hopper/block.h;
+            :func:`simulator.flash.masks.chunk_window`).
     Returns:
         :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim_v] in the input dtype
         (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
@@ -112,7 +118,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                       softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
                       schedule=schedule, q_descale=q_descale, k_descale=k_descale,
                       v_descale=v_descale, arch=arch, max_seqlen_q=max_seqlen_q,
-                      max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa, qv=qv)
+                      max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa, qv=qv,
+                      attention_chunk=attention_chunk)
     if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
         raise ValueError("trace: not recorded for split or PackGQA launches; trace with "
                          "num_splits=None and pack_gqa=False")
@@ -240,10 +247,11 @@ def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
     for b in range(cfg.batch):  # per batch and m_block (a handful): the ranges
         sk = int(cfg.seqlens_k[b])
         for mb in range(m_blocks):
-            full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g)
+            full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g,
+                               cfg.chunk)
             for split, rng in enumerate(_split_ranges(full, cfg, b)):
                 masked = masking_steps(mb, cfg.seqlen_q, sk, cfg.max_seqlen_k, cfg.kblock_m,
-                                       cfg.kblock_n, cfg.window, rng, g)
+                                       cfg.kblock_n, cfg.window, rng, g, cfg.chunk)
                 groups.setdefault((rng, masked), []).extend((b, h, mb, split)
                                                             for h in range(heads))
     return {key: np.array(ctas, dtype=np.int64).reshape(-1, 4) for key, ctas in groups.items()}
@@ -299,7 +307,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
             s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch)
             tracer.frag("softcap", n, acc_s=s)
         ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
-                     cfg.seqlens_k[b][:, None, None, None], cfg.window)
+                     cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
         s = np.where(ok, s, _NEG_INF)
         tracer.frag("mask", n, acc_s=s)
         scores = s[..., view.row[:, :, None], view.col[:, None, :]]                # [G,W,128,2,N/4]

@@ -16,7 +16,8 @@ _CHUNK_ELEMENTS = 1 << 24
 
 def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
               seqlens_k=None, q_descale=None, k_descale=None, v_descale=None,
-              kblock_m=None, kblock_n=None, schedule=None, arch="sm90", qv=None):
+              kblock_m=None, kblock_n=None, schedule=None, arch="sm90", qv=None,
+              attention_chunk=0):
     """Attention in float64 on the exact input values (with ``qv``: scores
     ``q K^T + qv V^T``, FA3's MLA form).
 
@@ -34,7 +35,8 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
     cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                       softcap=softcap, seqlens_k=seqlens_k, q_descale=q_descale,
                       k_descale=k_descale, v_descale=v_descale, kblock_m=kblock_m,
-                      kblock_n=kblock_n, schedule=schedule, arch=arch, qv=qv)
+                      kblock_n=kblock_n, schedule=schedule, arch=arch, qv=qv,
+                      attention_chunk=attention_chunk)
     group = cfg.heads // cfg.heads_kv
     kvh = np.arange(cfg.heads) // group
     present = np.arange(cfg.seqlen_k)[None, :] < cfg.seqlens_k[:, None]       # [B, Sk]
@@ -66,7 +68,7 @@ def _rows(cfg, qd, kd, vd, descale_qk, descale_v, scale, rows, qvd=None):
         s = cfg.softcap * np.tanh(s / cfg.softcap)
     cols = np.arange(cfg.seqlen_k)[None, :]
     ok = allowed(rows[None, :, None], cols[None], cfg.seqlen_q, cfg.seqlens_k[:, None, None],
-                 cfg.window)
+                 cfg.window, cfg.chunk)
     s = np.where(ok[:, None], s, -np.inf)                        # [B, H, rows, Sk]
     with np.errstate(invalid="ignore"):
         m = s.max(axis=-1, keepdims=True)
