@@ -105,8 +105,8 @@ def test_varlen_split_counts_use_the_kernels_tile():
     assert fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
     real = iface.launch_flags
 
-    def host_tile(fmt, d, dv, causal, window, max_q, max_k, softcap):
-        c, l_, _ = real(fmt, d, dv, causal, window, max_q, max_k, softcap)
+    def host_tile(fmt, d, dv, causal, window, max_q, max_k, softcap, chunk=0):
+        c, l_, _ = real(fmt, d, dv, causal, window, max_q, max_k, softcap, chunk)
         return c, l_, tile_size_fwd_sm90(64, 96, c, l_)[:2]
 
     iface.launch_flags = host_tile

@@ -25,7 +25,7 @@ import numpy as np
 from ..flash.config import check_chunk
 from ..flash.dispatch import check_head_dim, check_head_dim_v, should_pack_gqa
 from . import paged
-from .arrays import to_numpy
+from .arrays import returned, to_numpy
 from .checks import check_sms, cu_seqlens, int_array
 from .launch import H200_SMS, kernel_window, launch_flags, static_splits
 from .scheduler import dynamic_num_splits
@@ -71,7 +71,8 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
         causal, window_size, has_softcap, num_splits, pack_gqa, sm_margin: as the launch.
         num_sms: keyword-only: the GPU's multiprocessors (the H200's 132).
     Returns:
-        int32 [size] (a NumPy array), laid out as the module docstring says.
+        int32 [size], laid out as the module docstring says: a NumPy array, or a CPU torch
+        tensor when ``cache_seqlens`` is one (as the library returns a tensor).
     Raises:
         ValueError: a bad argument, naming it; ``attention_chunk`` with ``page_size``.
     Source: hopper/flash_api.cpp (mha_fwd_get_scheduler_metadata), hopper/flash_prepare_scheduler.cu.
@@ -94,7 +95,8 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     check_head_dim(d, fmt)
     check_head_dim_v(d, dv, fmt)
     sms = check_sms(num_sms, sm_margin)
-    seqlens_k = int_array(to_numpy(cache_seqlens, "cache_seqlens")[0], "cache_seqlens", b)
+    seqlens_np, torch_in = to_numpy(cache_seqlens, "cache_seqlens")
+    seqlens_k = int_array(seqlens_np, "cache_seqlens", b)
     if seqlens_k is None:
         raise ValueError("cache_seqlens: expected int32 [batch_size], got None")
     lens_q = (np.full(b, sq, np.int64) if cu_seqlens_q is None else
@@ -121,9 +123,10 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
                            local=is_local, softcap=bool(has_softcap), varlen=True, num_sms=sms,
                            window=kernel_window(causal, window_size, sq, sk, chunk), paged=launch)
     pack = _pack_gqa(pack_gqa, launch, static, h, hkv, cu_seqlens_q is not None, sq, tile_m)
-    return layout(lens_q, seqlens_k, left, lens_new, kblock_m=tile_m, kblock_n=tile_n, heads=h,
-                  heads_kv=hkv, num_sms=sms, static=static, pack_gqa=pack, causal=is_causal,
-                  local=is_local, kv_bytes=tile_n * (d + dv) * (1 if fmt == "e4m3" else 2))
+    md = layout(lens_q, seqlens_k, left, lens_new, kblock_m=tile_m, kblock_n=tile_n, heads=h,
+                heads_kv=hkv, num_sms=sms, static=static, pack_gqa=pack, causal=is_causal,
+                local=is_local, kv_bytes=tile_n * (d + dv) * (1 if fmt == "e4m3" else 2))
+    return returned((md,), torch_in)[0]
 
 
 def _offsets(cu, name: str, batch: int) -> np.ndarray:
