@@ -9,9 +9,10 @@
 from .backward import BackwardResult, backward
 from .config import ForwardResult, make_config
 from .constants import host_constants
+from .exact import Exactness
 from .forward import forward
 from .reference import reference, reference_backward
 from .softmax import Softmax, rescale_o
 
-__all__ = ["BackwardResult", "ForwardResult", "Softmax", "backward", "forward", "host_constants",
+__all__ = ["BackwardResult", "Exactness", "ForwardResult", "Softmax", "backward", "forward", "host_constants",
            "make_config", "reference", "reference_backward", "rescale_o"]
