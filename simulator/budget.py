@@ -81,17 +81,22 @@ class Budget:
         raise KeyError(f"{name}: not a part of this budget ({[p.name for p in self.parts]})")
 
     def __str__(self) -> str:
-        head = (f"error budget of {self.scope}, {self.fmt}, {self.elements} output elements; "
-                f"relative to each row's max |O|")
-        lines = [head, f"{'approximation':<36} {'alone max':>10} {'alone mean':>10} "
+        lines = [f"error budget of {self.scope}, {self.fmt}, {self.elements} output elements",
+                 "errors |O - O_float64| relative to the row's max |O_float64|; alone: only this "
+                 "approximation,", "the rest exact; without: the emulator with this one exact",
+                 f"{'approximation':<36} {'alone max':>10} {'alone mean':>10} "
                  f"{'share':>6} {'without max':>11} {'without mean':>12}"]
         for p in self.parts:
             lines.append(f"{p.label:<36} {p.alone_max:>10.2e} {p.alone_mean:>10.2e} "
-                         f"{p.share:>6.1%} {p.without_max:>11.2e} {p.without_mean:>12.2e}")
+                         f"{_percent(p.share):>6} {p.without_max:>11.2e} {p.without_mean:>12.2e}")
         lines.append(f"{'emulator (all approximations)':<36} {self.total_max:>10.2e} "
                      f"{self.total_mean:>10.2e}")
         lines.append(f"{'all exact (float64 round-off)':<36} {self.exact_max:>10.2e}")
         return "\n".join(lines)
+
+
+def _percent(share: float) -> str:
+    return "<0.1%" if 0 < share < 0.001 else f"{share:.1%}"
 
 
 def budget(q, k, v, *, row=None, head=None, **kwargs) -> Budget:

@@ -276,7 +276,7 @@ def round_once(x, fmt: str) -> np.ndarray:
     step = np.maximum(e - 8, -133)  # bf16: 8 significant bits; subnormals step 2^-133
     with np.errstate(over="ignore", invalid="ignore"):
         r = np.where(np.isfinite(x), np.ldexp(np.round(np.ldexp(x, -step)), step), x)
-    return r.astype(convert(np.zeros(1, np.float32), "bf16").dtype)
+        return r.astype(convert(np.zeros(1, np.float32), "bf16").dtype)
 
 
 def cta_scales(cfg, b, hkv):
