@@ -138,8 +138,9 @@ def budget(q, k, v, *, row=None, head=None, **kwargs) -> Budget:
     for name in names:
         alone = relative_error(_run(args, Exactness.all(**{name: False}))[sel], ref)
         without = relative_error(_run(args, Exactness(**{name: True}))[sel], ref)
-        label = LABELS[name].format(fmt="e4m3 (FP8, P' = 2^8 P)" if fmt == "e4m3" else fmt,
-                                    out="bf16" if fmt == "e4m3" else fmt)
+        label = LABELS[name].format(fmt=fmt, out="bf16" if fmt == "e4m3" else fmt)
+        if name == "p_rounding" and fmt == "e4m3":
+            label = "P' = 2^8 P rounded to e4m3 before PV"  # Max_offset 8
         parts.append(Part(name, label, *alone, *without))
     total = sum(p.alone_mean for p in parts)
     for p in parts:

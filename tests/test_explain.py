@@ -69,6 +69,17 @@ def test_explain_errors(args, message):
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args, label", [
+    (("--dtype", "e4m3"), "P' = 2^8 P rounded to e4m3 before PV"),
+    (("--softcap", "30"), "MUFU.TANH (softcap)"),
+])
+def test_explain_fp8_and_softcap_fit_in_100_columns(args, label):
+    r = _run("--explain", "0,3,100", *args)
+    assert r.returncode == 0, r.stderr
+    assert any(line.startswith(label) for line in r.stdout.splitlines())
+    assert all(len(line) < 100 for line in r.stdout.splitlines())
+
+
 def test_parse_row():
     assert parse_row("0,3,10") == (0, 3, 10)
     assert parse_row("17") == (17,)
