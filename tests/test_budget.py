@@ -160,3 +160,17 @@ def test_plot_budget_draws_every_part():
     ax = bud.plot_budget(b)
     assert len(ax.patches) == 2 * len(b.parts)
     assert [t.get_text() for t in ax.get_yticklabels()] == [p.label for p in b.parts]
+
+
+def test_exact_runs_the_same_through_an_executor():
+    from concurrent.futures import ThreadPoolExecutor
+
+    q, k, v = _qkv(BF16, sq=200, sk=300)
+    exact = Exactness(ex2=True, o_rounding=True)
+    serial = forward(q, k, v, causal=True, exact=exact)
+    with ThreadPoolExecutor(2) as ex:
+        chunked = forward(q, k, v, causal=True, exact=exact, executor=ex,
+                          memory_budget=16 << 20)
+    assert serial.out.dtype == chunked.out.dtype == np.float64
+    assert np.array_equal(_u(serial.out), _u(chunked.out))
+    assert np.array_equal(_u(serial.lse), _u(chunked.lse))
