@@ -58,7 +58,8 @@ def test_flat_row_is_the_same_row():
 
 @pytest.mark.parametrize("args, message", [
     (("--explain", "1,x"), "argument --explain: expected B,H,M"),
-    (("--explain", "1,3,9"), "--explain: query 9 is outside 0..7 (batch 1)"),
+    (("--explain", "1,3,9"), "--explain: query 9 is outside 0..7 (batch 1"),
+    (("--explain", str((1 * 12 + 3) * 147 + 9)), "--explain: query 9 is outside 0..7 (batch 1"),
     (("--explain", "0,3,0", "--heads", "0,1"), "--explain: head 3 is not among the run's heads [0, 1]"),
     (("--explain", "4,0,0"), "--explain: batch 4 is outside 0..3"),
     (("--explain", str(4 * 12 * 147)), "--explain: flat row 7056 is outside the run's 7056 rows"),

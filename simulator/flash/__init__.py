@@ -4,6 +4,7 @@
     reference(q, k, v, ...) -> (out, lse) in float64, for error measurement
     backward(dout, q, k, v, out, lse, ...) -> BackwardResult(dq, dk, dv, ...), bit-exact model
     Softmax                 -> hopper/softmax.h's state and methods on emulated threads
+    Exactness               -> forward(..., exact=): approximations run exact (simulator.budget)
 """
 
 from .backward import BackwardResult, backward

@@ -34,16 +34,19 @@ def _locate(work: Workload, row: tuple[int, ...]) -> tuple[int, int, int]:
             raise UsageError(f"--explain: flat row {row[0]} is outside the run's {n} rows "
                              f"([batch {batch}, heads {heads}, seqlen {seqlen}])")
         flat = row[0]
-        return flat // (heads * seqlen), flat // seqlen % heads, flat % seqlen
-    b, h, m = row
-    if b >= batch:
-        raise UsageError(f"--explain: batch {b} is outside 0..{batch - 1}")
-    if h not in work.heads:
-        raise UsageError(f"--explain: head {h} is not among the run's heads {work.heads}")
+        b, i, m = flat // (heads * seqlen), flat // seqlen % heads, flat % seqlen
+    else:
+        b, h, m = row
+        if b >= batch:
+            raise UsageError(f"--explain: batch {b} is outside 0..{batch - 1}")
+        if h not in work.heads:
+            raise UsageError(f"--explain: head {h} is not among the run's heads {work.heads}")
+        i = work.heads.index(h)
     rows = int(varlen_lengths(work)[0][b]) if is_varlen(work) else seqlen
     if m >= rows:
-        raise UsageError(f"--explain: query {m} is outside 0..{rows - 1} (batch {b})")
-    return b, work.heads.index(h), m
+        raise UsageError(f"--explain: query {m} is outside 0..{rows - 1} (batch {b}: a "
+                         f"padding row, not computed)")
+    return b, i, m
 
 
 def explain(work: Workload, kwargs: dict, row: tuple[int, ...]) -> str:
