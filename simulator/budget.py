@@ -239,6 +239,8 @@ def _slice(q, k, v, kwargs, cfg, b, h, m):
         if kw.get(n) is not None:
             d = np.broadcast_to(np.asarray(kw[n]), (cfg.batch, cfg.heads_kv))
             kw[n] = np.ascontiguousarray(d[b: b + 1, hkv: hkv + 1])
+    if kw.get("qv") is not None:  # MLA: qv has q's rows and heads
+        kw["qv"] = kw["qv"][b: b + 1, :, hkv * g: (hkv + 1) * g]
     args = (q[b: b + 1, :, hkv * g: (hkv + 1) * g], k[b: b + 1, :, hkv: hkv + 1],
             v[b: b + 1, :, hkv: hkv + 1], kw)
     if m is None:

@@ -30,6 +30,7 @@ CASES = [
     ("e4m3", dict(dtype=E4M3, d=64), {}),
     ("bf16 d=192 local", dict(dtype=BF16, d=192, sk=400), dict(window=(150, 20))),
     ("bf16 gqa plain", dict(dtype=BF16, h=4, hkv=2), dict(schedule="plain")),
+    ("bf16 attention_chunk", dict(dtype=BF16, sk=300), dict(attention_chunk=128)),
 ]
 
 
@@ -174,3 +175,16 @@ def test_exact_runs_the_same_through_an_executor():
     assert serial.out.dtype == chunked.out.dtype == np.float64
     assert np.array_equal(_u(serial.out), _u(chunked.out))
     assert np.array_equal(_u(serial.lse), _u(chunked.lse))
+
+
+def test_qv_mla_exact_and_budget():
+    rng = np.random.default_rng(5)
+    q, k = ((rng.standard_normal((1, n, 2, 64)) * 2).astype(BF16) for n in (40, 200))
+    v, qv = (rng.standard_normal((1, n, 2, 256)).astype(BF16) for n in (200, 40))
+    base = forward(q, k, v, qv=qv)
+    assert np.array_equal(_u(forward(q, k, v, qv=qv, exact=Exactness()).out), _u(base.out))
+    ref = reference(q, k, v, qv=qv)[0]
+    rounded = forward(q, k, v, qv=qv, exact=Exactness.all(o_rounding=False)).out
+    assert np.array_equal(_u(rounded), _u(round_once(ref, "bf16")))
+    b = bud.budget(q, k, v, qv=qv, row=(0, 1, 17))
+    assert b.total_max == bud.relative_error(base.out[0, 17, 1], ref[0, 17, 1])[0]

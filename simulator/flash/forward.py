@@ -34,7 +34,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
             max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
-            executor=None, memory_budget=None, progress=None, exact=None) -> ForwardResult:
+            executor=None, memory_budget=None, progress=None, qv=None,
+            attention_chunk=0, exact=None) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
 
     With no tile arguments it runs what FA3 dispatches for the inputs
@@ -50,7 +51,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             with zero columns; heads_kv divides heads (GQA). head_dim_v is head_dim, or a pair
             FA3 compiles a kernel for (Q/K in (128, 192] with V in (96, 128], or Q/K <= 64
             with V <= 512; :func:`simulator.flash.dispatch.check_head_dim_v`).
-        softmax_scale: default 1/sqrt(head_dim) (the input's head dim).
+        softmax_scale: default 1/sqrt(head_dim) (the input's head dim); with ``qv``
+            1/sqrt(head_dim + head_dim_v), as hopper/flash_attn_interface.py.
         causal: bottom-right aligned causal mask (window right = 0); with seqlen_q == 1 it is
             the same as non-causal, and FA3 dispatches it so.
         window: (left, right) local window, -1 = unbounded (sides wider than the sequence
@@ -83,6 +85,16 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             with W workers each chunk gets a W-th of the budget.
         progress: None (silent), True (a bar with an ETA on stderr, tqdm where installed) or
             a callable ``progress(done, total)`` in K/V block visits, after every chunk.
+        qv: None, or [batch, seqlen_q, heads, head_dim_v] in q's dtype (bf16 / f16; FA3's
+            MLA decode: head_dim <= 64, head_dim_v >= 256): the scores become
+            ``q K^T + qv V^T``, the second GEMM accumulating into the first's registers
+            (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, HasQv: ``tiled_mma_qv`` with
+            zero_init false after ``tiled_mma_qk``).
+        attention_chunk: 0 (off) or FA3's chunk length C: a row sees only the keys of its
+            chunk (C-aligned keys around key ``row + seqlen_k - seqlen_q``), within a window
+            capped at C - 1 on both sides; the kernel is then the local one
+            (hopper/flash_api.cpp, hopper/mask.h, hopper/block.h;
+            :func:`simulator.flash.masks.chunk_window`).
         exact: None (the H200's arithmetic), or a :class:`simulator.flash.exact.Exactness`:
             the approximations it switches on run exact in float64 (:mod:`simulator.budget`
             attributes the error to each); with ``o_rounding`` ``out`` and ``lse`` are float64.
@@ -112,7 +124,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                       softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
                       schedule=schedule, q_descale=q_descale, k_descale=k_descale,
                       v_descale=v_descale, arch=arch, max_seqlen_q=max_seqlen_q,
-                      max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa)
+                      max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa, qv=qv,
+                      attention_chunk=attention_chunk)
     if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
         raise ValueError("trace: not recorded for split or PackGQA launches; trace with "
                          "num_splits=None and pack_gqa=False")
@@ -131,7 +144,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                   dtype=np.float64 if wide else np.float32)
     parts = 1 if executor is None else chunks.workers(executor)
     size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
-    qp, kp, vp = _padded_inputs(cfg, q, k, v)
+    qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
     work = [(key, part) for key, ctas in _cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
@@ -139,10 +152,12 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     try:
         if executor is None:
             for ((n_range, masked), part), n in zip(work, visits, strict=True):
-                _run_group(cfg, n_range, masked, part, qp, kp, vp, out, lse, wanted, record, exact)
+                _run_group(cfg, n_range, masked, part, (qp, kp, vp, qvp), out, lse, wanted, record,
+                           exact)
                 bar.update(n)
         else:
-            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, qp, kp, vp, exact): i
+            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, (qp, kp, vp, qvp),
+                                       exact): i
                        for i, ((n_range, masked), part) in enumerate(work)}
             for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
                 i = futures[future]
@@ -165,8 +180,9 @@ def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
     m_rows = (-(-cfg.seqlen_q // cfg.kblock_m) + 1) * cfg.kblock_m
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
     out_item = np.dtype(cfg.out_dtype if cfg.splits is None else np.float32).itemsize
+    q_width = cfg.kernel_head_dim + (cfg.kernel_head_dim_v if cfg.has_qv else 0)
     inputs = np.dtype(dtype).itemsize * cfg.batch * (
-        m_rows * cfg.heads * cfg.kernel_head_dim
+        m_rows * cfg.heads * q_width
         + n_pad * cfg.heads_kv * (cfg.kernel_head_dim + cfg.kernel_head_dim_v))
     outputs = lead * cfg.batch * cfg.heads * cfg.seqlen_q * (cfg.head_dim_v * out_item + 4)
     return inputs + outputs, chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v)
@@ -186,10 +202,10 @@ def check_memory(q, k, v, *, memory_budget=None, **kwargs) -> None:
                       "this forward", 1 if executor is None else chunks.workers(executor))
 
 
-def _chunk_task(cfg: Config, n_range, masked, ctas, qp, kp, vp, exact=None):
+def _chunk_task(cfg: Config, n_range, masked, ctas, padded, exact=None):
     """One executor task: the CTAs ``ctas`` of a group, returning their O accumulator and
     LSE rows (None when the range is empty) for the caller's :func:`_store`."""
-    return _run_group(cfg, n_range, masked, ctas, qp, kp, vp, None, None, None, None, exact)
+    return _run_group(cfg, n_range, masked, ctas, padded, None, None, None, None, exact)
 
 
 def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
@@ -216,10 +232,10 @@ def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
 
 
 # ---- setup ------------------------------------------------------------------------------------
-def _padded_inputs(cfg: Config, q, k, v):
-    """Zero-filled copies padded to whole blocks and to the kernel head dim; keys at or after
-    seqlens_k[b] zeroed (as a bulk copy bounded by the sequence length and head dim leaves
-    them)."""
+def _padded_inputs(cfg: Config, q, k, v, qv=None):
+    """Zero-filled copies padded to whole blocks and to the kernel head dim (qv: to the
+    kernel's V head dim; None without qv); keys at or after seqlens_k[b] zeroed (as a bulk copy
+    bounded by the sequence length and head dim leaves them)."""
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m) + 1  # + 1: PackGQA tiles reach a little beyond
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
     kd = cfg.kernel_head_dim
@@ -229,7 +245,8 @@ def _padded_inputs(cfg: Config, q, k, v):
     absent = np.arange(n_pad)[None, :] >= cfg.seqlens_k[:, None]  # [batch, keys]
     kp[absent] = 0
     vp[absent] = 0
-    return qp, kp, vp
+    qvp = None if qv is None else pad_rows(qv, m_blocks * cfg.kblock_m, cfg.kernel_head_dim_v)
+    return qp, kp, vp, qvp
 
 
 def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
@@ -242,10 +259,11 @@ def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
     for b in range(cfg.batch):  # per batch and m_block (a handful): the ranges
         sk = int(cfg.seqlens_k[b])
         for mb in range(m_blocks):
-            full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g)
+            full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g,
+                               cfg.chunk)
             for split, rng in enumerate(_split_ranges(full, cfg, b)):
                 masked = masking_steps(mb, cfg.seqlen_q, sk, cfg.max_seqlen_k, cfg.kblock_m,
-                                       cfg.kblock_n, cfg.window, rng, g)
+                                       cfg.kblock_n, cfg.window, rng, g, cfg.chunk)
                 groups.setdefault((rng, masked), []).extend((b, h, mb, split)
                                                             for h in range(heads))
     return {key: np.array(ctas, dtype=np.int64).reshape(-1, 4) for key, ctas in groups.items()}
@@ -263,8 +281,9 @@ def _split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int,
 
 
 # ---- one group of CTAs ---------------------------------------------------------------------------
-def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record,
+def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, record,
                exact=None):
+    qp, kp, vp, qvp = padded
     n_min, n_max = n_range
     b = ctas[:, 0]
     W, N, d, dv = cfg.kblock_m // 64, cfg.kblock_n, cfg.kernel_head_dim, cfg.kernel_head_dim_v
@@ -272,6 +291,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
     if n_max <= n_min:  # nothing to attend: O = 0, LSE = -inf (already in place)
         return
     qt = qp[b[:, None], rows, heads].reshape(len(ctas), W, 64, d)                  # [G, W, 64, d]
+    qvt = None if qvp is None else qvp[b[:, None], rows, heads].reshape(len(ctas), W, 64, dv)
     scale_log2, softcap_val, final_scale = (_exact.cta_scales(cfg, b, hkv) if exact is not None
                                             and exact.ffma else _cta_scales(cfg, b, hkv))
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
@@ -294,13 +314,16 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
         s = _gemm_wg(qt, np.swapaxes(kt, -1, -2), np.full((len(ctas), W, 64, N), -0.0,
                      dtype=np.float32), qk, exact)
         tracer.frag("qk_gemm", n, acc_s=s)
+        if qvt is not None:  # HasQv: the same accumulator, V's columns as the reduction axis
+            s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, exact)
+            tracer.frag("qv_gemm", n, acc_s=s)
         if cfg.softcap > 0:
             s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch) \
                 if exact is None else _exact.softcap(s, softcap_val[:, None, None, None],
                                                      cfg.arch, exact)
             tracer.frag("softcap", n, acc_s=s)
         ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
-                     cfg.seqlens_k[b][:, None, None, None], cfg.window)
+                     cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
         s = np.where(ok, s, _NEG_INF)
         tracer.frag("mask", n, acc_s=s)
         scores = s[..., view.row[:, :, None], view.col[:, None, :]]                # [G,W,128,2,N/4]
