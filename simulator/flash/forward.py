@@ -19,6 +19,7 @@ from ..numerics import convert, fmul, format_of
 from ..numerics.mufu import tanh
 from ..trace import Trace
 from . import chunks
+from . import exact as _exact
 from .config import DTYPES as DTYPES  # re-exported: the input dtypes FA3 takes
 from .config import Config, ForwardResult, make_config
 from .constants import MAX_OFFSET
@@ -34,7 +35,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
             max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
             executor=None, memory_budget=None, progress=None, qv=None,
-            attention_chunk=0) -> ForwardResult:
+            attention_chunk=0, exact=None) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
 
     With no tile arguments it runs what FA3 dispatches for the inputs
@@ -94,6 +95,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             capped at C - 1 on both sides; the kernel is then the local one
             (hopper/flash_api.cpp, hopper/mask.h, hopper/block.h;
             :func:`simulator.flash.masks.chunk_window`).
+        exact: None (the H200's arithmetic), or a :class:`simulator.flash.exact.Exactness`:
+            the approximations it switches on run exact in float64 (:mod:`simulator.budget`
+            attributes the error to each); with ``o_rounding`` ``out`` and ``lse`` are float64.
+            Not with ``num_splits``.
     Returns:
         :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim_v] in the input dtype
         (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
@@ -107,6 +112,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         MemoryError: up front, with the estimate, when not even one CTA fits ``memory_budget``.
     """
     executor = chunks.check_executor(executor)
+    exact = _exact.check(exact)
     budget = chunks.check_budget(memory_budget)
     chunks.check_progress(progress)
     if executor is not None and trace is not None:
@@ -126,12 +132,16 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     if trace is not None and cfg.kernel_head_dim_v > 256:
         raise ValueError(f"trace: not recorded for a V head dim over 256 (kernel "
                          f"{cfg.kernel_head_dim_v}: O spans two m64n256 accumulators)")
+    if exact is not None and cfg.splits is not None:
+        raise ValueError("exact: not with num_splits (the Split kernel's partials are float32)")
     wanted = None if trace is None else validate_trace(trace, cfg)
     record = Trace() if wanted is not None else None
     lead = () if cfg.splits is None else (int(cfg.splits.max()),)
+    wide = exact is not None and exact.o_rounding  # float64 outputs
     out = np.zeros(lead + (cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim_v),
-                   dtype=cfg.out_dtype if cfg.splits is None else np.float32)
-    lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
+                   dtype=np.float64 if wide else cfg.out_dtype if cfg.splits is None else np.float32)
+    lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF,
+                  dtype=np.float64 if wide else np.float32)
     parts = 1 if executor is None else chunks.workers(executor)
     size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
@@ -142,10 +152,12 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     try:
         if executor is None:
             for ((n_range, masked), part), n in zip(work, visits, strict=True):
-                _run_group(cfg, n_range, masked, part, (qp, kp, vp, qvp), out, lse, wanted, record)
+                _run_group(cfg, n_range, masked, part, (qp, kp, vp, qvp), out, lse, wanted, record,
+                           exact)
                 bar.update(n)
         else:
-            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, (qp, kp, vp, qvp)): i
+            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, (qp, kp, vp, qvp),
+                                       exact): i
                        for i, ((n_range, masked), part) in enumerate(work)}
             for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
                 i = futures[future]
@@ -153,7 +165,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                 if result is not None:
                     part = work[i][1]
                     rows, heads, _ = _tile_rows(cfg, part)
-                    _store(cfg, part, rows, heads, *result, out, lse)
+                    _store(cfg, part, rows, heads, *result, out, lse, exact)
                 bar.update(visits[i])
     finally:
         bar.close()
@@ -190,10 +202,10 @@ def check_memory(q, k, v, *, memory_budget=None, **kwargs) -> None:
                       "this forward", 1 if executor is None else chunks.workers(executor))
 
 
-def _chunk_task(cfg: Config, n_range, masked, ctas, padded):
+def _chunk_task(cfg: Config, n_range, masked, ctas, padded, exact=None):
     """One executor task: the CTAs ``ctas`` of a group, returning their O accumulator and
     LSE rows (None when the range is empty) for the caller's :func:`_store`."""
-    return _run_group(cfg, n_range, masked, ctas, padded, None, None, None, None)
+    return _run_group(cfg, n_range, masked, ctas, padded, None, None, None, None, exact)
 
 
 def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
@@ -269,7 +281,8 @@ def _split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int,
 
 
 # ---- one group of CTAs ---------------------------------------------------------------------------
-def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, record):
+def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, record,
+               exact=None):
     qp, kp, vp, qvp = padded
     n_min, n_max = n_range
     b = ctas[:, 0]
@@ -279,9 +292,10 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
         return
     qt = qp[b[:, None], rows, heads].reshape(len(ctas), W, 64, d)                  # [G, W, 64, d]
     qvt = None if qvp is None else qvp[b[:, None], rows, heads].reshape(len(ctas), W, 64, dv)
-    scale_log2, softcap_val, final_scale = _cta_scales(cfg, b, hkv)
+    scale_log2, softcap_val, final_scale = (_exact.cta_scales(cfg, b, hkv) if exact is not None
+                                            and exact.ffma else _cta_scales(cfg, b, hkv))
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
-                   MAX_OFFSET[cfg.fmt], cfg.arch)
+                   MAX_OFFSET[cfg.fmt], cfg.arch, exact)
     view = rowcol_view(f"m64n{N}k16")
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
@@ -298,13 +312,15 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
         kt = kp[b[:, None], keys[None, :], hkv[:, None]]                            # [G, N, d]
         vt = vp[b[:, None], keys[None, :], hkv[:, None]]
         s = _gemm_wg(qt, np.swapaxes(kt, -1, -2), np.full((len(ctas), W, 64, N), -0.0,
-                     dtype=np.float32), qk)
+                     dtype=np.float32), qk, exact)
         tracer.frag("qk_gemm", n, acc_s=s)
         if qvt is not None:  # HasQv: the same accumulator, V's columns as the reduction axis
-            s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk)
+            s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, exact)
             tracer.frag("qv_gemm", n, acc_s=s)
         if cfg.softcap > 0:
-            s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch)
+            s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch) \
+                if exact is None else _exact.softcap(s, softcap_val[:, None, None, None],
+                                                     cfg.arch, exact)
             tracer.frag("softcap", n, acc_s=s)
         ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
                      cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
@@ -316,38 +332,38 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
         tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
                     scores_scale=scores_scale)
         p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
-        p_mat = np.empty_like(s)
+        p_mat = np.empty(s.shape, dtype=p.dtype)
         p_mat[..., view.row[:, :, None], view.col[:, None, :]] = p
         tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
-        p_cvt = convert(p_mat, cfg.fmt)
+        p_cvt = convert(p_mat, cfg.fmt) if exact is None else _exact.p_operand(p_mat, cfg.fmt, exact)
         scale_rows = view.row_values(scores_scale)
         if cfg.schedule == "plain":
-            acc_o = _rescale(tracer, n, acc_o, scale_rows)
-            acc_o = _pv(tracer, n, acc_o, p_cvt, vt, pv)
+            acc_o = _rescale(tracer, n, acc_o, scale_rows, exact)
+            acc_o = _pv(tracer, n, acc_o, p_cvt, vt, pv, exact)
         elif first:
             pending = (p_cvt, vt)
         elif cfg.rescale_before_gemm:
-            acc_o = _rescale(tracer, n, acc_o, prev_scale)
-            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv)
+            acc_o = _rescale(tracer, n, acc_o, prev_scale, exact)
+            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv, exact)
             pending = (p_cvt, vt)
         else:
-            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv)
-            acc_o = _rescale(tracer, n, acc_o, scale_rows)
+            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv, exact)
+            acc_o = _rescale(tracer, n, acc_o, scale_rows, exact)
             pending = (p_cvt, vt)
         prev_scale = scale_rows
     if cfg.schedule == "intra_wg_overlap":
         if cfg.rescale_before_gemm and n_max - n_min > 1:
-            acc_o = _rescale(tracer, n_min, acc_o, prev_scale)
-        acc_o = _pv(tracer, n_min, acc_o, *pending, pv)
+            acc_o = _rescale(tracer, n_min, acc_o, prev_scale, exact)
+        acc_o = _pv(tracer, n_min, acc_o, *pending, pv, exact)
     final = soft.finalize(final_scale[:, None, None, None])
     tracer.rows("finalize", None, row_sum=soft.row_sum, scores_scale=final, lse=soft.lse,
                 row_max=soft.row_max)
-    acc_o = rescale_o(acc_o, view.row_values(final))
+    acc_o = rescale_o(acc_o, view.row_values(final), exact)
     tracer.frag("epilogue", None, acc_o=acc_o)
     lse_rows = view.row_values(soft.lse)
     if out is None:  # an executor task: the caller stores
         return acc_o, lse_rows
-    _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse)
+    _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse, exact)
 
 
 def _cta_scales(cfg: Config, b, hkv):
@@ -364,28 +380,30 @@ def _cta_scales(cfg: Config, b, hkv):
     return scale_log2, softcap_val, cfg.v_descale[b, hkv].astype(np.float32)
 
 
-def _rescale(tracer, n, acc_o, scale_rows):
-    acc_o = rescale_o(acc_o, scale_rows)
+def _rescale(tracer, n, acc_o, scale_rows, exact=None):
+    acc_o = rescale_o(acc_o, scale_rows, exact)
     tracer.frag("rescale_o", n, acc_o=acc_o)
     return acc_o
 
 
-def _gemm_wg(a, b, c, instruction):
+def _gemm_wg(a, b, c, instruction, exact=None):
     """Every warpgroup's GEMM of a CTA: a [G, W, 64, K] (each warpgroup's rows), b [G, K, N]
     (shared by the CTA's warpgroups), c [G, W, 64, N]. The W warpgroups are stacked along M
     (rows of different warpgroups never meet in a GEMM), so B is not repeated per warpgroup."""
     g, w, m, _ = a.shape
-    d = mma.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1), instruction=instruction)
+    d = mma.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1), instruction=instruction) \
+        if exact is None else _exact.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1),
+                                          instruction, exact)
     return d.reshape(c.shape)
 
 
-def _pv(tracer, n, acc_o, p_cvt, vt, instruction):
+def _pv(tracer, n, acc_o, p_cvt, vt, instruction, exact=None):
     width = acc_o.shape[-1]
     if width <= 256:
-        acc_o = _gemm_wg(p_cvt, vt, acc_o, instruction)
+        acc_o = _gemm_wg(p_cvt, vt, acc_o, instruction, exact)
     else:
         acc_o = np.concatenate([_gemm_wg(p_cvt, vt[..., c: c + 256], acc_o[..., c: c + 256],
-                                         instruction) for c in range(0, width, 256)], axis=-1)
+                                         instruction, exact) for c in range(0, width, 256)], axis=-1)
     tracer.frag("pv_gemm", n, acc_o=acc_o)
     return acc_o
 
@@ -402,7 +420,7 @@ def _tile_rows(cfg: Config, ctas):
     return r, np.broadcast_to(ctas[:, 1:2], r.shape), ctas[:, 1] // g
 
 
-def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse):
+def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse, exact=None):
     """Epilogue: convert O to the output dtype and write the rows < seqlen_q of every CTA."""
     b = ctas[:, 0]
     valid = rows < cfg.seqlen_q                                                     # [G, kBlockM]
@@ -410,7 +428,8 @@ def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse):
     o = acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim_v)[..., : cfg.head_dim_v]
     lse_rows = lse_rows.reshape(len(ctas), cfg.kblock_m)
     if cfg.splits is None:
-        o = convert(o, format_of(cfg.out_dtype).name)
+        o = convert(o, format_of(cfg.out_dtype).name) if exact is None else \
+            _exact.output(o, format_of(cfg.out_dtype).name, exact)
         out[b[gi], rows[gi, ri], heads[gi, ri]] = o[gi, ri]
         lse[b[gi], heads[gi, ri], rows[gi, ri]] = lse_rows[gi, ri]
     else:  # the Split epilogue stores float32 partials, one slice per split
