@@ -20,7 +20,7 @@
 # call the four methods of `Softmax` (`hopper/softmax.h`) in a fixed order around the two
 # GEMMs of each K/V block: `max_get_scale` and `online_softmax` once per block, `rescale_o`
 # to bring O to the new row max, and `finalize` once after the loop. Where the PV GEMM of a
-# block sits in that order is the schedule (docs/forward.md, "Schedules"):
+# block sits in that order is the schedule (docs/forward.md, "One block `n`", step 7):
 #
 # * **plain**: block `n` is `S = QK^T`, softmax, rescale O, `O += P V`, all of block `n`;
 # * **IntraWGOverlap**: the PV GEMM of the *previous* block `n + 1` is issued right after

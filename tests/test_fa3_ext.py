@@ -42,7 +42,9 @@ SELECTED = sorted(set(
     + _cheapest(lambda c: "lens_new" in c and "lens_q" in c, 2)
     + _cheapest(lambda c: c.get("rotary"), 2)
     + _cheapest(lambda c: "lens_q" in c and 0 in c["lens_q"] and c.get("seqlen_new", 0) > 0, 1)
-    + _cheapest(lambda c: c.get("metadata") and c["num_splits"] != 1, 3)))
+    + _cheapest(lambda c: c.get("metadata") and c["num_splits"] != 1, 3)
+    + _cheapest(lambda c: c["dtype"] == "e4m3" and c.get("rotary"), 1)
+    + _cheapest(lambda c: c["dtype"] == "e4m3" and "lens_q" in c, 1)))
 
 
 def test_the_recording_covers_what_it_claims():
@@ -55,6 +57,8 @@ def test_the_recording_covers_what_it_claims():
     assert sum("lens_q" in c for c in cases) >= 20 and sum("lens_new" in c for c in cases) >= 20
     assert sum(bool(c.get("rotary")) for c in cases) >= 10
     assert sum(bool(c.get("metadata")) for c in cases) >= 30
+    fp8 = [c for c in cases if c["dtype"] == "e4m3"]
+    assert len(fp8) >= 20 and all(c["descales"] for c in fp8) and any(c.get("rotary") for c in fp8)
     assert not any("error" in r for r in RECORDS)
     assert len(SELECTED) >= 15
 
@@ -78,10 +82,10 @@ def test_qv_is_a_second_gemm_into_the_same_accumulator(monkeypatch):
     assert fa3_ext.check_case(i, RECORDS[i], SAMPLE)["ok"]
     original = fwd._gemm_wg
 
-    def separate(a, b, c, instruction):
+    def separate(a, b, c, instruction, exact=None):
         if np.all((c == 0) & np.signbit(c)):  # the QK GEMM (zero_init): unchanged
-            return original(a, b, c, instruction)
-        return fadd(c, original(a, b, np.full_like(c, -0.0), instruction))
+            return original(a, b, c, instruction, exact)
+        return fadd(c, original(a, b, np.full_like(c, -0.0), instruction, exact))
 
     monkeypatch.setattr(fwd, "_gemm_wg", separate)
     res = fa3_ext.check_case(i, RECORDS[i], SAMPLE)

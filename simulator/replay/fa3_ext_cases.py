@@ -26,7 +26,8 @@ QV_DIMS = ((64, 512), (64, 256), (48, 512), (32, 256), (64, 384))
 def matrix() -> list[dict]:
     """All cases, in a fixed order: 60 qv calls (25 KV-cache decode / prefill, 20
     flash_attn_func, 15 varlen), 50 KV-cache calls with varlen queries and / or new keys (a
-    third with rotary), 30 KV-cache calls with ``scheduler_metadata``."""
+    third with rotary), 30 KV-cache calls with ``scheduler_metadata``, then 24 e4m3 KV-cache
+    calls with descales (varlen queries / new keys, rotary, metadata among them)."""
     rng = random.Random(MATRIX_SEED)
     cases = []
     for i in range(25):
@@ -42,6 +43,13 @@ def matrix() -> list[dict]:
         if i % 3 == 0:
             c = _varlen_cache(rng, c, i)
         c["metadata"] = True
+        cases.append(c)
+    for i in range(24):
+        c = _kvcache(rng, MATRIX_SEED + len(cases), i)
+        c.update(dtype="e4m3", descales=True, softcap=0.0)
+        if i % 4:
+            c = _varlen_cache(rng, c, i)
+        c["metadata"] = i % 3 == 0
         cases.append(c)
     return cases
 
@@ -167,6 +175,10 @@ def _varlen_cache_args(case: dict) -> dict:
     args = {"k_cache": x["k"], "v_cache": x["v"], "cache_seqlens": seqlens,
             "causal": case["causal"], "softcap": case["softcap"],
             "num_splits": case["num_splits"], "return_softmax_lse": True}
+    if case.get("descales"):
+        rng_d = np.random.default_rng(case["seed"] + 29)
+        args.update({n: (0.5 + rng_d.random((b, case["heads_kv"]))).astype(np.float32)
+                     for n in ("q_descale", "k_descale", "v_descale")})
     if lens_q:
         args["q"] = np.ascontiguousarray(x["q"][0, :total_q])
         args["cu_seqlens_q"] = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
