@@ -35,6 +35,9 @@ _NO_EXP = -(1 << 20)  # exponent of a zero operand: two still fit int32
 # zero (inf * 0 is NaN), so the largest exponent of an output flags its non-finite terms
 _INF_EXP = 1 << 24
 _SPECIAL = 1 << 23
+# marks of the outputs the vector path leaves to _fix: NaN, and -NaN for an exact zero sum
+_MARK = np.float32(np.nan)
+_ZERO_MARK = np.float32(-np.nan)
 _CANONICAL_NAN = 0x7FFFFFFF
 _RZ, _RN = 0, 1
 
@@ -157,33 +160,34 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     :func:`_block32` flag): A row ``arow`` / ``erow``, B column ``j`` of ``b2`` / ``eb2``, K
     positions k0..k1 - 1, float32 C ``c``. Returns float32 (NaN with any payload)."""
     c64 = np.float64(c)
-    special = not math.isfinite(c64)
-    for k in range(k0, k1):
+    finite = math.isfinite(c64)
+    zero = c64 == 0.0  # every term zero (then -0 only when every one is -0)
+    neg_zero = zero and math.copysign(1.0, c64) < 0
+    for k in range(k0, k1):  # one pass: the common flagged case is an all-zero column
+        p = arow[k] * b2[k, j]
         if not (math.isfinite(arow[k]) and math.isfinite(b2[k, j])):
-            special = True
-    if special:  # the IEEE value of the exact sum (finite terms cannot overflow float64)
+            finite = False
+        if p != 0.0:
+            zero = False
+        elif math.copysign(1.0, p) > 0:
+            neg_zero = False
+    if not finite:  # the IEEE value of the exact sum (finite terms cannot overflow float64)
         s = c64
         for k in range(k0, k1):
             s += arow[k] * b2[k, j]
         return np.float32(s)
+    if zero:
+        return np.float32(-0.0) if neg_zero else np.float32(0.0)
     big_e = _NO_EXP if c64 == 0.0 else math.frexp(c64)[1] - 1
     for k in range(k0, k1):
         big_e = max(big_e, erow[k] + eb2[k, j])
-    if big_e < _NO_EXP // 2:
-        big_e = 0
-    scale = math.ldexp(1.0, frac_bits - big_e)
+    scale = math.ldexp(1.0, frac_bits - big_e)  # some term is nonzero: big_e is finite
     total = np.trunc(c64 * scale)
     for k in range(k0, k1):
         total += np.trunc(arow[k] * b2[k, j] * scale)
-    if total != 0.0:
-        return _round(total / scale, out_round, out_bits)
-    if c != 0.0 or math.copysign(1.0, c) > 0:  # an exact zero: -0 only when every term is -0
+    if total == 0.0:  # exact cancellation of nonzero terms
         return np.float32(0.0)
-    for k in range(k0, k1):
-        p = arow[k] * b2[k, j]
-        if p != 0.0 or math.copysign(1.0, p) > 0:
-            return np.float32(0.0)
-    return np.float32(-0.0)
+    return _round(total / scale, out_round, out_bits)
 
 
 # The vector path below: one output column per iteration of the j loop, the block's K loop
@@ -217,9 +221,11 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
     bits cleared by ``keep`` (RZ), or NaN when the output needs :func:`_column`; and that
     flag."""
     x = float64_of(bits64(np.float64(tot) * float64_of((e - frac_bits + 1023) << 52)) & keep)
-    flag = ((e >= _SPECIAL) | (((bits64(c64) >> 52) & 0x7FF) == 0x7FF) | (tot == 0)
-            | (((bits64(x) >> 52) & 0x7FF) < tiny))
-    return flag, (np.float32(np.nan) if flag else np.float32(x))
+    special = (e >= _SPECIAL) | (((bits64(c64) >> 52) & 0x7FF) == 0x7FF)
+    zero = (tot == 0) & ~special  # an exact zero sum of finite terms: -NaN marks it
+    flag = special | (tot == 0) | (((bits64(x) >> 52) & 0x7FF) < tiny)
+    mark = _ZERO_MARK if zero else _MARK
+    return flag, (mark if flag else np.float32(x))
 
 
 @numba.njit(**_JIT)
@@ -284,10 +290,27 @@ def _block32(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny, emax, scale,
 
 @numba.njit(**_JIT)
 def _fix(arow, erow, b2, eb2, k0, k1, d, dn, frac_bits, out_round, out_bits):
-    """The flagged (NaN) outputs of ``dn`` by :func:`_column`, from their C in ``d``."""
+    """The flagged (NaN) outputs of ``dn`` by :func:`_column` (-NaN: :func:`_zero_sum`),
+    from their C in ``d``."""
     for j in range(d.size):
         if dn[j] != dn[j]:
-            dn[j] = _column(arow, erow, b2, eb2, j, k0, k1, d[j], frac_bits, out_round, out_bits)
+            if math.copysign(1.0, dn[j]) < 0:
+                dn[j] = _zero_sum(arow, b2, j, k0, k1, d[j])
+            else:
+                dn[j] = _column(arow, erow, b2, eb2, j, k0, k1, d[j], frac_bits, out_round,
+                                out_bits)
+
+
+@numba.njit(**_JIT)
+def _zero_sum(arow, b2, j, k0, k1, c):
+    """The zero of an exact zero sum of finite terms: -0 when C and every product are -0."""
+    if c != 0.0 or math.copysign(1.0, c) > 0:
+        return np.float32(0.0)
+    for k in range(k0, k1):
+        p = arow[k] * b2[k, j]
+        if p != 0.0 or math.copysign(1.0, p) > 0:
+            return np.float32(0.0)
+    return np.float32(-0.0)
 
 
 @numba.njit(parallel=True, **_JIT)
