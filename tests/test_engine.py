@@ -189,3 +189,22 @@ def test_forward_goldens_replay_through_the_compiled_engine():
     with engine.use_engine("numba"):
         rows = fg.check_all()
     assert rows and all(r["mismatches"] == 0 for r in rows), [r for r in rows if r["mismatches"]]
+
+
+@pytest.mark.parametrize("fmt", sorted(DTYPES))
+def test_compiled_decode_gives_every_bit_pattern_as_the_numpy_model(fmt):
+    """The compiled engine decodes narrow operands itself (values and exponents in one pass):
+    every bit pattern of the format, through a transposed (strided) view, gives the float64
+    bits of ``to_float32(x).astype(float64)`` and the exponents of those values."""
+    from simulator.engine import dotadd
+    from simulator.numerics import to_float32
+
+    count = 1 << (8 * np.dtype(DTYPES[fmt]).itemsize)
+    x = np.arange(count, dtype=np.int64).astype(UINTS[fmt]).view(DTYPES[fmt])
+    x = np.swapaxes(x.reshape(1, -1, 16), 1, 2)
+    emin = mma.PARAMS[("wgmma", fmt)].emin
+    vals, exps = dotadd._operand3(x, 1, emin)
+    with np.errstate(invalid="ignore"):
+        want = np.ascontiguousarray(to_float32(x).astype(np.float64))
+    assert np.array_equal(vals.view(np.uint64), want.view(np.uint64))
+    assert np.array_equal(exps, dotadd._operand3(want, 1, emin)[1])

@@ -15,6 +15,7 @@ Importing this module imports numba; the machine code is cached on disk (``cache
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -66,19 +67,61 @@ def float64_of(typingctx, b):
     return types.float64(b), codegen
 
 
+@intrinsic
+def float32_of(typingctx, b):
+    """The float32 of an int32 bit pattern (a bitcast)."""
+    if not (isinstance(b, types.Integer) and b.bitwidth == 32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(b), codegen
+
+
+@numba.njit(inline="always")
+def _exponent_of(x, emin):
+    """max(floor(log2|x|), emin) of a float64; _NO_EXP for zeros, _INF_EXP for inf / NaN (the
+    exponent field, a float64 subnormal's from its value times 2^64; selects only, so that
+    loops over it vectorise)."""
+    ex = (bits64(x) >> 52) & 0x7FF
+    sub = ((bits64(x * 18446744073709551616.0) >> 52) & 0x7FF) - 64
+    e = (ex if ex != 0 else sub) - 1023
+    e = e if e > emin else emin
+    e = _NO_EXP if x == 0.0 else e
+    return _INF_EXP if ex == 0x7FF else e
+
+
 @numba.njit(**_JIT)
 def _exponents(x, emin, out):
-    """max(floor(log2|x|), emin) of a flat float64 array into int32 ``out``; _NO_EXP for
-    zeros, _INF_EXP for inf / NaN (the exponent field, a float64 subnormal's from its value
-    times 2^64; selects only, so that the loop vectorises)."""
+    """:func:`_exponent_of` of a flat float64 array into int32 ``out``."""
     for i in range(x.size):
-        ex = (bits64(x[i]) >> 52) & 0x7FF
-        sub = ((bits64(x[i] * 18446744073709551616.0) >> 52) & 0x7FF) - 64
-        e = ex if ex != 0 else sub
-        e = e - 1023
-        e = e if e > emin else emin
-        e = _NO_EXP if x[i] == 0.0 else e
-        out[i] = _INF_EXP if ex == 0x7FF else e
+        out[i] = _exponent_of(x[i], emin)
+
+
+@numba.njit(**_JIT)
+def _decode_bf16(bits, emin, vals, exps):
+    """bf16 bit patterns [R, M, K] (uint16, any layout) to float64 ``vals`` and int32
+    ``exps`` [R, M, K]: the float32 of ``bits << 16`` (``simulator.numerics.to_float32``)."""
+    r_, m_, k_ = bits.shape
+    for r in range(r_):
+        for i in range(m_):
+            for k in range(k_):
+                x = np.float64(float32_of(np.int32(np.uint32(bits[r, i, k]) << 16)))
+                vals[r, i, k] = x
+                exps[r, i, k] = _exponent_of(x, emin)
+
+
+@numba.njit(**_JIT)
+def _decode_table(bits, table, emin, vals, exps):
+    """:func:`_decode_bf16` for the other formats: ``table`` holds the float64 of every bit
+    pattern."""
+    r_, m_, k_ = bits.shape
+    for r in range(r_):
+        for i in range(m_):
+            for k in range(k_):
+                x = table[bits[r, i, k]]
+                vals[r, i, k] = x
+                exps[r, i, k] = _exponent_of(x, emin)
 
 
 @numba.njit(**_JIT)
@@ -423,13 +466,46 @@ def steps_array(k_steps, kblock: int) -> np.ndarray:
     return np.array(k_steps, dtype=np.int64)
 
 
+@functools.cache
+def _values_table(dtype) -> np.ndarray:
+    """float64 of every bit pattern of a narrow format, as ``simulator.numerics.to_float32``
+    widens it."""
+    from ..numerics import to_float32
+
+    dtype = np.dtype(dtype)
+    count = 1 << (8 * dtype.itemsize)
+    uint = np.uint8 if dtype.itemsize == 1 else np.uint16
+    table = to_float32(np.arange(count, dtype=np.int64).astype(uint).view(dtype)).astype(np.float64)
+    table.setflags(write=False)
+    return table
+
+
+def _operand3(x: np.ndarray, rows: int, emin: int):
+    """An operand as C-contiguous float64 values [rows, ., .] and their int32 exponents:
+    ``x`` float64 (exact values) or a narrow format's array (decoded here, one pass)."""
+    if x.dtype == np.float64:
+        x3 = _flat3(x, rows, np.float64)
+        return x3, _exps(x3, emin)
+    uint = np.uint8 if x.dtype.itemsize == 1 else np.uint16
+    bits = x.view(uint).reshape((rows,) + x.shape[-2:])
+    vals = np.empty(bits.shape, dtype=np.float64)
+    exps = np.empty(bits.shape, dtype=np.int32)
+    if x.dtype.name == "bfloat16":
+        _decode_bf16(bits, emin, vals, exps)
+    else:
+        _decode_table(bits, _values_table(x.dtype), emin, vals, exps)
+    return vals, exps
+
+
 def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.ndarray:
     """``simulator.mma.gemm``'s chained fused dot-add, compiled: D = (A B + C) with K in
     sequential blocks of ``kblock`` (each block's result the next block's C).
 
     Args:
-        a64: float64 [..., M, K], the exact operand values (as ``simulator.mma`` decodes them).
-        b64: float64 [..., K, N].
+        a64: [..., M, K]: float64, the exact operand values (as ``simulator.mma`` decodes
+            them), or the narrow operands themselves (bf16, f16, e4m3, e5m2 arrays, decoded
+            here as ``simulator.numerics.to_float32`` does).
+        b64: [..., K, N], float64 or narrow likewise.
         c: float32 [..., M, N]; leading axes of the three broadcast.
         p: a :class:`simulator.mma.spec.FusedDotAdd` (frac_bits, out_bits, out_round,
             c_in_sum, c_round, emin, k_steps).
@@ -462,8 +538,8 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     ra = int(np.prod(a64.shape[:-2], dtype=np.int64))
     rb = int(np.prod(b64.shape[:-2], dtype=np.int64))
     rc = int(np.prod(c.shape[:-2], dtype=np.int64))
-    a3 = _flat3(a64, ra, np.float64)
-    b3 = _flat3(b64, rb, np.float64)
+    a3, ea3 = _operand3(a64, ra, p.emin)
+    b3, eb3 = _operand3(b64, rb, p.emin)
     c3 = _flat3(c, rc, np.float32)
     ia = _batch_index(a64.shape[:-2], lead)
     ib = _batch_index(b64.shape[:-2], lead)
@@ -471,15 +547,15 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     o3 = out.reshape(rows, m, n)
     out_round = _RZ if p.out_round == "rz" else _RN
     if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
-        gemm_rows(a3, _exps(a3, p.emin), ia, b3, _exps(b3, p.emin), ib, c3, ic, kblock,
-                  p.frac_bits, out_round, p.out_bits, o3, o3.view(np.uint32))
+        gemm_rows(a3, ea3, ia, b3, eb3, ib, c3, ic, kblock, p.frac_bits, out_round, p.out_bits,
+                  o3, o3.view(np.uint32))
         return out
     if steps.shape[0] == 0:
         steps = np.arange(kblock, dtype=np.int64)[None, :]
     bt = np.ascontiguousarray(np.swapaxes(b3, 1, 2))
-    gemm_steps(a3, _exps(a3, p.emin), ia, bt, _exps(bt, p.emin), ib, c3, ic, kblock, steps,
-               p.frac_bits, out_round, p.out_bits, p.c_in_sum, _RZ if p.c_round == "rz" else _RN,
-               o3, o3.view(np.uint32))
+    gemm_steps(a3, ea3, ia, bt, np.ascontiguousarray(np.swapaxes(eb3, 1, 2)), ib, c3, ic,
+               kblock, steps, p.frac_bits, out_round, p.out_bits, p.c_in_sum,
+               _RZ if p.c_round == "rz" else _RN, o3, o3.view(np.uint32))
     return out
 
 
