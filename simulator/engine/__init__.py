@@ -143,8 +143,9 @@ def numba_dot_add(p, work: int) -> bool:
 
 
 def dot_add(a64, b64, c, p, kblock: int):
-    """The compiled chained fused dot-add (:func:`simulator.engine.dotadd.gemm`): float64
-    A [..., M, K] and B [..., K, N], float32 C [..., M, N], K in sequential blocks of
+    """The compiled chained fused dot-add (:func:`simulator.engine.dotadd.gemm`): A [..., M, K]
+    and B [..., K, N] as float64 exact values or as the narrow operands (bf16, f16, e4m3,
+    e5m2: decoded in the kernel's first pass), float32 C [..., M, N], K in sequential blocks of
     ``kblock``; returns float32 [..., M, N] with the NumPy engine's bits.
 
     Raises:

@@ -15,6 +15,7 @@ Importing this module imports numba; the machine code is cached on disk (``cache
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -30,7 +31,14 @@ from numba.extending import intrinsic
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-_NO_EXP = -(1 << 20)  # exponent of a zero or non-finite operand: two still fit int32
+_NO_EXP = -(1 << 20)  # exponent of a zero operand: two still fit int32
+# exponent of an inf / NaN operand: a product touching one has ea + eb >= _SPECIAL, even with a
+# zero (inf * 0 is NaN), so the largest exponent of an output flags its non-finite terms
+_INF_EXP = 1 << 24
+_SPECIAL = 1 << 23
+# marks of the outputs the vector path leaves to _fix: NaN, and -NaN for an exact zero sum
+_MARK = np.float32(np.nan)
+_ZERO_MARK = np.float32(-np.nan)
 _CANONICAL_NAN = 0x7FFFFFFF
 _RZ, _RN = 0, 1
 
@@ -59,17 +67,61 @@ def float64_of(typingctx, b):
     return types.float64(b), codegen
 
 
+@intrinsic
+def float32_of(typingctx, b):
+    """The float32 of an int32 bit pattern (a bitcast)."""
+    if not (isinstance(b, types.Integer) and b.bitwidth == 32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(b), codegen
+
+
+@numba.njit(inline="always")
+def _exponent_of(x, emin):
+    """max(floor(log2|x|), emin) of a float64; _NO_EXP for zeros, _INF_EXP for inf / NaN (the
+    exponent field, a float64 subnormal's from its value times 2^64; selects only, so that
+    loops over it vectorise)."""
+    ex = (bits64(x) >> 52) & 0x7FF
+    sub = ((bits64(x * 18446744073709551616.0) >> 52) & 0x7FF) - 64
+    e = (ex if ex != 0 else sub) - 1023
+    e = e if e > emin else emin
+    e = _NO_EXP if x == 0.0 else e
+    return _INF_EXP if ex == 0x7FF else e
+
+
 @numba.njit(**_JIT)
 def _exponents(x, emin, out):
-    """max(floor(log2|x|), emin) of a flat float64 array into int32 ``out``; _NO_EXP for
-    zeros and non-finite values (the exponent field; frexp for float64 subnormals)."""
+    """:func:`_exponent_of` of a flat float64 array into int32 ``out``."""
     for i in range(x.size):
-        ex = (bits64(x[i]) >> 52) & 0x7FF
-        if ex == 0x7FF or x[i] == 0.0:
-            out[i] = _NO_EXP
-            continue
-        e = ex - 1023 if ex != 0 else math.frexp(x[i])[1] - 1
-        out[i] = e if e > emin else emin
+        out[i] = _exponent_of(x[i], emin)
+
+
+@numba.njit(**_JIT)
+def _decode_bf16(bits, emin, vals, exps):
+    """bf16 bit patterns [R, M, K] (uint16, any layout) to float64 ``vals`` and int32
+    ``exps`` [R, M, K]: the float32 of ``bits << 16`` (``simulator.numerics.to_float32``)."""
+    r_, m_, k_ = bits.shape
+    for r in range(r_):
+        for i in range(m_):
+            for k in range(k_):
+                x = np.float64(float32_of(np.int32(np.uint32(bits[r, i, k]) << 16)))
+                vals[r, i, k] = x
+                exps[r, i, k] = _exponent_of(x, emin)
+
+
+@numba.njit(**_JIT)
+def _decode_table(bits, table, emin, vals, exps):
+    """:func:`_decode_bf16` for the other formats: ``table`` holds the float64 of every bit
+    pattern."""
+    r_, m_, k_ = bits.shape
+    for r in range(r_):
+        for i in range(m_):
+            for k in range(k_):
+                x = table[bits[r, i, k]]
+                vals[r, i, k] = x
+                exps[r, i, k] = _exponent_of(x, emin)
 
 
 @numba.njit(**_JIT)
@@ -146,120 +198,198 @@ def _signed_zero(a, bt, pos, k0, c):
 
 
 @numba.njit(**_JIT)
-def _c_exponent(bits):
-    """floor(log2|c|) of a float32 from its int32 bits; _NO_EXP for zeros (inf / NaN are
-    handled by the caller)."""
-    ex = (bits >> 23) & 0xFF
-    if ex != 0:
-        return ex - 127
-    if bits & 0x7FFFFF == 0:
-        return _NO_EXP
-    return math.frexp(np.float64((bits & 0x7FFFFF) * 2.0**-149))[1] - 1
-
-
-@numba.njit(**_JIT)
-def _column_ieee(arow, b, br, j, k0, k1, c):
-    """The IEEE float64 value of sum_k a[k] b[k, j] + c, as float32."""
-    s = np.float64(c)
+def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
+    """One output of a fused step, every case (the path of the outputs :func:`_block16` /
+    :func:`_block32` flag): A row ``arow`` / ``erow``, B column ``j`` of ``b2`` / ``eb2``, K
+    positions k0..k1 - 1, float32 C ``c``. Returns float32 (NaN with any payload)."""
+    c64 = np.float64(c)
+    finite = math.isfinite(c64)
+    zero = c64 == 0.0  # every term zero (then -0 only when every one is -0)
+    neg_zero = zero and math.copysign(1.0, c64) < 0
+    for k in range(k0, k1):  # one pass: the common flagged case is an all-zero column
+        p = arow[k] * b2[k, j]
+        if not (math.isfinite(arow[k]) and math.isfinite(b2[k, j])):
+            finite = False
+        if p != 0.0:
+            zero = False
+        elif math.copysign(1.0, p) > 0:
+            neg_zero = False
+    if not finite:  # the IEEE value of the exact sum (finite terms cannot overflow float64)
+        s = c64
+        for k in range(k0, k1):
+            s += arow[k] * b2[k, j]
+        return np.float32(s)
+    if zero:
+        return np.float32(-0.0) if neg_zero else np.float32(0.0)
+    big_e = _NO_EXP if c64 == 0.0 else math.frexp(c64)[1] - 1
     for k in range(k0, k1):
-        s += arow[k] * b[br, k, j]
-    return np.float32(s)
+        big_e = max(big_e, erow[k] + eb2[k, j])
+    scale = math.ldexp(1.0, frac_bits - big_e)  # some term is nonzero: big_e is finite
+    total = np.trunc(c64 * scale)
+    for k in range(k0, k1):
+        total += np.trunc(arow[k] * b2[k, j] * scale)
+    if total == 0.0:  # exact cancellation of nonzero terms
+        return np.float32(0.0)
+    return _round(total / scale, out_round, out_bits)
+
+
+# The vector path below: one output column per iteration of the j loop, the block's K loop
+# (a constant trip count) unrolled inside it, so that the compiler vectorises over the columns
+# with every output's exponent maximum and fixed-point sum in registers. It writes one array
+# only (more stores stop the vectoriser): the result, or NaN for an output the cast does not
+# give (non-finite terms, an exact zero sum, a result below 2^-126), which :func:`_fix`
+# recomputes with :func:`_column`; a true NaN result is always such an output. Each term is
+# truncated by its conversion to int64 (toward zero, exact: below 2^(frac_bits + 2)) and
+# summed in int64; in a flagged output's lanes (inf / NaN terms, garbage scales) the
+# conversions may be out of range, and those lanes' sums are never used.
+@numba.njit(inline="always")
+def _c_term(cv):
+    """C as float64 and its exponent floor(log2|c|) (exact for float32 subnormals, _NO_EXP
+    for zeros; inf / NaN give 1024 and are flagged by :func:`_finish`)."""
+    c64 = np.float64(cv)
+    e = ((bits64(c64) >> 52) & 0x7FF) - 1023
+    return c64, (_NO_EXP if cv == 0.0 else e)
+
+
+@numba.njit(inline="always")
+def _scale(e, frac_bits):
+    """The largest exponent (0 when no term is nonzero) and 2^(frac_bits - E)."""
+    e = 0 if e < _NO_EXP // 2 else e
+    return e, float64_of((frac_bits - e + 1023) << 52)
+
+
+@numba.njit(inline="always")
+def _finish(tot, e, c64, frac_bits, keep, tiny):
+    """The float32 of the fixed-point sum ``tot`` (int64, units 2^(E - frac_bits)), its low
+    bits cleared by ``keep`` (RZ), or NaN when the output needs :func:`_column`; and that
+    flag."""
+    x = float64_of(bits64(np.float64(tot) * float64_of((e - frac_bits + 1023) << 52)) & keep)
+    special = (e >= _SPECIAL) | (((bits64(c64) >> 52) & 0x7FF) == 0x7FF)
+    zero = (tot == 0) & ~special  # an exact zero sum of finite terms: -NaN marks it
+    flag = special | (tot == 0) | (((bits64(x) >> 52) & 0x7FF) < tiny)
+    mark = _ZERO_MARK if zero else _MARK
+    return flag, (mark if flag else np.float32(x))
 
 
 @numba.njit(**_JIT)
-def _column_zero(arow, b, br, j, k0, k1, c):
-    """The zero of an exact zero sum: -0 when C and every product are -0, else +0."""
+def _block16(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny):
+    """One fused step of K = 16 positions from k0 for a row of outputs: C ``d``, result into
+    ``dn`` (NaN where flagged); returns the count of flagged outputs."""
+    flagged = 0
+    for j in range(d.size):
+        c64, e = _c_term(d[j])
+        for t in range(16):
+            e = max(e, erow[k0 + t] + eb2[k0 + t, j])
+        e, scale = _scale(e, frac_bits)
+        tot = np.int64(c64 * scale)
+        for t in range(16):
+            tot += np.int64(arow[k0 + t] * b2[k0 + t, j] * scale)
+        flag, r = _finish(tot, e, c64, frac_bits, keep, tiny)
+        dn[j] = r
+        flagged += flag
+    return flagged
+
+
+# K = 32 (FP8 wgmma) in passes of 16 positions (a loop of 32 is not unrolled, so not
+# vectorised over the columns): the exponent maximum over both halves first, then the sums.
+@numba.njit(**_JIT)
+def _emax16(erow, eb2, k0, emax):
+    for j in range(emax.size):
+        e = emax[j]
+        for t in range(16):
+            e = max(e, erow[k0 + t] + eb2[k0 + t, j])
+        emax[j] = e
+
+
+@numba.njit(**_JIT)
+def _sum16(arow, b2, k0, scale, tot):
+    for j in range(tot.size):
+        s = tot[j]
+        for t in range(16):
+            s += np.int64(arow[k0 + t] * b2[k0 + t, j] * scale[j])
+        tot[j] = s
+
+
+@numba.njit(**_JIT)
+def _block32(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny, emax, scale, tot):
+    """:func:`_block16` for K = 32 positions; ``emax``, ``scale``, ``tot`` [N] int64,
+    float64, int64 scratch."""
+    for j in range(d.size):
+        emax[j] = _c_term(d[j])[1]
+    _emax16(erow, eb2, k0, emax)
+    _emax16(erow, eb2, k0 + 16, emax)
+    for j in range(d.size):
+        emax[j], scale[j] = _scale(emax[j], frac_bits)
+        tot[j] = np.int64(np.float64(d[j]) * scale[j])
+    _sum16(arow, b2, k0, scale, tot)
+    _sum16(arow, b2, k0 + 16, scale, tot)
+    flagged = 0
+    for j in range(d.size):
+        flag, r = _finish(tot[j], emax[j], np.float64(d[j]), frac_bits, keep, tiny)
+        dn[j] = r
+        flagged += flag
+    return flagged
+
+
+@numba.njit(**_JIT)
+def _fix(arow, erow, b2, eb2, k0, k1, d, dn, frac_bits, out_round, out_bits):
+    """The flagged (NaN) outputs of ``dn`` by :func:`_column` (-NaN: :func:`_zero_sum`),
+    from their C in ``d``."""
+    for j in range(d.size):
+        if dn[j] != dn[j]:
+            if math.copysign(1.0, dn[j]) < 0:
+                dn[j] = _zero_sum(arow, b2, j, k0, k1, d[j])
+            else:
+                dn[j] = _column(arow, erow, b2, eb2, j, k0, k1, d[j], frac_bits, out_round,
+                                out_bits)
+
+
+@numba.njit(**_JIT)
+def _zero_sum(arow, b2, j, k0, k1, c):
+    """The zero of an exact zero sum of finite terms: -0 when C and every product are -0."""
     if c != 0.0 or math.copysign(1.0, c) > 0:
         return np.float32(0.0)
     for k in range(k0, k1):
-        p = arow[k] * b[br, k, j]
+        p = arow[k] * b2[k, j]
         if p != 0.0 or math.copysign(1.0, p) > 0:
             return np.float32(0.0)
     return np.float32(-0.0)
 
 
 @numba.njit(parallel=True, **_JIT)
-def gemm_rows(a, ea, ia, b, eb, ib, c, ic, kblock, fin_a, fin_b, frac_bits, out_round,
-              out_bits, out, out_bits_view):
-    """D[r, i, :] of a chained GEMM, one row of outputs at a time (vectorised over the N
-    columns): a [Ra, M, K] float64 / ea int32 exponents, b [Rb, K, N] / eb, c [Rc, M, N]
+def gemm_rows(a, ea, ia, b, eb, ib, c, ic, kblock, frac_bits, out_round, out_bits, out,
+              out_bits_view):
+    """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float64 / ea
+    int32 exponents (_NO_EXP zeros, _INF_EXP inf / NaN), b [Rb, K, N] / eb, c [Rc, M, N]
     float32; ia / ib / ic map each output batch entry r to its operand entries. K runs in
-    blocks of ``kblock``, each one fused step with C inside the sum; fin_a [Ra, M, K / kblock]
-    / fin_b [Rb, K / kblock, N]: the block's operands are all finite. Writes float32 ``out``
-    [R, M, N] (``out_bits_view`` its uint32 view, for the canonical NaN)."""
+    blocks of ``kblock`` (16 or 32), each one fused step with C inside the sum. Writes float32
+    ``out`` [R, M, N] (``out_bits_view`` its uint32 view, for the canonical NaN)."""
     rows, m, n = out.shape
     nblk = a.shape[2] // kblock
     # RZ clears the float64 bits below the kept ones (the cast to float32 is then exact)
     keep = -(1 << (53 - out_bits)) if out_round == _RZ else -1
-    fast_cast = out_round == _RZ or out_bits >= 24
+    # results below 2^-126 take _column; every output when the cast is not the rounding
+    tiny = 1023 - 126 if out_round == _RZ or out_bits >= 24 else 4096
     for ri in prange(rows * m):
         r = ri // m
         i = ri - r * m
-        ar, br, cr = ia[r], ib[r], ic[r]
-        arow, erow = a[ar, i], ea[ar, i]
-        big_e = np.empty(n, dtype=np.int32)
+        ar, br = ia[r], ib[r]
+        arow, erow, b2, eb2 = a[ar, i], ea[ar, i], b[br], eb[br]
+        d = c[ic[r], i].copy()
+        dn = np.empty(n, dtype=np.float32)
+        emax, tot = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         scale = np.empty(n, dtype=np.float64)
-        scale_bits = scale.view(np.int64)
-        inv = np.empty(n, dtype=np.float64)
-        inv_bits = inv.view(np.int64)
-        total = np.empty(n, dtype=np.float64)
-        x = np.empty(n, dtype=np.float64)
-        x_bits = x.view(np.int64)
-        d = c[cr, i].copy()
-        d_bits = d.view(np.int32)
-        dc = np.empty(n, dtype=np.float32)
-        flag = np.empty(n, dtype=np.bool_)
         for blk in range(nblk):
             k0 = blk * kblock
-            k1 = k0 + kblock
-            for j in range(n):  # C's exponent (subnormal C below), _NO_EXP for zero
-                ex = (d_bits[j] >> 23) & 0xFF
-                big_e[j] = ex - 127 if ex != 0 else _NO_EXP
-            for j in range(n):
-                if (d_bits[j] & 0x7F800000) == 0 and (d_bits[j] & 0x7FFFFF) != 0:
-                    big_e[j] = _c_exponent(d_bits[j])
-            for kk in range(k0, k1):
-                ae = erow[kk]
-                if ae == _NO_EXP:
-                    continue
-                ebk = eb[br, kk]
-                for j in range(n):  # int32 throughout: AVX2 has a vector max for it
-                    big_e[j] = max(big_e[j], np.int32(ae + ebk[j]))
-            for j in range(n):
-                e = big_e[j]
-                e = 0 if e < _NO_EXP // 2 else e
-                scale_bits[j] = (frac_bits - e + 1023) << 52
-                inv_bits[j] = (e - frac_bits + 1023) << 52
-                total[j] = np.trunc(np.float64(d[j]) * scale[j])
-            for kk in range(k0, k1):
-                av = arow[kk]
-                if av == 0.0 or not math.isfinite(av):
-                    continue
-                bk = b[br, kk]
-                for j in range(n):
-                    total[j] += np.trunc(av * bk[j] * scale[j])
-            for j in range(n):
-                x[j] = total[j] * inv[j]
-                x_bits[j] &= keep
-            row_ok = fin_a[ar, i, blk]
-            fb = fin_b[br, blk]
-            tiny = 1023 - 126 if fast_cast else 4096  # every output when the cast is not enough
-            for j in range(n):  # flags of the outputs the plain cast does not give
-                flag[j] = ((~fb[j]) | ((d_bits[j] & 0x7F800000) == 0x7F800000) | (total[j] == 0.0)
-                           | (((x_bits[j] >> 52) & 0x7FF) < tiny))
-            for j in range(n):
-                dc[j] = d[j]
-                d[j] = np.float32(x[j])
-            if row_ok and not flag.any():
-                continue
-            for j in range(n):
-                cj = dc[j]
-                if not (row_ok and fb[j] and math.isfinite(cj)):
-                    d[j] = _column_ieee(arow, b, br, j, k0, k1, cj)
-                elif total[j] == 0.0:
-                    d[j] = _column_zero(arow, b, br, j, k0, k1, cj)
-                elif flag[j]:
-                    d[j] = _round(total[j] * inv[j], out_round, out_bits)
+            if kblock == 16:
+                flagged = _block16(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny)
+            else:
+                flagged = _block32(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny,
+                                   emax, scale, tot)
+            if flagged:
+                _fix(arow, erow, b2, eb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
+                     out_bits)
+            d, dn = dn, d
         for j in range(n):
             if d[j] != d[j]:
                 out_bits_view[r, i, j] = _CANONICAL_NAN
@@ -336,13 +466,46 @@ def steps_array(k_steps, kblock: int) -> np.ndarray:
     return np.array(k_steps, dtype=np.int64)
 
 
+@functools.cache
+def _values_table(dtype) -> np.ndarray:
+    """float64 of every bit pattern of a narrow format, as ``simulator.numerics.to_float32``
+    widens it."""
+    from ..numerics import to_float32
+
+    dtype = np.dtype(dtype)
+    count = 1 << (8 * dtype.itemsize)
+    uint = np.uint8 if dtype.itemsize == 1 else np.uint16
+    table = to_float32(np.arange(count, dtype=np.int64).astype(uint).view(dtype)).astype(np.float64)
+    table.setflags(write=False)
+    return table
+
+
+def _operand3(x: np.ndarray, rows: int, emin: int):
+    """An operand as C-contiguous float64 values [rows, ., .] and their int32 exponents:
+    ``x`` float64 (exact values) or a narrow format's array (decoded here, one pass)."""
+    if x.dtype == np.float64:
+        x3 = _flat3(x, rows, np.float64)
+        return x3, _exps(x3, emin)
+    uint = np.uint8 if x.dtype.itemsize == 1 else np.uint16
+    bits = x.view(uint).reshape((rows,) + x.shape[-2:])
+    vals = np.empty(bits.shape, dtype=np.float64)
+    exps = np.empty(bits.shape, dtype=np.int32)
+    if x.dtype.name == "bfloat16":
+        _decode_bf16(bits, emin, vals, exps)
+    else:
+        _decode_table(bits, _values_table(x.dtype), emin, vals, exps)
+    return vals, exps
+
+
 def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.ndarray:
     """``simulator.mma.gemm``'s chained fused dot-add, compiled: D = (A B + C) with K in
     sequential blocks of ``kblock`` (each block's result the next block's C).
 
     Args:
-        a64: float64 [..., M, K], the exact operand values (as ``simulator.mma`` decodes them).
-        b64: float64 [..., K, N].
+        a64: [..., M, K]: float64, the exact operand values (as ``simulator.mma`` decodes
+            them), or the narrow operands themselves (bf16, f16, e4m3, e5m2 arrays, decoded
+            here as ``simulator.numerics.to_float32`` does).
+        b64: [..., K, N], float64 or narrow likewise.
         c: float32 [..., M, N]; leading axes of the three broadcast.
         p: a :class:`simulator.mma.spec.FusedDotAdd` (frac_bits, out_bits, out_round,
             c_in_sum, c_round, emin, k_steps).
@@ -375,27 +538,24 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     ra = int(np.prod(a64.shape[:-2], dtype=np.int64))
     rb = int(np.prod(b64.shape[:-2], dtype=np.int64))
     rc = int(np.prod(c.shape[:-2], dtype=np.int64))
-    a3 = _flat3(a64, ra, np.float64)
-    b3 = _flat3(b64, rb, np.float64)
+    a3, ea3 = _operand3(a64, ra, p.emin)
+    b3, eb3 = _operand3(b64, rb, p.emin)
     c3 = _flat3(c, rc, np.float32)
     ia = _batch_index(a64.shape[:-2], lead)
     ib = _batch_index(b64.shape[:-2], lead)
     ic = _batch_index(c.shape[:-2], lead)
     o3 = out.reshape(rows, m, n)
     out_round = _RZ if p.out_round == "rz" else _RN
-    if steps.shape[0] == 0 and p.c_in_sum:
-        nblk = k // kblock
-        fin_a = np.isfinite(a3).reshape(ra, m, nblk, kblock).all(axis=-1)
-        fin_b = np.isfinite(b3).reshape(rb, nblk, kblock, n).all(axis=-2)
-        gemm_rows(a3, _exps(a3, p.emin), ia, b3, _exps(b3, p.emin), ib, c3, ic, kblock, fin_a,
-                  fin_b, p.frac_bits, out_round, p.out_bits, o3, o3.view(np.uint32))
+    if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
+        gemm_rows(a3, ea3, ia, b3, eb3, ib, c3, ic, kblock, p.frac_bits, out_round, p.out_bits,
+                  o3, o3.view(np.uint32))
         return out
     if steps.shape[0] == 0:
         steps = np.arange(kblock, dtype=np.int64)[None, :]
     bt = np.ascontiguousarray(np.swapaxes(b3, 1, 2))
-    gemm_steps(a3, _exps(a3, p.emin), ia, bt, _exps(bt, p.emin), ib, c3, ic, kblock, steps,
-               p.frac_bits, out_round, p.out_bits, p.c_in_sum, _RZ if p.c_round == "rz" else _RN,
-               o3, o3.view(np.uint32))
+    gemm_steps(a3, ea3, ia, bt, np.ascontiguousarray(np.swapaxes(eb3, 1, 2)), ib, c3, ic,
+               kblock, steps, p.frac_bits, out_round, p.out_bits, p.c_in_sum,
+               _RZ if p.c_round == "rz" else _RN, o3, o3.view(np.uint32))
     return out
 
 

@@ -297,6 +297,9 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
                    MAX_OFFSET[cfg.fmt], cfg.arch, exact)
     view = rowcol_view(f"m64n{N}k16")
+    # each thread-row element's flat position in a warpgroup's 64 x N tile: a take along one
+    # axis gives the [G, W, 128, 2, N/4] scores C-ordered (the kernels read rows in place)
+    flat = view.row[:, :, None] * N + view.col[:, None, :]
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
     tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
@@ -326,14 +329,14 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
                      cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
         s = np.where(ok, s, _NEG_INF)
         tracer.frag("mask", n, acc_s=s)
-        scores = s[..., view.row[:, :, None], view.col[:, None, :]]                # [G,W,128,2,N/4]
+        scores = np.take(s.reshape(s.shape[:-2] + (-1,)), flat, axis=-1)          # [G,W,128,2,N/4]
         first, check_inf = step == 0, masked[step]
         scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=check_inf)
         tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
                     scores_scale=scores_scale)
         p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
         p_mat = np.empty(s.shape, dtype=p.dtype)
-        p_mat[..., view.row[:, :, None], view.col[:, None, :]] = p
+        p_mat.reshape(s.shape[:-2] + (-1,))[..., flat] = p
         tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
         p_cvt = convert(p_mat, cfg.fmt) if exact is None else _exact.p_operand(p_mat, cfg.fmt, exact)
         scale_rows = view.row_values(scores_scale)

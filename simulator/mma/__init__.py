@@ -94,7 +94,12 @@ def parse(kind: str, shape: str) -> Instruction:
     return Instruction(kind, m, n, k, fa, params_for(kind, fa), (kind, fa) in EXACT)
 
 
-def _operand(name: str, x, fmt: str) -> np.ndarray:
+def _operand(name: str, x, fmt: str, decode: bool = True) -> np.ndarray | None:
+    """The exact float64 values of operand ``x`` (None with ``decode=False``: checks only).
+
+    Raises:
+        TypeError: not an array of the format's dtype. ValueError: fewer than 2 axes.
+    """
     dtype = FORMATS[fmt].dtype
     reject_subclass(name, x)
     if not isinstance(x, np.ndarray) or x.dtype != dtype:
@@ -102,7 +107,19 @@ def _operand(name: str, x, fmt: str) -> np.ndarray:
         raise TypeError(f"{name}: expected an array of dtype {dtype} for {fmt} operands, got {got}")
     if x.ndim < 2:
         raise ValueError(f"{name}: expected shape [..., rows, cols], got {x.shape}")
+    if not decode:
+        return None
+    if dtype.itemsize == 1:  # FP8: the 256 values of to_float32, looked up (same bits, faster)
+        return _byte_values(fmt)[x.view(np.uint8)]
     return to_float32(x).astype(np.float64)
+
+
+@functools.cache
+def _byte_values(fmt: str) -> np.ndarray:
+    """float64 ``to_float32`` of every bit pattern of a 1-byte format (read-only)."""
+    table = to_float32(np.arange(256, dtype=np.uint8).view(FORMATS[fmt].dtype)).astype(np.float64)
+    table.setflags(write=False)
+    return table
 
 
 def _accumulator(c, shape_mn: tuple[int, int]) -> np.ndarray:
@@ -227,16 +244,17 @@ def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.
         TypeError: operand dtypes.
     """
     ins = instruction_for(instruction)
-    a64 = _operand("A", A, ins.fmt)
-    b64 = _operand("B", B, ins.fmt)
-    m, k = a64.shape[-2:]
-    if b64.shape[-2] != k:
+    _operand("A", A, ins.fmt, decode=False)
+    _operand("B", B, ins.fmt, decode=False)
+    m, k = A.shape[-2:]
+    if B.shape[-2] != k:
         raise ValueError(f"B: expected shape [..., {k}, N] to match A's K = {k}, got {B.shape}")
     if k % ins.k:
         raise ValueError(f"A: K = {k} is not a multiple of the instruction's k = {ins.k}")
-    d = _accumulator(C, (m, b64.shape[-1]))
-    if k and engine.numba_dot_add(ins.params, a64.size * b64.shape[-1]):
-        return engine.dot_add(a64, b64, d, ins.params, ins.k)  # every k-step in one call
+    d = _accumulator(C, (m, B.shape[-1]))
+    if k and engine.numba_dot_add(ins.params, A.size * B.shape[-1]):
+        return engine.dot_add(A, B, d, ins.params, ins.k)  # decoded there; every k-step at once
+    a64, b64 = _operand("A", A, ins.fmt), _operand("B", B, ins.fmt)
     for k0 in range(0, k, ins.k):  # the kernel's sequential k-steps (K / k of them)
         d = _chunked(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], d, ins.params)
     return d
