@@ -3,6 +3,7 @@ cache append, and refusals that say what to do instead."""
 
 from __future__ import annotations
 
+import signal
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
@@ -45,3 +46,53 @@ def test_a_thread_pool_keeps_a_launch_within_its_memory_budget(num_splits):
                                                       memory_budget=budget, executor=pool))
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
     assert peak <= budget, f"peak {peak / budget:.2f} x the budget"
+
+
+# ---- Ctrl-C during the KV cache append: unchanged or fully appended ------------------------------
+def _strided_torch_caches(torch):
+    """k_cache, v_cache as non-contiguous torch views (every other kv head of a larger tensor),
+    so that the emulator computes on copies and writes them back into the caller's tensors."""
+    g = torch.Generator().manual_seed(7)
+    big = [torch.randn(4, 32, 2, 64, generator=g).to(torch.bfloat16) for _ in range(2)]
+    return big, [b[:, :, ::2] for b in big]
+
+
+def _kv_args(torch):
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(4, 1, 2, 64, generator=g).to(torch.bfloat16)
+    kn, vn = (torch.randn(4, 2, 1, 64, generator=g).to(torch.bfloat16) for _ in range(2))
+    return q, dict(k=kn, v=vn, cache_seqlens=torch.tensor([3, 9, 0, 20], dtype=torch.int32))
+
+
+def test_ctrl_c_pressed_twice_during_the_write_back_leaves_the_caches_whole(monkeypatch):
+    """SIGINT arriving at every write-back but the first (Ctrl-C held down): the caches are
+    fully appended, then KeyboardInterrupt propagates."""
+    torch = pytest.importorskip("torch", reason="torch is optional")
+    import sys
+
+    q, kw = _kv_args(torch)
+    _, (kc_want, vc_want) = _strided_torch_caches(torch)
+    fa3.flash_attn_with_kvcache(q, kc_want, vc_want, **kw)
+    _, (kc, vc) = _strided_torch_caches(torch)
+    before = kc.clone(), vc.clone()
+    module = sys.modules[fa3.kvcache.append_kv.__module__]  # where the write-back is called
+    real, calls = module.write_back, []
+
+    def interrupted_write_back(orig, arr):
+        calls.append(1)
+        if len(calls) > 1:
+            signal.raise_signal(signal.SIGINT)
+        real(orig, arr)
+
+    monkeypatch.setattr(module, "write_back", interrupted_write_back)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fa3.flash_attn_with_kvcache(q, kc, vc, **kw)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    same = [torch.equal(a.view(torch.int16), b.view(torch.int16))
+            for a, b in zip((kc, vc), (kc_want, vc_want), strict=True)]
+    unchanged = [torch.equal(a.view(torch.int16), b.view(torch.int16))
+                 for a, b in zip((kc, vc), before, strict=True)]
+    assert all(same) or all(unchanged), f"k_cache, v_cache appended: {same}"
