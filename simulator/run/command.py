@@ -375,6 +375,9 @@ def main(argv: list[str]) -> int:
                               "tiles": grads["tiles"].describe()}
         extra = {"dout": grads["dout"], "dq": grads["dq"], "dk": grads["dk"], "dv": grads["dv"]}
     save_result(out_path, out, lse, ref_out, ref_lse, trace, params, extra)
+    if plot_path is not None:  # also before the text: a closed stdout must not cost the plot
+        plot(plot_path, work, kwargs, seq_cfgs[args.plot_batch] if seq_cfgs else cfg, out, ref_out,
+             args.plot_batch)
     print("\n".join(lines))
     print("\n".join(wrap_line(
         f"wrote     {out_path}: out, lse, ref_out, ref_lse, "
@@ -382,7 +385,5 @@ def main(argv: list[str]) -> int:
         f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
         f"simulator.run.load_result")))
     if plot_path is not None:
-        plot(plot_path, work, kwargs, seq_cfgs[args.plot_batch] if seq_cfgs else cfg, out, ref_out,
-             args.plot_batch)
         print(f"wrote     {plot_path}")
     return status
