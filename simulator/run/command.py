@@ -48,9 +48,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _note(text: str) -> None:
-    """A line on stderr; none where stderr was closed at start (print would use stdout)."""
+    """A line on stderr; none where stderr was closed at start (print would use stdout) or
+    by its reader (a broken pipe: the note is lost, not the run)."""
     if sys.stderr is not None:
-        print(text, file=sys.stderr, flush=True)
+        try:
+            print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 def _cta(text: str) -> tuple[int, int, int]:
