@@ -299,7 +299,7 @@ def main(argv: list[str]) -> int:
     if args.device:
         check_device()
     if args.backward:
-        check_backward_args(work, args.softcap)
+        check_backward_args(work)
         if work.seqlens_k is not None and not is_varlen(work):
             raise UsageError("--backward: keys absent past seqlens_k are not emulated in the "
                              "backward; cut k and v to each batch's keys (one input per length), "
