@@ -96,3 +96,24 @@ def test_ctrl_c_pressed_twice_during_the_write_back_leaves_the_caches_whole(monk
     unchanged = [torch.equal(a.view(torch.int16), b.view(torch.int16))
                  for a, b in zip((kc, vc), before, strict=True)]
     assert all(same) or all(unchanged), f"k_cache, v_cache appended: {same}"
+
+
+# ---- refusals say what to do instead -----------------------------------------------------------
+def test_an_append_with_a_narrower_v_says_what_to_do_instead():
+    """FA3's AppendKV spills past V rows narrower than K's (not emulated); the refusal says how
+    to attend to the new keys anyway, and that way works."""
+    rng = np.random.default_rng(9)
+    q, kc, vc, kn, vn = _bf16(rng, (2, 1, 2, 64), (2, 16, 1, 64), (2, 16, 1, 32), (2, 1, 1, 64),
+                              (2, 1, 1, 32))
+    seqlens = np.array([3, 7], np.int32)
+    with pytest.raises(ValueError, match=r"v: appending new values with head_dim_v 32 < head_dim 64 "
+                                         r"is not emulated: .*; to attend to them without that "
+                                         r"spill, write k, v into the caches yourself and call "
+                                         r"without k, v, with cache_seqlens \+ seqlen_new"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=seqlens)
+    kc[np.arange(2), seqlens], vc[np.arange(2), seqlens] = kn[:, 0], vn[:, 0]
+    out = fa3.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens + 1)
+    for b in range(2):
+        keys = slice(0, int(seqlens[b]) + 1)
+        one = fa3.flash_attn_func(q[b:b + 1], kc[b:b + 1, keys], vc[b:b + 1, keys])
+        assert np.array_equal(out[b].view(np.uint16), one[0].view(np.uint16))

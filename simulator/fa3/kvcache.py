@@ -175,7 +175,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if dv < d:
             raise ValueError(f"v: appending new values with head_dim_v {dv} < head_dim {d} is not "
                              f"emulated: FA3's AppendKV writes {d} values per V row, past the row's "
-                             f"{dv}, zeroing the cache's next values (measured on the H200)")
+                             f"{dv}, zeroing the cache's next values (measured on the H200); to "
+                             f"attend to them without that spill, write k, v into the caches "
+                             f"yourself and call without k, v, with cache_seqlens + seqlen_new")
         if cache_seqlens is None:
             raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
                              "('If k_new is supplied, seqlens_k must also be passed in')")
