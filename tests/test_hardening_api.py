@@ -117,3 +117,28 @@ def test_an_append_with_a_narrower_v_says_what_to_do_instead():
         keys = slice(0, int(seqlens[b]) + 1)
         one = fa3.flash_attn_func(q[b:b + 1], kc[b:b + 1, keys], vc[b:b + 1, keys])
         assert np.array_equal(out[b].view(np.uint16), one[0].view(np.uint16))
+
+
+def _guarded() -> str:
+    from simulator.fa3.append import sigint_deferred
+
+    with sigint_deferred():
+        return "ran"
+
+
+def test_the_append_guard_leaves_the_sigint_handler_and_works_off_the_main_thread():
+    rng = np.random.default_rng(10)
+    q, kc, vc, kn, vn = _bf16(rng, (2, 1, 2, 64), (2, 16, 1, 64), (2, 16, 1, 64), (2, 1, 1, 64),
+                              (2, 1, 1, 64))
+    kw = dict(k=kn, v=vn, cache_seqlens=np.array([3, 7], np.int32))
+    handler = signal.getsignal(signal.SIGINT)
+    main = kc.copy(), vc.copy()
+    fa3.flash_attn_with_kvcache(q, *main, **kw)
+    assert signal.getsignal(signal.SIGINT) is handler
+    with ThreadPoolExecutor(1) as pool:  # signal.signal would raise ValueError in this thread
+        other = kc.copy(), vc.copy()
+        pool.submit(fa3.flash_attn_with_kvcache, q, *other, **kw).result()
+        assert pool.submit(_guarded).result() == "ran"
+    for a, b in zip(main, other, strict=True):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    assert not np.array_equal(main[0].view(np.uint16), kc.view(np.uint16))
