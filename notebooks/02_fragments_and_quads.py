@@ -204,9 +204,10 @@ def draw_quad_steps(stages, titles, mrow=0, quad=0):
     fig.tight_layout()
     return fig
 
-draw_quad_steps([partial, step1, step2],
-                ["after thread_reduce (own columns)", "after + shfl_xor(x, 2)",
-                 "after + shfl_xor(x, 1): the row sum"])
+# assigned, not the cell's value: a returned Figure would be displayed a second time
+fig_quad = draw_quad_steps([partial, step1, step2],
+                           ["after thread_reduce (own columns)", "after + shfl_xor(x, 2)",
+                            "after + shfl_xor(x, 1): the row sum"])
 
 # %%
 print(NB.finish())

@@ -197,44 +197,77 @@ fig.tight_layout()
 
 
 # %% [markdown]
-# ## Stepping through the trace
+# ## Stepping through the trace of a real input
 #
-# With a live kernel and `ipywidgets` installed, the slider below walks every event of the
-# trace. Without them (CI, a static render), the same drawing function shows a few steps.
+# Heat maps of random scores are noise, so the pictures use a structured input: sentence 0 of
+# the embedded all-MiniLM-L6-v2 input (`simulator/data/inputs/minilm.npz`, layer 2, head 5,
+# 147 tokens), **causal**, with 64 x 64 tiles. Its CTA `m_block = 1` (rows 64..127) visits
+# K/V block 1, the diagonal, where the mask sets the keys after each row to -inf (grey
+# below), then block 0, where the running max can grow and `scores_scale < 1` rescales O.
+# With `ipywidgets` installed the slider walks every event; without (CI, a static render) the
+# same drawing function shows six of them.
 
 # %%
-def draw_event(i, ax=None):
+from simulator.run.workload import EMBEDDED  # noqa: E402
+
+with np.load(EMBEDDED) as z:
+    layer = list(z["layers"]).index(int(z["default_layer"]))
+    L0 = int(z["seqlens"][0])
+    mq, mk, mv = (np.ascontiguousarray(z[f"{x}_bf16"][layer, :1, :L0, 5:6]).view(BF16)
+                  for x in "qkv")
+CTA = (0, 0, 1)
+mini = flash.forward(mq, mk, mv, causal=True, kblock_m=64, kblock_n=64, schedule="plain",
+                     trace=[CTA])
+mini_events = mini.trace.for_cta(CTA)
+print(f"MiniLM sentence 0, head 5: {L0} tokens; CTA {CTA} visits blocks",
+      list(dict.fromkeys(e.n_block for e in mini_events if e.n_block is not None)))
+ev = {(e.step, e.n_block): e for e in mini_events}
+raw = hw.Fragment(ev[("qk_gemm", 1)].data["acc_s"][0], acc_s_layout).to_matrix()
+masked = hw.Fragment(ev[("mask", 1)].data["acc_s"][0], acc_s_layout).to_matrix()
+rows_g, keys_g = 64 + np.arange(64)[:, None], 64 + np.arange(64)[None, :]
+assert np.all(np.isneginf(masked[keys_g > rows_g]))             # the causal mask acts here
+assert np.array_equal(bits(masked[keys_g <= rows_g]), bits(raw[keys_g <= rows_g]))
+print(f"mask: {np.count_nonzero(keys_g > rows_g)} of {masked.size} scores of block 1 set to -inf")
+
+
+# %%
+def draw_event(i, ax=None, events=mini_events):
     e = events[i]
     ax = ax or plt.subplots(figsize=(6, 3.2))[1]
     if "acc_s" in e.data or "acc_o" in e.data:
         name = "acc_s" if "acc_s" in e.data else "acc_o"
         lay = acc_s_layout if name == "acc_s" else acc_o_layout
-        mat = hw.Fragment(e.data[name][0], lay).to_matrix()
-        im = ax.imshow(mat, aspect="auto", cmap="viridis")
+        mat = np.ma.masked_invalid(hw.Fragment(e.data[name][0], lay).to_matrix())
+        cmap = plt.get_cmap("viridis").with_extremes(bad="0.8")    # -inf (masked) in grey
+        im = ax.imshow(mat, aspect="auto", cmap=cmap, interpolation="nearest")
         plt.colorbar(im, ax=ax)
         ax.set_ylabel("row")
+        ax.set_xlabel("key in block" if name == "acc_s" else "column of O")
     else:                                      # row state: row_max left, the rest right
-        ax.plot(view.row_values(e.data["row_max"][0]), "k.", label="row_max")
+        handles = ax.plot(view.row_values(e.data["row_max"][0]), "k.", label="row_max (left)")
         ax.set_ylabel("row_max")
         ax2 = ax.twinx()
         for j, name in enumerate(x for x in ("row_sum", "scores_scale", "lse") if x in e.data):
             vals = e.data[name][0]
             if name == "row_sum" and e.step != "finalize":
                 vals = hw.quad_allreduce(vals)     # show the quad total of the partial sums
-            ax2.plot(view.row_values(vals), "x+1"[j], color=f"C{j}", label=name)
+            handles += ax2.plot(view.row_values(vals), "x+1"[j], color=f"C{j}",
+                                label=f"{name} (right)")
         ax.set_xlabel("row")
-        ax2.legend(fontsize=7, loc="upper right")
+        ax.legend(handles=handles, fontsize=7, loc="upper right")
     ax.set_title(f"event {i}: {e.step}, n_block={e.n_block}", fontsize=9)
     return ax
 
 if NB.widgets is not None:
     NB.widgets.interact(lambda i: (draw_event(i), plt.show()),
-                        i=NB.widgets.IntSlider(min=0, max=len(events) - 1, value=0))
+                        i=NB.widgets.IntSlider(min=0, max=len(mini_events) - 1, value=0))
 else:
-    picks = [i for i, e in enumerate(events) if e.n_block == 2][:6]
+    wanted = [("qk_gemm", 1), ("mask", 1), ("online_softmax", 1), ("max_get_scale", 0),
+              ("pv_gemm", 0), ("epilogue", None)]
+    index = {(e.step, e.n_block): i for i, e in enumerate(mini_events)}
     fig, axes = plt.subplots(2, 3, figsize=(15, 6))
-    for i, ax in zip(picks, axes.ravel(), strict=False):  # up to 6 picks
-        draw_event(i, ax)
+    for key, ax in zip(wanted, axes.ravel(), strict=True):
+        draw_event(index[key], ax)
     fig.tight_layout()
 
 # %%

@@ -194,5 +194,24 @@ axes[1].bar(vals, counts)
 axes[1].set_title("LSE: sm90 - ideal, ulp")
 fig.tight_layout()
 
+# %% [markdown]
+# ## How much of the output's error is MUFU.EX2's? The error budget
+#
+# `simulator.budget` (docs/budget.md) answers it for the same inputs (with FA3's tiles): the
+# forward runs with
+# each hardware approximation alone (every other step exact, in float64) and with each one
+# made exact. MUFU.EX2 alone moves O by about 1e-8 of a row's largest value; rounding P to
+# bf16 before the PV product and rounding O to bf16 make nearly all of the error.
+
+# %%
+from simulator import budget  # noqa: E402
+
+b = budget.budget(q, k, v)
+print(b)
+assert b.part("ex2").alone_mean < 1e-3 * b.part("p_rounding").alone_mean
+assert b.exact_max < 1e-12                        # every approximation exact: float64
+budget.plot_budget(b)
+plt.show()
+
 # %%
 print(NB.finish())

@@ -167,8 +167,12 @@ for name, d_arr, e_arr in (("O  ", g_out, g_emu.out), ("LSE", g_lse, g_emu.lse))
 # show in both columns: `row_max` is the same in the four lanes (quad-allreduced), `scores_scale` is 1 in
 # the first block, and `row_sum` stays a per-lane partial sum until `finalize` reduces it.
 # Row 64 sees a single key in block 1 (key 64, a column of lane 0), so lanes 1-3 hold a
-# partial sum of 0 there; in block 0 its max grows from -4.4 to 62.6 and `scores_scale`
-# (already applied to `row_sum` by `max_get_scale`) is 2.3e-4.
+# partial sum of 0 there; in block 0 its max grows from -4.4 to 62.6 and `scores_scale` is
+# 2.3e-4. At `max_get_scale` `row_sum` still holds block 1's sum, **not yet rescaled**:
+# `max_get_scale` only computes `scores_scale`. The rescale is fused into the first add of
+# `online_softmax` (`row_sum = ffma(scores_scale, row_sum, p[0]) + p[1] + ...`, one FFMA in
+# the SASS, docs/forward.md step 5), and the cell after the table checks it on the device's
+# bits.
 
 # %%
 run = runs["bf16_causal_plain"]
@@ -200,6 +204,25 @@ for i, (de, ee) in enumerate(zip(dev_events, emu_events, strict=True)):
                 cells.append(f"{d:13.7g} {'=' if same else '!'} {e:<13.7g}")
             print(f"  {t:4d}  {first_row + view.row[t, mi]:3d} " + " ".join(cells))
 print(f"\n{checked} row-state values of quad {QUAD} shown, all identical in bits")
+
+# %%
+# row_sum at max_get_scale is the previous block's sum, unscaled; online_softmax's row_sum is
+# ffma(scores_scale, previous sum, p[0]) + p[1] + ... on the device's own registers
+steps = [e for e in dev_events if e.step in ("max_get_scale", "online_softmax")]
+fused = 0
+for e0, e1, e2 in zip(steps, steps[1:], steps[2:], strict=False):
+    if (e0.step, e1.step, e2.step) != ("online_softmax", "max_get_scale", "online_softmax"):
+        continue
+    assert np.array_equal(bits(e1.data["row_sum"]), bits(e0.data["row_sum"]))  # not rescaled
+    p_rc = lay_s.to_matrix(e2.data["acc_s"][0])[view.row[:, :, None], view.col[:, None, :]]
+    total = nm.ffma(e1.data["scores_scale"][0], e1.data["row_sum"][0], p_rc[..., 0], ftz=True)
+    for j in range(1, p_rc.shape[-1]):  # the thread's columns, in order
+        total = nm.fadd(total, p_rc[..., j], ftz=True)
+    assert np.array_equal(bits(total), bits(e2.data["row_sum"][0]))
+    fused += 1
+assert fused >= 1
+print(f"{fused} later block(s): row_sum unscaled at max_get_scale; online_softmax's row_sum = "
+      "ffma(scores_scale, row_sum, p[0]) + p[1] + ... in the device's bits")
 
 # %% [markdown]
 # And the fragments: `P` (`acc_s` after the first `online_softmax`, before the conversion to

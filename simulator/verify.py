@@ -14,6 +14,8 @@ from .errors import RecordedDataError
 from .replay import (
     fa3_api,
     fa3_backward,
+    fa3_chunk,
+    fa3_ext,
     fa3_library,
     fa3_paged,
     fa3_rotary,
@@ -35,6 +37,7 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "mma": lambda quick: mma.check_all(quick=quick),
     "forward": lambda quick: forward_goldens.check_all(quick=quick) + hypothesis.check_sample(quick),
     "fa3": lambda quick: fa3_library.check_all(quick=quick) + fa3_api.check_all(quick=quick),
+    "ext": lambda quick: fa3_ext.check_all(quick=quick) + fa3_chunk.check_all(quick=quick),
     "paged": lambda quick, workers=1: (fa3_paged.replay(quick=quick, workers=workers)
                                        + fa3_rotary.replay(quick=quick)),
     "backward": lambda quick, workers=1: (fa3_backward.replay(quick=quick, workers=workers)

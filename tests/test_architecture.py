@@ -133,9 +133,9 @@ ALLOWED = {
                          "simulator.hw", "simulator.io", "simulator.mma", "simulator.numerics",
                          "simulator.trace"},
     "simulator.verify": {"simulator.errors", "simulator.replay"},
-    "simulator.run": {"simulator.compare", "simulator.device", "simulator.errors", "simulator.fa3",
-                      "simulator.flash", "simulator.hw", "simulator.io", "simulator.numerics",
-                      "simulator.trace"},
+    "simulator.run": {"simulator.budget", "simulator.compare", "simulator.device",
+                      "simulator.errors", "simulator.fa3", "simulator.flash", "simulator.hw",
+                      "simulator.io", "simulator.numerics", "simulator.trace"},
 }
 
 

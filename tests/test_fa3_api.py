@@ -105,8 +105,8 @@ def test_varlen_split_counts_use_the_kernels_tile():
     assert fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
     real = iface.launch_flags
 
-    def host_tile(fmt, d, dv, causal, window, max_q, max_k, softcap):
-        c, l_, _ = real(fmt, d, dv, causal, window, max_q, max_k, softcap)
+    def host_tile(fmt, d, dv, causal, window, max_q, max_k, softcap, chunk=0):
+        c, l_, _ = real(fmt, d, dv, causal, window, max_q, max_k, softcap, chunk)
         return c, l_, tile_size_fwd_sm90(64, 96, c, l_)[:2]
 
     iface.launch_flags = host_tile
@@ -161,7 +161,7 @@ def test_torch_cpu_tensors_come_back_as_torch_tensors():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda q, k, v: fa3.flash_attn_func(q, k, v, qv=q), "qv: not emulated"),
+    (lambda q, k, v: fa3.flash_attn_func(q, k, v, qv=q), "qv: FA3 takes qv only for"),
     (lambda q, k, v: fa3.flash_attn_func(q, k, v, num_splits=True), "num_splits"),
     (lambda q, k, v: fa3.flash_attn_func(q[..., :60], k[..., :60], v[..., :60]), "multiple of 8"),
     (lambda q, k, v: fa3.flash_attn_varlen_func(q[0], k[0], v[0], np.array([0, 3, 2], np.int32),

@@ -1043,15 +1043,3 @@ def test_a_batch_vector_of_descales_is_refused_not_applied_per_kv_head(api):
                                          r"heads_kv\]: FA3's .* got \[2\]"):
         call(q, k, v, k_descale=per_batch)
     call(q, k, v, k_descale=np.repeat(per_batch[:, None], 2, axis=1))  # the [batch, heads_kv] form
-
-
-@pytest.mark.parametrize("kw, instead", [
-    (dict(cu_seqlens_q=np.zeros(3, np.int32)), "call flash_attn_with_kvcache once per sequence"),
-    (dict(attention_chunk=16), r"leave it at 0; for a local window pass window_size"),
-])
-def test_not_emulated_says_what_to_do_instead(kw, instead):
-    from simulator.fa3 import flash_attn_with_kvcache
-
-    q, kc, vc, _ = _kv_call()
-    with pytest.raises(ValueError, match=rf"{next(iter(kw))}: not emulated .*; {instead}"):
-        flash_attn_with_kvcache(q, kc, vc, **kw)

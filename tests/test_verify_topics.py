@@ -7,7 +7,7 @@ from simulator.replay import hw as hw_evidence
 
 
 def test_every_topic_is_registered():
-    assert set(verify.TOPICS) == {"numerics", "mufu", "hw", "mma", "forward", "fa3", "paged",
+    assert set(verify.TOPICS) == {"numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged",
                                  "backward"}
 
 

@@ -94,9 +94,11 @@ def _launch(q, k, softmax_scale, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
 
 
 def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, softcap=0.0):
+            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, softcap=0.0,
+            attention_chunk=0):
     """The library's forward: (out, lse) as NumPy arrays (lse [batch, heads, seqlen_q], or FA3's
-    varlen [heads, total_q])."""
+    varlen [heads, total_q]); ``attention_chunk`` passed to the FFI (the wheel's own glue
+    always passes 0)."""
     jax, jnp = _import()
     varlen, b, sq, sk, h, scale = _launch(q, k, softmax_scale, cu_seqlens_q, max_seqlen_q,
                                           max_seqlen_k)
@@ -118,8 +120,8 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_se
       max_seqlen_q=sq, max_seqlen_q_has_value=True, max_seqlen_k=sk, max_seqlen_k_has_value=True,
       softmax_scale_val=scale, softmax_scale_has_value=True, pack_gqa_val=False,
       pack_gqa_has_value=False, is_causal=bool(causal), window_size_left=int(window[0]),
-      window_size_right=int(window[1]), attention_chunk=0, softcap=float(softcap),
-      is_rotary_interleaved=False, num_splits=1, sm_margin=0)
+      window_size_right=int(window[1]), attention_chunk=int(attention_chunk),
+      softcap=float(softcap), is_rotary_interleaved=False, num_splits=1, sm_margin=0)
     return np.asarray(out), np.asarray(lse)
 
 

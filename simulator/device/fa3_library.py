@@ -89,7 +89,11 @@ def _to_torch(torch, x: np.ndarray, name: str):
                          f"got {getattr(x, 'dtype', type(x).__name__)}")
     tname, bits = _TORCH_DTYPE[x.dtype]
     raw = np.ascontiguousarray(x).view(np.int16 if bits == np.uint16 else np.uint8)
-    return torch.from_numpy(raw).cuda().view(getattr(torch, tname))
+    # a fresh tensor: torch's own strides also for empty arrays (FA3 checks stride(-1) == 1)
+    dev = torch.empty(raw.shape, dtype=torch.int16 if bits == np.uint16 else torch.uint8,
+                      device="cuda")
+    dev.copy_(torch.from_numpy(raw))
+    return dev.view(getattr(torch, tname))
 
 
 def _descale(torch, x, batch: int, heads_kv: int):
@@ -198,3 +202,21 @@ def split_partials(args: dict) -> tuple[np.ndarray, np.ndarray]:
         v_descale=_descale(torch, args.get("v_descale"), b, hkv))
     torch.cuda.synchronize()
     return res[2].cpu().numpy(), res[3].cpu().numpy()
+
+
+def scheduler_metadata(kwargs: dict) -> np.ndarray:
+    """The library's ``get_scheduler_metadata(**kwargs)`` (NumPy int arrays as int32 CUDA
+    tensors, ``qkv_dtype`` a NumPy dtype) as a NumPy int32 array."""
+    torch, iface = _import()
+    targs = {}
+    for key, val in kwargs.items():
+        if isinstance(val, np.ndarray):
+            targs[key] = torch.from_numpy(np.array(val, dtype=np.int32)).cuda()
+        elif key == "qkv_dtype":
+            targs[key] = {"bfloat16": torch.bfloat16, "float16": torch.float16,
+                          "float8_e4m3fn": torch.float8_e4m3fn}[str(np.dtype(val))]
+        else:
+            targs[key] = val
+    md = iface.get_scheduler_metadata(**targs)
+    torch.cuda.synchronize()
+    return md.cpu().numpy().astype(np.int32)

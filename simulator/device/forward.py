@@ -84,6 +84,9 @@ def make_launch_config(q, k, v, **kwargs) -> LaunchConfig:
     """
     cfg = LaunchConfig(**{f.name: getattr(make_config(q, k, v, **kwargs), f.name)
                           for f in fields(Config)})
+    if cfg.has_qv or cfg.chunk:
+        raise ValueError(f"{'qv' if cfg.has_qv else 'attention_chunk'}: the twin kernel does not "
+                         "compute it; the real library does (simulator.device.fa3_library)")
     if cfg.head_dim_v != cfg.head_dim:
         raise ValueError(f"v: the twin kernel needs V's head dim equal to Q/K's ({cfg.head_dim}), "
                          f"got {cfg.head_dim_v}; the real library runs it "

@@ -24,7 +24,9 @@ from .interface import (
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
 )
+from .metadata import get_scheduler_metadata
 from .packed import flash_attn_qkvpacked_func
 
 __all__ = ["backward_spread", "flash_attn_backward", "flash_attn_combine", "flash_attn_func",
-           "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]
+           "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+           "get_scheduler_metadata"]

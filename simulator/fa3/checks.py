@@ -62,29 +62,6 @@ def int_array(x, name: str, length: int | None = None) -> np.ndarray | None:
     return arr.astype(np.int64)
 
 
-def refuse(**args) -> None:
-    """Raise ValueError for the first argument given (not None, False or 0) among FA3's
-    arguments that are not emulated, naming it."""
-    for name, value in args.items():
-        if value is not None and value is not False and not (isinstance(value, (int, float)) and value == 0):
-            raise ValueError(f"{name}: not emulated (the published FA3 build and this emulator "
-                             f"cover the forward without it), got {type(value).__name__}; "
-                             f"{INSTEAD.get(name, 'leave it out')}")
-
-
-#: what to do instead of passing an argument that is not emulated
-INSTEAD = {
-    "qv": "leave it out: no emulated kernel takes qv",
-    "cu_seqlens_q": "call flash_attn_with_kvcache once per sequence, or flash_attn_varlen_func "
-                    "on the packed sequences",
-    "cu_seqlens_k_new": "append each sequence's new keys in its own call (k, v of shape "
-                        "[batch, seqlen_new, ...])",
-    "attention_chunk": "leave it at 0; for a local window pass window_size=(left, right)",
-    "scheduler_metadata": "leave it out: the split counts are computed from the call's own "
-                          "arguments, as get_scheduler_metadata would",
-}
-
-
 def check_fmt(q) -> str:
     """The format name of ``q``'s dtype ("bf16", "f16", "e4m3"); ValueError for another."""
     fmt = DTYPES.get(q.dtype)
@@ -101,10 +78,11 @@ def check_softcap(softcap) -> float:
     return float(softcap)
 
 
-def check_scale(softmax_scale, head_dim: int, softcap: float = 0.0) -> float:
-    """softmax_scale, default ``head_dim ** -0.5`` (flash_attn_interface.py computes it in
-    Python); host_constants' ValueError names softmax_scale or softcap when out of range."""
-    scale = head_dim ** (-0.5) if softmax_scale is None else softmax_scale
+def check_scale(softmax_scale, head_dim: int, softcap: float = 0.0, qv_dim: int = 0) -> float:
+    """softmax_scale, default ``(head_dim + qv_dim) ** -0.5`` (flash_attn_interface.py computes
+    it in Python, adding qv's head dim when qv is given); host_constants' ValueError names
+    softmax_scale or softcap when out of range."""
+    scale = (head_dim + qv_dim) ** (-0.5) if softmax_scale is None else softmax_scale
     host_constants(head_dim, scale, softcap)  # a ValueError naming softmax_scale / softcap
     return scale
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import flash
+from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..trace import Trace
 from . import autograd
@@ -40,7 +41,6 @@ from .checks import (
     check_scale,
     cu_seqlens,
     need_sms,
-    refuse,
     seqused,
     trace_ctas,
 )
@@ -49,6 +49,7 @@ from .kvcache import flash_attn_with_kvcache
 from .launch import (
     H200_SMS,
     descale_rows,
+    kernel_window,
     launch_flags,
     output_dtype,
     parallel,
@@ -77,7 +78,11 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
             head_dim_v = head_dim, or a pair FA3 compiles (Q/K in (128, 192] with V in
             (96, 128]; Q/K <= 64 with V <= 512, bf16;
             :func:`simulator.flash.dispatch.check_head_dim_v`).
-        softmax_scale: default ``head_dim ** -0.5``; causal, window_size, softcap: as FA3.
+        softmax_scale: default ``head_dim ** -0.5`` (``(head_dim + head_dim_v) ** -0.5`` with
+            qv); causal, window_size, softcap: as FA3.
+        qv: None, or [batch, seqlen_q, heads, head_dim_v] in q's dtype: FA3's MLA scores
+            ``q K^T + qv V^T`` (head_dim <= 64, head_dim_v >= 256, bf16 / fp16;
+            :func:`simulator.flash.forward`); no backward (FA3 has none with qv).
         q_descale, k_descale, v_descale: e4m3, float32 [batch, heads_kv] (or scalars).
         num_splits: 1 (default) the unsplit kernel; > 1 that many K/V splits and the combine
             kernel; <= 0 FA3's heuristic (``get_num_splits``, with ``num_sms - sm_margin``).
@@ -106,7 +111,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         ``FlashAttnFunc``); not with ``trace``.
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd).
     """
+    chunk = check_chunk(attention_chunk)
     if trace is None and autograd.needs_grad(q, k, v):
+        refuse_qv_grad(qv, chunk)
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, executor=executor,
                    progress=progress, memory_budget=memory_budget)
@@ -119,9 +126,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
-    refuse(qv=qv, attention_chunk=attention_chunk)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
+    qv = to_numpy(qv, "qv")[0]
     descales = {n: to_numpy(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
                                                   ("v_descale", v_descale))}
     check_4d(q, k, v)
@@ -134,17 +141,19 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     check_descales(descales, fmt, b, k.shape[2])  # FA3's [batch, heads_kv]; forward broadcasts
     dv = v.shape[-1]
     check_head_dim_v(d, dv, fmt)
+    check_qv(qv, q, dv, fmt)
     is_causal, is_local, (tile_m, _) = launch_flags(fmt, d, dv, causal, window_size, sq,
-                                                    k.shape[1], softcap)
+                                                    k.shape[1], softcap, chunk)
     static = 1 if splits_arg == 1 else static_splits(
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=k.shape[2], seqlen_q=sq,
         seqlen_k=k.shape[1], head_dim=d, head_dim_v=dv, causal=is_causal,
         local=is_local, softcap=softcap > 0,
         varlen=False, num_sms=need_sms(sms, num_sms, sm_margin) if splits_arg <= 0 else sms,
-        window=tuple(window_size))
+        window=kernel_window(causal, window_size, sq, k.shape[1], chunk))
     check_pack_gqa(pack_gqa, static > 1, False, h, k.shape[2])
-    kw = dict(softmax_scale=check_scale(softmax_scale, d, softcap), causal=causal,
-              window=tuple(window_size), softcap=softcap, **descales,
+    kw = dict(softmax_scale=check_scale(softmax_scale, d, softcap, 0 if qv is None else dv),
+              causal=causal, window=tuple(window_size), softcap=softcap, qv=qv,
+              attention_chunk=chunk, **descales,
               **parallel(executor, progress, memory_budget))
     wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)
     record = None if wanted is None else Trace()
@@ -197,7 +206,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         :func:`flash_attn_func` (FA3's ``FlashAttnVarlenFunc``, seqused_* included).
     Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
     """
+    chunk = check_chunk(attention_chunk)
     if trace is None and autograd.needs_grad(q, k, v):
+        refuse_qv_grad(qv, chunk)
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
@@ -213,9 +224,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
-    refuse(qv=qv, attention_chunk=attention_chunk)
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
+    qv = to_numpy(qv, "qv")[0]
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or x.ndim != 3:
             raise ValueError(f"{name}: expected [total, heads, head_dim], got "
@@ -244,16 +255,22 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     check_head_dim_v(d, dv, fmt)
     if hkv < 1 or h % hkv:
         raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
+    if qv is not None:  # FA3's varlen qv: [total_q, heads, head_dim_v]
+        if not isinstance(qv, np.ndarray) or qv.shape != q.shape[:2] + (dv,):
+            raise ValueError(f"qv: expected [total_q, heads, head_dim_v] = "
+                             f"{list(q.shape[:2] + (dv,))}, got {list(getattr(qv, 'shape', []))}")
+        check_qv(qv[None], q[None], dv, fmt)
     softcap, (return_attn_probs, _), sms, splits_arg = check_options(
         softcap, causal, num_sms, sm_margin, num_splits, return_attn_probs=return_attn_probs,
         deterministic=deterministic)
     is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size,
-                                                         max_seqlen_q, max_seqlen_k, softcap)
+                                                         max_seqlen_q, max_seqlen_k, softcap, chunk)
     static = 1 if splits_arg == 1 else static_splits(
         splits_arg, fmt=fmt, batch=batch, heads=h, heads_kv=hkv, seqlen_q=max_seqlen_q,
         seqlen_k=max_seqlen_k, head_dim=d, head_dim_v=dv, causal=is_causal,
         local=is_local, softcap=softcap > 0,
-        varlen=True, num_sms=need_sms(sms, num_sms, sm_margin), window=tuple(window_size))
+        varlen=True, num_sms=need_sms(sms, num_sms, sm_margin),
+        window=kernel_window(causal, window_size, max_seqlen_q, max_seqlen_k, chunk))
     check_pack_gqa(pack_gqa, static > 1, True, h, hkv)
     wanted = trace_ctas(trace, static, h, len_q, tile_m, "sequence")
     record = None if wanted is None else Trace()
@@ -263,7 +280,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out = np.zeros(q.shape[:2] + (dv,), dtype=output_dtype(q.dtype))
     # total_k == 0: FA3 skips the kernel and fills LSE with +inf (mha_fwd)
     lse = np.full((h, q.shape[0]), np.inf if k.shape[0] == 0 else -np.inf, dtype=np.float32)
-    scale = check_scale(softmax_scale, d, softcap)
+    scale = check_scale(softmax_scale, d, softcap, 0 if qv is None else dv)
     for bi in range(batch):
         sq_b = int(len_q[bi])
         if sq_b == 0:
@@ -274,6 +291,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             continue
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                  qv=None if qv is None else qv[None, qs], attention_chunk=chunk,
                   **{n: descale_rows(x, bi) for n, x in descales.items()},
                   **parallel(executor, progress, memory_budget))
         o, l_ = traced_forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]),
@@ -281,6 +299,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         out[qs], lse[:, qs] = o[0], l_[0]
     return with_trace(returned((out, lse) if return_attn_probs else (out,), tq), record,
                       return_attn_probs)
+
+
+def refuse_qv_grad(qv, chunk: int = 0) -> None:
+    """FA3 has no backward with qv (its ``_flash_attn_backward`` takes no qv, so the gradients
+    of such a forward would not be those of the scores it computed) nor with attention_chunk
+    (hopper/flash_attn_interface.py asserts it): refuse autograd."""
+    if qv is not None:
+        raise ValueError("qv: FA3 has no backward with qv; call with tensors that do not "
+                         "require grad (torch.no_grad()) or without qv")
+    if chunk:
+        raise ValueError("attention_chunk: FA3 has no backward with it ('FA3 backward does not "
+                         "support attention_chunk'); call under torch.no_grad() or without it")
 
 
 def _combine_out_dtype(out_dtype) -> np.dtype:

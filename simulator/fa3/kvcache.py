@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
 from ..trace import Trace
@@ -26,12 +27,13 @@ from .checks import (
     check_scale,
     int_array,
     need_sms,
-    refuse,
     trace_ctas,
 )
+from .kvcache_rows import NewKeys, QueryRows, cache_lengths
 from .launch import (
     H200_SMS,
     descale_rows,
+    kernel_window,
     launch_flags,
     output_dtype,
     parallel,
@@ -39,6 +41,7 @@ from .launch import (
     traced_forward,
     with_trace,
 )
+from .metadata import metadata_splits
 from .scheduler import dynamic_num_splits
 
 
@@ -70,16 +73,29 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """FA3's ``flash_attn_with_kvcache`` (decode and chunked prefill against a KV cache).
 
     Args:
-        q: [batch, seqlen_q, heads, head_dim].
+        q: [batch, seqlen_q, heads, head_dim]; with ``cu_seqlens_q`` the packed queries
+            [total_q, heads, head_dim].
         k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim] and [..., head_dim_v];
             updated in place when ``k`` / ``v`` are given (NumPy arrays and CPU torch
             tensors, views included). With ``page_table``: the block pool [num_pages,
             page_size, heads_kv, head_dim] (and head_dim_v).
         k, v: [batch, seqlen_new, heads_kv, head_dim] and [..., head_dim_v], or None:
-            appended at ``cache_seqlens``.
+            appended at ``cache_seqlens``; with ``cu_seqlens_k_new`` packed [total_k_new,
+            heads_kv, head_dim] (and head_dim_v), sequence ``b`` owning rows
+            ``cu_seqlens_k_new[b] .. cu_seqlens_k_new[b+1] - 1``.
+        qv: None, or [batch, seqlen_q, heads, head_dim_v] ([total_q, heads, head_dim_v] with
+            ``cu_seqlens_q``) in q's dtype: FA3's MLA decode, scores ``q K^T + qv V^T``
+            (head_dim <= 64, head_dim_v >= 256, bf16 / fp16; :func:`simulator.flash.forward`);
+            the default softmax_scale becomes ``(head_dim + head_dim_v) ** -0.5``.
         cache_seqlens: int or int32 [batch]: keys in the cache per batch (default: all).
         cache_batch_idx: int32 [batch] or None: the cache row of each batch.
         cache_leftpad: int32 [batch] or None: the first valid key of each cache row.
+        cu_seqlens_q: int32 [batch + 1] or None: varlen queries (chunked prefill of several
+            sequences at once); needs ``max_seqlen_q`` (an int >= every sequence's length:
+            it sets the dispatch, the window normalisation and the seqlen_q == 1 rule).
+            Without ``cu_seqlens_q``, ``max_seqlen_q`` is unused by FA3 and must be None or
+            seqlen_q.
+        cu_seqlens_k_new: int32 [batch + 1] or None: varlen new keys (with ``k``, ``v``).
         rotary_cos, rotary_sin: [seqlen_ro, rotary_dim / 2] in q's dtype, or None: the new keys
             and the queries rotated first (:mod:`simulator.fa3.rotary`); rotary_seqlens: int32
             [batch] or None: the positions' base instead of cache_seqlens;
@@ -91,34 +107,42 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         num_splits: 0 (default) FA3's heuristic, 1 unsplit, > 1 at most that many splits;
             with ``cache_seqlens`` each batch's count comes from FA3's prepare kernel
             (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
-        others: as :func:`simulator.fa3.flash_attn_func`; ``return_softmax_lse`` returns
-            (out, lse).
+        scheduler_metadata: None, or the int32 array :func:`simulator.fa3.get_scheduler_metadata`
+            returns for these arguments: the per-batch split counts are read from it, as FA3's
+            kernels read them (the prepare kernel is skipped).
+        others: as :func:`simulator.fa3.flash_attn_func`.
         trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` to record;
             unsplit launches only (``num_splits=1``).
         executor, progress, memory_budget: as :func:`simulator.fa3.flash_attn_func`; each
             batch is one forward call. All arguments are checked before the caches are written.
     Returns:
-        out [batch, seqlen_q, heads, head_dim_v]; with ``return_softmax_lse`` FA3's four values
-        (hopper/flash_attn_interface.py: ``(out, softmax_lse, *rest)``): out, softmax_lse
-        [batch, heads, seqlen_q], out_accum float32 [num_splits, batch, heads, seqlen_q,
-        head_dim_v] and softmax_lse_accum [num_splits, batch, heads, seqlen_q] (the Split
-        kernel's partial outputs; empty (0,) arrays without splits, as the library returns
+        out [batch, seqlen_q, heads, head_dim_v] ([total_q, heads, head_dim_v] with
+        ``cu_seqlens_q``; rows after ``cu_seqlens_q[-1]`` FA3 leaves unwritten: 0 here); with
+        ``return_softmax_lse`` FA3's four values (hopper/flash_attn_interface.py:
+        ``(out, softmax_lse, *rest)``): out, softmax_lse [batch, heads, seqlen_q] ([heads,
+        total_q] with ``cu_seqlens_q``), out_accum float32 [num_splits, batch, heads, seqlen_q,
+        head_dim_v] ([num_splits, heads, total_q, head_dim_v]) and softmax_lse_accum
+        [num_splits, batch, heads, seqlen_q] ([num_splits, heads, total_q]) (the Split kernel's
+        partial outputs; empty (0,) arrays without splits, as the library returns
         ``torch.tensor([])``; entries the kernel leaves unwritten are 0 / -inf here); with
         ``trace`` a :class:`simulator.trace.Trace` is appended.
     Raises:
         ValueError: what FA3 refuses (a cache too short for the new keys, head counts that do
             not divide, ...), naming the argument; the arguments not emulated.
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd, AppendKV),
-    hopper/seqlen.h (leftpad), hopper/flash_prepare_scheduler.cu, hopper/paged_kv.h,
+    hopper/seqlen.h (leftpad, varlen), hopper/flash_prepare_scheduler.cu, hopper/paged_kv.h,
     hopper/rotary.h.
     """
-    refuse(qv=qv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
-           attention_chunk=attention_chunk, scheduler_metadata=scheduler_metadata)
+    chunk = check_chunk(attention_chunk)
+    if chunk and page_table is not None:
+        raise ValueError("attention_chunk: with page_table not emulated (no paged recording "
+                         "covers it); gather the pages into a contiguous cache first")
     check_parallel(executor, progress, memory_budget, trace)
     (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
-    (kn, _), (vn, _) = to_numpy(k, "k"), to_numpy(v, "v")
-    check_4d(q, kc, vc)
-    b, sq, h, d = q.shape
+    (kn, _), (vn, _), (qv, _) = to_numpy(k, "k"), to_numpy(v, "v"), to_numpy(qv, "qv")
+    rows_q = QueryRows.of(q, cu_seqlens_q, max_seqlen_q)
+    check_4d(rows_q.as_4d(q), kc, vc)
+    b, sq, h, d = rows_q.batch, rows_q.max_len, q.shape[-2], q.shape[-1]
     bc, s_cache, hkv, _ = kc.shape
     table = None if page_table is None else paged.page_table_array(page_table, None)
     if table is not None:  # the pool's [num_pages, page_size]: a cache row is a page-table row
@@ -146,14 +170,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     fmt = check_fmt(q)
     softcap, (return_softmax_lse,), sms, splits_arg = check_options(
         softcap, causal, num_sms, sm_margin, num_splits, return_softmax_lse=return_softmax_lse)
-    if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool):
-        if not 0 <= cache_seqlens <= s_cache:
-            raise ValueError(f"cache_seqlens: expected 0..{s_cache} (the cache length), "
-                             f"got {cache_seqlens}")
-    seqlens = (np.full(b, s_cache, np.int64) if cache_seqlens is None else
-               np.full(b, int(cache_seqlens), np.int64)
-               if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool)
-               else int_array(to_numpy(cache_seqlens, "cache_seqlens")[0], "cache_seqlens", b))
+    seqlens = cache_lengths(cache_seqlens, q, b, s_cache, rows_q.varlen)
     rows = (np.arange(b) if cache_batch_idx is None else
             int_array(to_numpy(cache_batch_idx, "cache_batch_idx")[0], "cache_batch_idx", b))
     left = (np.zeros(b, np.int64) if cache_leftpad is None else
@@ -163,13 +180,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                          f"equal to batch_size_k ({b} vs {bc}), or give cache_batch_idx")
     if np.any((rows < 0) | (rows >= bc)):
         raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
-    s_new = 0 if kn is None else kn.shape[1]
+    new = NewKeys.of(kn, vn, cu_seqlens_k_new, b, hkv, d, dv, q.dtype)
     if kn is not None:
-        if kn.ndim != 4 or kn.shape != (b, s_new, hkv, d) or vn.shape != (b, s_new, hkv, dv) or \
-                kn.dtype != q.dtype or vn.dtype != q.dtype:
-            raise ValueError(f"k, v: expected [batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}] "
-                             f"and [..., head_dim_v={dv}] in {q.dtype}, got {kn.shape} {kn.dtype} / "
-                             f"{vn.shape} {vn.dtype}")
         check_head_dim(d, check_fmt(q))
         check_head_dim_v(d, dv, check_fmt(q))  # FA3's refusal of the pair comes first
         if dv < d:
@@ -184,18 +196,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if sq > s_cache:
             raise ValueError(f"q: with new k, v FA3 requires seqlen_q <= the cache's length "
                              f"({sq} > {s_cache})")
-    if np.any(seqlens < 0) or np.any(seqlens + s_new > s_cache):
-        raise ValueError(f"cache_seqlens: expected 0..{s_cache - s_new} (the cache length minus the "
-                         f"new keys), got {seqlens.tolist()[:8]}")
+    if np.any(seqlens < 0) or np.any(seqlens + new.lengths > s_cache):
+        raise ValueError(f"cache_seqlens: expected 0..{s_cache} minus each batch's new keys "
+                         f"{new.lengths.tolist()[:8]} (the cache length), got {seqlens.tolist()[:8]}")
     if np.any(left < 0) or np.any(left > seqlens):
         raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
     check_head_dim(d, fmt)
     check_head_dim_v(d, dv, fmt)
+    if qv is not None:
+        check_qv(rows_q.qv_4d(qv, dv), rows_q.as_4d(q), dv, fmt)
     if table is not None:
-        paged.check_pages(table, rows, left, seqlens + s_new, page_size, num_pages)
-    varlen = cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k given
+        paged.check_pages(table, rows, left, seqlens + new.lengths, page_size, num_pages)
+    varlen = (cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k
+              or rows_q.varlen)
     is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size, sq,
-                                                         s_cache, softcap)
+                                                         s_cache, softcap, chunk)
     launch = None if table is None else paged.paged_launch(
         fmt, d, dv, causal, window_size, sq, s_cache, softcap, h, hkv, page_size,
         leftpad=cache_leftpad is not None, append=kn is not None)
@@ -206,48 +221,52 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq, seqlen_k=s_cache,
         head_dim=d, head_dim_v=dv, causal=is_causal,
         local=is_local, softcap=softcap > 0, varlen=varlen,
-        num_sms=need_sms(sms, num_sms, sm_margin), window=tuple(window_size), paged=launch)
+        num_sms=need_sms(sms, num_sms, sm_margin),
+        window=kernel_window(causal, window_size, sq, s_cache, chunk), paged=launch)
     check_pack_gqa(pack_gqa, static > 1, varlen, h, hkv)
     descales = check_descales({n: to_numpy(x, n)[0] for n, x in (
         ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
-    scale = check_scale(softmax_scale, d, softcap)
-    wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)  # checked before the cache is written
+    scale = check_scale(softmax_scale, d, softcap, 0 if qv is None else dv)
+    wanted = trace_ctas(trace, static, h, rows_q.lengths, tile_m)  # checked before the append
     if wanted is not None and launch is not None and launch.pack_gqa_forced and h > hkv:
         raise ValueError("trace: not recorded for this paged launch: without TMA page loads "
                          "(new keys, cache_leftpad, or page_size not a multiple of kBlockN "
                          f"{launch.kblock_n}) FA3 packs the query heads of a kv head (PackGQA), "
                          "and PackGQA launches are not traced")
+    qs = [rows_q.batch_rows(q, bi) for bi in range(b)]   # [1, len_q[bi], heads, head_dim]
+    qvs = [None if qv is None else rows_q.batch_rows(qv, bi) for bi in range(b)]
+    kns = [new.batch_rows(kn, bi) for bi in range(b)]   # [1, len_new[bi], heads_kv, head_dim]
+    vns = [new.batch_rows(vn, bi) for bi in range(b)]
     rot = rotary.check_rotary(rotary_cos, rotary_sin, rotary_seqlens, q_dtype=q.dtype,
                               head_dim=d, batch=b, appends=kn is not None,
                               paged=table is not None, seqlen_k=s_cache)
-    if rot is not None:  # the new keys rotated before AppendKV, the queries before attention
-        cos, sin, base = rot
-        base = seqlens if base is None else base
-        kpos = base[:, None] + np.arange(s_new)
-        qpos = base[:, None] + (np.arange(sq) if (is_causal or is_local) else np.zeros(sq, int))
-        rotary.positions_past(cos.shape[0], kpos, "k")
-        rotary.positions_past(cos.shape[0], qpos, "q")
-        kn = rotary.rotate(kn, cos, sin, kpos, bool(rotary_interleaved))
-        q = rotary.rotate(q, cos, sin, qpos, bool(rotary_interleaved))
+    # no new key at all (an empty k, v: a null pointer to FA3) runs the kernel without AppendKV,
+    # and so without rotary: the queries stay as they are (measured on the H200)
+    if rot is not None and new.lengths.sum() > 0:  # new keys rotated, then the queries
+        qs, kns = rotated(rot, seqlens, qs, kns, is_causal or is_local, bool(rotary_interleaved))
     if kn is not None:  # both caches checked before either is written
         for name, orig, c in (("k_cache", k_cache, kc), ("v_cache", v_cache, vc)):
             check_writable(orig, name)
             check_writable(c, name)
-    # varlen (seqused_k / leftpad_k): the prepare kernel's per-batch counts; else the static one
+    # varlen (seqused_k / leftpad_k / cu_seqlens_q): the prepare kernel's per-batch counts (or
+    # scheduler_metadata's, which holds them); else the static one
     splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
-        np.full(b, sq), seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
+        rows_q.lengths, seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
         heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
-        seqlens_k_new=np.full(b, s_new))
+        seqlens_k_new=new.lengths)
+    splits = metadata_splits(scheduler_metadata, splits, b, static, varlen, is_causal, is_local)
 
     def call(bi: int):
         """Batch ``bi``'s keys, values and forward arguments (the keys after the append)."""
-        keys = slice(int(left[bi]), int(seqlens[bi]) + s_new)
+        keys = slice(int(left[bi]), int(seqlens[bi] + new.lengths[bi]))
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
-                  max_seqlen_q=sq, max_seqlen_k=s_cache,
+                  max_seqlen_q=sq, max_seqlen_k=s_cache, qv=qvs[bi], attention_chunk=chunk,
                   **{n: descale_rows(x, bi) for n, x in descales.items()},
                   **parallel(executor, progress, memory_budget))
         if splits is not None and splits[bi] != 1:
             kw["num_splits"] = int(splits[bi])
+        if rows_q.varlen and h > hkv and pack_gqa is None:
+            kw["pack_gqa"] = True  # get_pack_gqa: should_pack_gqa(varlen_q) is always true
         if launch is None:
             return kc[None, rows[bi], keys], vc[None, rows[bi], keys], kw
         kw.update(paged_kwargs(launch, pack_gqa, h > hkv))
@@ -258,32 +277,50 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if kn is not None:  # the memory budget refuses before the cache is written, not after
         for bi in range(b):
             kb, vb, kw = call(bi)
-            if kb.shape[1]:
-                check_memory(q[bi: bi + 1], kb, vb, **kw)
+            if kb.shape[1] and qs[bi].shape[1]:
+                check_memory(qs[bi], kb, vb, **kw)
     if kn is not None:  # AppendKV: the new keys land in the cache, in place
-        slots = (rows[:, None], seqlens[:, None] + np.arange(s_new))  # [batch, seqlen_new]
+        # the attention CTAs write them (hopper/flash_fwd_kernel_sm90.h, store_kv_new): a
+        # varlen sequence without query rows has no CTA and appends nothing (measured: H200)
+        count = np.where(rows_q.lengths > 0, new.lengths, 0)
+        bsel = np.repeat(np.arange(b), count)                              # [appended keys]
+        pos = seqlens[bsel] + (np.arange(bsel.shape[0]) - np.repeat(np.cumsum(count) - count, count))
+        slots = (rows[bsel], pos)
         if table is not None:
-            slots = paged.slots(table, rows, slots[1], page_size)
-        append_kv((kc, vc), (k_cache, v_cache), slots, (kn, vn))
+            page, row = paged.slots(table, rows[bsel], pos[:, None], page_size)
+            slots = (page[:, 0], row[:, 0])
+        written = [bi for bi in range(b) if count[bi]]
+        empty = (np.zeros((0, hkv, d), q.dtype), np.zeros((0, hkv, dv), q.dtype))
+        append_kv((kc, vc), (k_cache, v_cache), slots,
+                  (np.concatenate([kns[bi][0] for bi in written] or [empty[0]]),
+                   np.concatenate([vns[bi][0] for bi in written] or [empty[1]])))
     record = None if wanted is None else Trace()
-    out = np.zeros((b, sq, h, dv), dtype=output_dtype(q.dtype))
-    # total_k + total_k_new == 0 (an empty cache): FA3 skips the kernel, LSE = +inf (mha_fwd)
-    lse = np.full((b, h, sq), np.inf if s_cache == 0 else -np.inf, dtype=np.float32)
-    # FA3's out_accum / softmax_lse_accum: [num_splits, batch, heads, seqlen_q, (dv)] float32
-    # with splits, else empty; entries the Split kernel leaves unwritten are 0 / -inf here
-    out_acc = np.zeros((static, b, h, sq, dv) if static > 1 else (0,), np.float32)
-    lse_acc = np.full((static, b, h, sq) if static > 1 else (0,), -np.inf, np.float32)
+    out, lse, out_acc, lse_acc = rows_q.outputs(h, dv, output_dtype(q.dtype), static, s_cache == 0)
     for bi in range(b):
         kb, vb, kw = call(bi)
-        if kb.shape[1] == 0:
+        if kb.shape[1] == 0 or qs[bi].shape[1] == 0:
             continue
         kw.pop("num_splits", None)
         parts = []
-        o, l_ = traced_forward(q[bi: bi + 1], kb, vb, kw, None if splits is None else int(splits[bi]),
+        o, l_ = traced_forward(qs[bi], kb, vb, kw, None if splits is None else int(splits[bi]),
                                bi, wanted, record, parts)
-        out[bi], lse[bi] = o[0], l_[0]
-        for po, pl in parts:  # [splits, 1, sq, h, dv] and [splits, 1, h, sq]
-            out_acc[: po.shape[0], bi] = po[:, 0].transpose(0, 2, 1, 3)
-            lse_acc[: pl.shape[0], bi] = pl[:, 0]
+        rows_q.store(bi, o[0], l_[0], parts, out, lse, out_acc, lse_acc)
     full = (out, lse, out_acc, lse_acc) if return_softmax_lse else (out,)
     return with_trace(returned(full, tq), record, return_softmax_lse)
+
+
+def rotated(rot, seqlens, qs: list, kns: list, per_row: bool, interleaved: bool):
+    """Queries and new keys of every batch rotated at FA3's positions (hopper/rotary.h): keys
+    at ``base + i``; queries at ``base + i`` under a causal or local kernel (``per_row``),
+    else all at ``base``; ``base`` is rotary_seqlens, else cache_seqlens."""
+    cos, sin, base = rot
+    base = seqlens if base is None else base
+    qs_out, kns_out = [], []
+    for bi, (qb, kb) in enumerate(zip(qs, kns, strict=True)):
+        kpos = base[bi] + np.arange(kb.shape[1])[None]
+        qpos = base[bi] + (np.arange(qb.shape[1]) if per_row else np.zeros(qb.shape[1], int))[None]
+        rotary.positions_past(cos.shape[0], kpos, "k")
+        rotary.positions_past(cos.shape[0], qpos, "q")
+        kns_out.append(rotary.rotate(kb, cos, sin, kpos, interleaved))
+        qs_out.append(rotary.rotate(qb, cos, sin, qpos, interleaved))
+    return qs_out, kns_out

@@ -14,7 +14,7 @@ import numpy as np
 from .. import flash
 from ..flash.dispatch import fa3_dispatch
 from ..flash.forward import DTYPES
-from ..flash.masks import fa3_window, kernel_flags, normalize_window
+from ..flash.masks import chunk_window, fa3_window, kernel_flags, normalize_window
 from .combine import combine
 from .splits import get_num_splits
 
@@ -44,15 +44,25 @@ def static_splits(num_splits: int, *, fmt, batch, heads, heads_kv, seqlen_q, seq
         paged_kv_non_tma=paged is not None and not paged.tma))
 
 
-def launch_flags(fmt, head_dim, head_dim_v, causal, window, max_q, max_k, softcap):
-    """(Is_causal, Is_local, (kBlockM, kBlockN)) of the launch, as mha_fwd decides them.
+def kernel_window(causal, window, max_q, max_k, chunk: int = 0) -> tuple[int, int]:
+    """The window the split heuristic reads: the caller's, or with ``attention_chunk`` > 0 the
+    capped one mha_fwd hands the kernel (:func:`simulator.flash.masks.chunk_window`)."""
+    if chunk:
+        return chunk_window(bool(causal), window, max_q, max_k, chunk)
+    return tuple(window)
+
+
+def launch_flags(fmt, head_dim, head_dim_v, causal, window, max_q, max_k, softcap, chunk=0):
+    """(Is_causal, Is_local, (kBlockM, kBlockN)) of the launch, as mha_fwd decides them
+    (``chunk``: attention_chunk; > 0 makes the launch local).
 
     The tile is the kernel's, also for the per-batch split counts of a varlen launch. The
     source's ``prepare_varlen_num_blocks`` call names ``tile_size_fwd_sm90(d_rounded,
     dv_rounded)``, which differs for Q/K <= 64 with V in (64, 256) (kernel kHeadDimV 256), but
     the library on the H200 agrees with the kernel's tile there (head dims 48 / 96: 0 differing
     bits with it, thousands without; fa3_api_report.json)."""
-    win = fa3_window(normalize_window(bool(causal), window), max_q, max_k)
+    win = (chunk_window(bool(causal), window, max_q, max_k, chunk) if chunk else
+           fa3_window(normalize_window(bool(causal), window), max_q, max_k))
     is_causal, is_local = kernel_flags(win)
     disp = fa3_dispatch(fmt, head_dim, max_q, causal=is_causal, local=is_local, softcap=softcap,
                         head_dim_v=head_dim_v)

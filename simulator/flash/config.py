@@ -17,7 +17,7 @@ from ..numerics import FORMATS
 from ..trace import Trace
 from .constants import host_constants
 from .dispatch import Dispatch, check_head_dim, check_head_dim_v, fa3_dispatch, should_pack_gqa
-from .masks import fa3_window, kernel_flags, normalize_window
+from .masks import chunk_window, fa3_window, kernel_flags, normalize_window
 
 #: the input dtypes FA3's forward takes, and their format names
 DTYPES = {FORMATS[name].dtype: name for name in ("bf16", "f16", "e4m3")}
@@ -72,6 +72,10 @@ class Config:
     #: V's head dim and the compiled kHeadDimV (0: the same as head_dim / kernel_head_dim)
     head_dim_v: int = 0
     kernel_head_dim_v: int = 0
+    #: FA3's HasQv (MLA decode): S gains the GEMM of qv [.., head_dim_v] with V
+    has_qv: bool = False
+    #: FA3's attention_chunk (0: none): keys cut into chunks of this many, a row sees its own
+    chunk: int = 0
 
     def __post_init__(self):
         if not self.head_dim_v:
@@ -133,10 +137,12 @@ def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
 def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
                 seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
                 q_descale=None, k_descale=None, v_descale=None, arch="sm90",
-                max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None) -> Config:
+                max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
+                qv=None, attention_chunk=0) -> Config:
     """Validate every argument of :func:`forward` and resolve FA3's dispatch; raises ValueError
     naming the argument. ``kblock_m``, ``kblock_n``, ``schedule`` None: FA3's choice
-    (:func:`simulator.flash.dispatch.fa3_dispatch`)."""
+    (:func:`simulator.flash.dispatch.fa3_dispatch`). With ``qv`` and no ``softmax_scale`` the
+    scale is ``(head_dim + head_dim_v) ** -0.5``, as hopper/flash_attn_interface.py's default."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
             raise ValueError(f"{name}: expected a plain numpy array, got {type(x).__name__} "
@@ -168,7 +174,9 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         raise ValueError(f"causal: expected True or False, got {causal!r}")
     max_q = _launch_max("max_seqlen_q", max_seqlen_q, sq)
     max_k = _launch_max("max_seqlen_k", max_seqlen_k, sk)
-    win = fa3_window(normalize_window(bool(causal), window), max_q, max_k)
+    chunk = check_chunk(attention_chunk)
+    win = (fa3_window(normalize_window(bool(causal), window), max_q, max_k) if not chunk
+           else chunk_window(bool(causal), window, max_q, max_k, chunk))
     is_causal, is_local = kernel_flags(win)
     disp = fa3_dispatch(fmt, d, max_q, causal=is_causal, local=is_local, softcap=_softcap_on(softcap),
                         head_dim_v=v.shape[3])
@@ -197,6 +205,9 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         if np.any(seqlens < 0) or np.any(seqlens > sk):
             raise ValueError(f"seqlens_k: values must be in 0..{sk} (k.shape[1]), got {seqlens.tolist()}")
         seqlens = seqlens.astype(np.int64)
+    has_qv = check_qv(qv, q, v.shape[3], fmt)
+    if has_qv and softmax_scale is None:
+        softmax_scale = (d + v.shape[3]) ** (-0.5)
     consts = host_constants(d, softmax_scale, softcap)
     return Config(fmt, b, sq, sk, h, hkv, d, disp.kernel_head_dim, win, float(softcap),
                   int(kblock_m), int(kblock_n), schedule, arch, consts, seqlens,
@@ -205,7 +216,49 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
                   _descale("v_descale", v_descale, fmt, b, hkv), disp,
                   _splits(num_splits, b), max_q, max_k,
                   _pack_gqa(pack_gqa, num_splits, h, hkv, max_q, kblock_m),
-                  disp.head_dim_v, disp.kernel_head_dim_v)
+                  disp.head_dim_v, disp.kernel_head_dim_v, has_qv, chunk)
+
+
+def check_chunk(attention_chunk) -> int:
+    """FA3's ``attention_chunk``: an int >= 0 (0 = off)."""
+    if isinstance(attention_chunk, bool) or not isinstance(attention_chunk, (int, np.integer)) \
+            or not 0 <= attention_chunk < 2**31:
+        raise ValueError(f"attention_chunk: expected an int >= 0 (0 = off), got {attention_chunk!r}")
+    return int(attention_chunk)
+
+
+def check_qv(qv, q, head_dim_v: int, fmt: str) -> bool:
+    """Whether ``qv`` is given, after FA3's checks of it (hopper/flash_api.cpp, mha_fwd: head
+    dim <= 64, head_dim_v >= 256, bf16 / fp16 only, q's dtype, shape [batch, seqlen_q, heads,
+    head_dim_v]); the kernel then has HasQv (hopper/flash_fwd_launch_template.h: kernel head
+    dim 64, kHeadDimV >= 256, not FP8).
+
+    Raises:
+        ValueError: naming ``qv``, with FA3's rule.
+    """
+    if qv is None:
+        return False
+    if isinstance(qv, np.ndarray) and type(qv) is not np.ndarray:
+        raise ValueError(f"qv: expected a plain numpy array, got {type(qv).__name__} "
+                         "(a mask or subclass meaning would be lost)")
+    if not isinstance(qv, np.ndarray):
+        raise ValueError(f"qv: expected a numpy array [batch, seqlen_q, heads, head_dim_v], got "
+                         f"{type(qv).__name__}")
+    if q.shape[3] > 64:
+        raise ValueError(f"qv: FA3 takes qv only for head_dim <= 64 ('q_v is only supported for "
+                         f"head_size <= 64'), got head_dim {q.shape[3]}")
+    if head_dim_v < 256:
+        raise ValueError(f"qv: FA3 takes qv only for head_dim_v >= 256 ('q_v is only supported "
+                         f"for hdim_v >= 256'), got head_dim_v {head_dim_v}")
+    if fmt not in ("bf16", "f16"):
+        raise ValueError(f"qv: FA3 takes qv only for fp16 and bf16 inputs, got {fmt}")
+    if qv.dtype != q.dtype:
+        raise ValueError(f"qv: expected q's dtype {q.dtype}, got {qv.dtype}")
+    want = q.shape[:3] + (head_dim_v,)
+    if qv.shape != want:
+        raise ValueError(f"qv: expected shape [batch, seqlen_q, heads, head_dim_v] = "
+                         f"{list(want)}, got {list(qv.shape)}")
+    return True
 
 
 def _pack_gqa(pack_gqa, num_splits, heads: int, heads_kv: int, seqlen_q: int, kblock_m: int) -> bool:

@@ -19,6 +19,7 @@ from ..numerics import convert, fmul, format_of
 from ..numerics.mufu import tanh
 from ..trace import Trace
 from . import chunks
+from . import exact as _exact
 from .config import DTYPES as DTYPES  # re-exported: the input dtypes FA3 takes
 from .config import Config, ForwardResult, make_config
 from .constants import MAX_OFFSET
@@ -33,7 +34,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
             q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
             max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
-            executor=None, memory_budget=None, progress=None) -> ForwardResult:
+            executor=None, memory_budget=None, progress=None, qv=None,
+            attention_chunk=0, exact=None) -> ForwardResult:
     """FlashAttention-3 forward, emulated bit for bit on Hopper warpgroups.
 
     With no tile arguments it runs what FA3 dispatches for the inputs
@@ -49,7 +51,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             with zero columns; heads_kv divides heads (GQA). head_dim_v is head_dim, or a pair
             FA3 compiles a kernel for (Q/K in (128, 192] with V in (96, 128], or Q/K <= 64
             with V <= 512; :func:`simulator.flash.dispatch.check_head_dim_v`).
-        softmax_scale: default 1/sqrt(head_dim) (the input's head dim).
+        softmax_scale: default 1/sqrt(head_dim) (the input's head dim); with ``qv``
+            1/sqrt(head_dim + head_dim_v), as hopper/flash_attn_interface.py.
         causal: bottom-right aligned causal mask (window right = 0); with seqlen_q == 1 it is
             the same as non-causal, and FA3 dispatches it so.
         window: (left, right) local window, -1 = unbounded (sides wider than the sequence
@@ -82,6 +85,20 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             with W workers each chunk gets a W-th of the budget.
         progress: None (silent), True (a bar with an ETA on stderr, tqdm where installed) or
             a callable ``progress(done, total)`` in K/V block visits, after every chunk.
+        qv: None, or [batch, seqlen_q, heads, head_dim_v] in q's dtype (bf16 / f16; FA3's
+            MLA decode: head_dim <= 64, head_dim_v >= 256): the scores become
+            ``q K^T + qv V^T``, the second GEMM accumulating into the first's registers
+            (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, HasQv: ``tiled_mma_qv`` with
+            zero_init false after ``tiled_mma_qk``).
+        attention_chunk: 0 (off) or FA3's chunk length C: a row sees only the keys of its
+            chunk (C-aligned keys around key ``row + seqlen_k - seqlen_q``), within a window
+            capped at C - 1 on both sides; the kernel is then the local one
+            (hopper/flash_api.cpp, hopper/mask.h, hopper/block.h;
+            :func:`simulator.flash.masks.chunk_window`).
+        exact: None (the H200's arithmetic), or a :class:`simulator.flash.exact.Exactness`:
+            the approximations it switches on run exact in float64 (:mod:`simulator.budget`
+            attributes the error to each); with ``o_rounding`` ``out`` and ``lse`` are float64.
+            Not with ``num_splits``.
     Returns:
         :class:`ForwardResult`: ``out`` [batch, seqlen_q, heads, head_dim_v] in the input dtype
         (bf16 for e4m3 inputs), ``lse`` [batch, heads, seqlen_q] float32, natural log, -inf
@@ -95,6 +112,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         MemoryError: up front, with the estimate, when not even one CTA fits ``memory_budget``.
     """
     executor = chunks.check_executor(executor)
+    exact = _exact.check(exact)
     budget = chunks.check_budget(memory_budget)
     chunks.check_progress(progress)
     if executor is not None and trace is not None:
@@ -106,22 +124,27 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                       softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
                       schedule=schedule, q_descale=q_descale, k_descale=k_descale,
                       v_descale=v_descale, arch=arch, max_seqlen_q=max_seqlen_q,
-                      max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa)
+                      max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa, qv=qv,
+                      attention_chunk=attention_chunk)
     if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
         raise ValueError("trace: not recorded for split or PackGQA launches; trace with "
                          "num_splits=None and pack_gqa=False")
     if trace is not None and cfg.kernel_head_dim_v > 256:
         raise ValueError(f"trace: not recorded for a V head dim over 256 (kernel "
                          f"{cfg.kernel_head_dim_v}: O spans two m64n256 accumulators)")
+    if exact is not None and cfg.splits is not None:
+        raise ValueError("exact: not with num_splits (the Split kernel's partials are float32)")
     wanted = None if trace is None else validate_trace(trace, cfg)
     record = Trace() if wanted is not None else None
     lead = () if cfg.splits is None else (int(cfg.splits.max()),)
+    wide = exact is not None and exact.o_rounding  # float64 outputs
     out = np.zeros(lead + (cfg.batch, cfg.seqlen_q, cfg.heads, cfg.head_dim_v),
-                   dtype=cfg.out_dtype if cfg.splits is None else np.float32)
-    lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF, dtype=np.float32)
+                   dtype=np.float64 if wide else cfg.out_dtype if cfg.splits is None else np.float32)
+    lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF,
+                  dtype=np.float64 if wide else np.float32)
     parts = 1 if executor is None else chunks.workers(executor)
     size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
-    qp, kp, vp = _padded_inputs(cfg, q, k, v)
+    qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
     work = [(key, part) for key, ctas in _cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
@@ -129,10 +152,12 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     try:
         if executor is None:
             for ((n_range, masked), part), n in zip(work, visits, strict=True):
-                _run_group(cfg, n_range, masked, part, qp, kp, vp, out, lse, wanted, record)
+                _run_group(cfg, n_range, masked, part, (qp, kp, vp, qvp), out, lse, wanted, record,
+                           exact)
                 bar.update(n)
         else:
-            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, qp, kp, vp): i
+            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, (qp, kp, vp, qvp),
+                                       exact): i
                        for i, ((n_range, masked), part) in enumerate(work)}
             for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
                 i = futures[future]
@@ -140,7 +165,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                 if result is not None:
                     part = work[i][1]
                     rows, heads, _ = _tile_rows(cfg, part)
-                    _store(cfg, part, rows, heads, *result, out, lse)
+                    _store(cfg, part, rows, heads, *result, out, lse, exact)
                 bar.update(visits[i])
     finally:
         bar.close()
@@ -155,8 +180,9 @@ def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
     m_rows = (-(-cfg.seqlen_q // cfg.kblock_m) + 1) * cfg.kblock_m
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
     out_item = np.dtype(cfg.out_dtype if cfg.splits is None else np.float32).itemsize
+    q_width = cfg.kernel_head_dim + (cfg.kernel_head_dim_v if cfg.has_qv else 0)
     inputs = np.dtype(dtype).itemsize * cfg.batch * (
-        m_rows * cfg.heads * cfg.kernel_head_dim
+        m_rows * cfg.heads * q_width
         + n_pad * cfg.heads_kv * (cfg.kernel_head_dim + cfg.kernel_head_dim_v))
     outputs = lead * cfg.batch * cfg.heads * cfg.seqlen_q * (cfg.head_dim_v * out_item + 4)
     return inputs + outputs, chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v)
@@ -176,10 +202,10 @@ def check_memory(q, k, v, *, memory_budget=None, **kwargs) -> None:
                       "this forward", 1 if executor is None else chunks.workers(executor))
 
 
-def _chunk_task(cfg: Config, n_range, masked, ctas, qp, kp, vp):
+def _chunk_task(cfg: Config, n_range, masked, ctas, padded, exact=None):
     """One executor task: the CTAs ``ctas`` of a group, returning their O accumulator and
     LSE rows (None when the range is empty) for the caller's :func:`_store`."""
-    return _run_group(cfg, n_range, masked, ctas, qp, kp, vp, None, None, None, None)
+    return _run_group(cfg, n_range, masked, ctas, padded, None, None, None, None, exact)
 
 
 def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
@@ -206,10 +232,10 @@ def validate_trace(trace, cfg: Config) -> set[tuple[int, int, int]]:
 
 
 # ---- setup ------------------------------------------------------------------------------------
-def _padded_inputs(cfg: Config, q, k, v):
-    """Zero-filled copies padded to whole blocks and to the kernel head dim; keys at or after
-    seqlens_k[b] zeroed (as a bulk copy bounded by the sequence length and head dim leaves
-    them)."""
+def _padded_inputs(cfg: Config, q, k, v, qv=None):
+    """Zero-filled copies padded to whole blocks and to the kernel head dim (qv: to the
+    kernel's V head dim; None without qv); keys at or after seqlens_k[b] zeroed (as a bulk copy
+    bounded by the sequence length and head dim leaves them)."""
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m) + 1  # + 1: PackGQA tiles reach a little beyond
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
     kd = cfg.kernel_head_dim
@@ -219,7 +245,8 @@ def _padded_inputs(cfg: Config, q, k, v):
     absent = np.arange(n_pad)[None, :] >= cfg.seqlens_k[:, None]  # [batch, keys]
     kp[absent] = 0
     vp[absent] = 0
-    return qp, kp, vp
+    qvp = None if qv is None else pad_rows(qv, m_blocks * cfg.kblock_m, cfg.kernel_head_dim_v)
+    return qp, kp, vp, qvp
 
 
 def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
@@ -232,10 +259,11 @@ def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
     for b in range(cfg.batch):  # per batch and m_block (a handful): the ranges
         sk = int(cfg.seqlens_k[b])
         for mb in range(m_blocks):
-            full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g)
+            full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g,
+                               cfg.chunk)
             for split, rng in enumerate(_split_ranges(full, cfg, b)):
                 masked = masking_steps(mb, cfg.seqlen_q, sk, cfg.max_seqlen_k, cfg.kblock_m,
-                                       cfg.kblock_n, cfg.window, rng, g)
+                                       cfg.kblock_n, cfg.window, rng, g, cfg.chunk)
                 groups.setdefault((rng, masked), []).extend((b, h, mb, split)
                                                             for h in range(heads))
     return {key: np.array(ctas, dtype=np.int64).reshape(-1, 4) for key, ctas in groups.items()}
@@ -253,7 +281,9 @@ def _split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int,
 
 
 # ---- one group of CTAs ---------------------------------------------------------------------------
-def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted, record):
+def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, record,
+               exact=None):
+    qp, kp, vp, qvp = padded
     n_min, n_max = n_range
     b = ctas[:, 0]
     W, N, d, dv = cfg.kblock_m // 64, cfg.kblock_n, cfg.kernel_head_dim, cfg.kernel_head_dim_v
@@ -261,9 +291,11 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
     if n_max <= n_min:  # nothing to attend: O = 0, LSE = -inf (already in place)
         return
     qt = qp[b[:, None], rows, heads].reshape(len(ctas), W, 64, d)                  # [G, W, 64, d]
-    scale_log2, softcap_val, final_scale = _cta_scales(cfg, b, hkv)
+    qvt = None if qvp is None else qvp[b[:, None], rows, heads].reshape(len(ctas), W, 64, dv)
+    scale_log2, softcap_val, final_scale = (_exact.cta_scales(cfg, b, hkv) if exact is not None
+                                            and exact.ffma else _cta_scales(cfg, b, hkv))
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
-                   MAX_OFFSET[cfg.fmt], cfg.arch)
+                   MAX_OFFSET[cfg.fmt], cfg.arch, exact)
     view = rowcol_view(f"m64n{N}k16")
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
@@ -280,13 +312,18 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
         kt = kp[b[:, None], keys[None, :], hkv[:, None]]                            # [G, N, d]
         vt = vp[b[:, None], keys[None, :], hkv[:, None]]
         s = _gemm_wg(qt, np.swapaxes(kt, -1, -2), np.full((len(ctas), W, 64, N), -0.0,
-                     dtype=np.float32), qk)
+                     dtype=np.float32), qk, exact)
         tracer.frag("qk_gemm", n, acc_s=s)
+        if qvt is not None:  # HasQv: the same accumulator, V's columns as the reduction axis
+            s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, exact)
+            tracer.frag("qv_gemm", n, acc_s=s)
         if cfg.softcap > 0:
-            s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch)
+            s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch) \
+                if exact is None else _exact.softcap(s, softcap_val[:, None, None, None],
+                                                     cfg.arch, exact)
             tracer.frag("softcap", n, acc_s=s)
         ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
-                     cfg.seqlens_k[b][:, None, None, None], cfg.window)
+                     cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
         s = np.where(ok, s, _NEG_INF)
         tracer.frag("mask", n, acc_s=s)
         scores = s[..., view.row[:, :, None], view.col[:, None, :]]                # [G,W,128,2,N/4]
@@ -295,38 +332,38 @@ def _run_group(cfg: Config, n_range, masked, ctas, qp, kp, vp, out, lse, wanted,
         tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
                     scores_scale=scores_scale)
         p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
-        p_mat = np.empty_like(s)
+        p_mat = np.empty(s.shape, dtype=p.dtype)
         p_mat[..., view.row[:, :, None], view.col[:, None, :]] = p
         tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
-        p_cvt = convert(p_mat, cfg.fmt)
+        p_cvt = convert(p_mat, cfg.fmt) if exact is None else _exact.p_operand(p_mat, cfg.fmt, exact)
         scale_rows = view.row_values(scores_scale)
         if cfg.schedule == "plain":
-            acc_o = _rescale(tracer, n, acc_o, scale_rows)
-            acc_o = _pv(tracer, n, acc_o, p_cvt, vt, pv)
+            acc_o = _rescale(tracer, n, acc_o, scale_rows, exact)
+            acc_o = _pv(tracer, n, acc_o, p_cvt, vt, pv, exact)
         elif first:
             pending = (p_cvt, vt)
         elif cfg.rescale_before_gemm:
-            acc_o = _rescale(tracer, n, acc_o, prev_scale)
-            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv)
+            acc_o = _rescale(tracer, n, acc_o, prev_scale, exact)
+            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv, exact)
             pending = (p_cvt, vt)
         else:
-            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv)
-            acc_o = _rescale(tracer, n, acc_o, scale_rows)
+            acc_o = _pv(tracer, n + 1, acc_o, *pending, pv, exact)
+            acc_o = _rescale(tracer, n, acc_o, scale_rows, exact)
             pending = (p_cvt, vt)
         prev_scale = scale_rows
     if cfg.schedule == "intra_wg_overlap":
         if cfg.rescale_before_gemm and n_max - n_min > 1:
-            acc_o = _rescale(tracer, n_min, acc_o, prev_scale)
-        acc_o = _pv(tracer, n_min, acc_o, *pending, pv)
+            acc_o = _rescale(tracer, n_min, acc_o, prev_scale, exact)
+        acc_o = _pv(tracer, n_min, acc_o, *pending, pv, exact)
     final = soft.finalize(final_scale[:, None, None, None])
     tracer.rows("finalize", None, row_sum=soft.row_sum, scores_scale=final, lse=soft.lse,
                 row_max=soft.row_max)
-    acc_o = rescale_o(acc_o, view.row_values(final))
+    acc_o = rescale_o(acc_o, view.row_values(final), exact)
     tracer.frag("epilogue", None, acc_o=acc_o)
     lse_rows = view.row_values(soft.lse)
     if out is None:  # an executor task: the caller stores
         return acc_o, lse_rows
-    _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse)
+    _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse, exact)
 
 
 def _cta_scales(cfg: Config, b, hkv):
@@ -343,28 +380,30 @@ def _cta_scales(cfg: Config, b, hkv):
     return scale_log2, softcap_val, cfg.v_descale[b, hkv].astype(np.float32)
 
 
-def _rescale(tracer, n, acc_o, scale_rows):
-    acc_o = rescale_o(acc_o, scale_rows)
+def _rescale(tracer, n, acc_o, scale_rows, exact=None):
+    acc_o = rescale_o(acc_o, scale_rows, exact)
     tracer.frag("rescale_o", n, acc_o=acc_o)
     return acc_o
 
 
-def _gemm_wg(a, b, c, instruction):
+def _gemm_wg(a, b, c, instruction, exact=None):
     """Every warpgroup's GEMM of a CTA: a [G, W, 64, K] (each warpgroup's rows), b [G, K, N]
     (shared by the CTA's warpgroups), c [G, W, 64, N]. The W warpgroups are stacked along M
     (rows of different warpgroups never meet in a GEMM), so B is not repeated per warpgroup."""
     g, w, m, _ = a.shape
-    d = mma.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1), instruction=instruction)
+    d = mma.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1), instruction=instruction) \
+        if exact is None else _exact.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1),
+                                          instruction, exact)
     return d.reshape(c.shape)
 
 
-def _pv(tracer, n, acc_o, p_cvt, vt, instruction):
+def _pv(tracer, n, acc_o, p_cvt, vt, instruction, exact=None):
     width = acc_o.shape[-1]
     if width <= 256:
-        acc_o = _gemm_wg(p_cvt, vt, acc_o, instruction)
+        acc_o = _gemm_wg(p_cvt, vt, acc_o, instruction, exact)
     else:
         acc_o = np.concatenate([_gemm_wg(p_cvt, vt[..., c: c + 256], acc_o[..., c: c + 256],
-                                         instruction) for c in range(0, width, 256)], axis=-1)
+                                         instruction, exact) for c in range(0, width, 256)], axis=-1)
     tracer.frag("pv_gemm", n, acc_o=acc_o)
     return acc_o
 
@@ -381,7 +420,7 @@ def _tile_rows(cfg: Config, ctas):
     return r, np.broadcast_to(ctas[:, 1:2], r.shape), ctas[:, 1] // g
 
 
-def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse):
+def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse, exact=None):
     """Epilogue: convert O to the output dtype and write the rows < seqlen_q of every CTA."""
     b = ctas[:, 0]
     valid = rows < cfg.seqlen_q                                                     # [G, kBlockM]
@@ -389,7 +428,8 @@ def _store(cfg: Config, ctas, rows, heads, acc_o, lse_rows, out, lse):
     o = acc_o.reshape(len(ctas), cfg.kblock_m, cfg.kernel_head_dim_v)[..., : cfg.head_dim_v]
     lse_rows = lse_rows.reshape(len(ctas), cfg.kblock_m)
     if cfg.splits is None:
-        o = convert(o, format_of(cfg.out_dtype).name)
+        o = convert(o, format_of(cfg.out_dtype).name) if exact is None else \
+            _exact.output(o, format_of(cfg.out_dtype).name, exact)
         out[b[gi], rows[gi, ri], heads[gi, ri]] = o[gi, ri]
         lse[b[gi], heads[gi, ri], rows[gi, ri]] = lse_rows[gi, ri]
     else:  # the Split epilogue stores float32 partials, one slice per split

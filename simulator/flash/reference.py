@@ -16,8 +16,10 @@ _CHUNK_ELEMENTS = 1 << 24
 
 def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
               seqlens_k=None, q_descale=None, k_descale=None, v_descale=None,
-              kblock_m=None, kblock_n=None, schedule=None, arch="sm90"):
-    """Attention in float64 on the exact input values.
+              kblock_m=None, kblock_n=None, schedule=None, arch="sm90", qv=None,
+              attention_chunk=0):
+    """Attention in float64 on the exact input values (with ``qv``: scores
+    ``q K^T + qv V^T``, FA3's MLA form).
 
     Args: as :func:`simulator.flash.forward`; ``kblock_m``, ``kblock_n``, ``schedule`` and
         ``arch`` are validated the same way but do not change the exact result.
@@ -33,7 +35,8 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
     cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                       softcap=softcap, seqlens_k=seqlens_k, q_descale=q_descale,
                       k_descale=k_descale, v_descale=v_descale, kblock_m=kblock_m,
-                      kblock_n=kblock_n, schedule=schedule, arch=arch)
+                      kblock_n=kblock_n, schedule=schedule, arch=arch, qv=qv,
+                      attention_chunk=attention_chunk)
     group = cfg.heads // cfg.heads_kv
     kvh = np.arange(cfg.heads) // group
     present = np.arange(cfg.seqlen_k)[None, :] < cfg.seqlens_k[:, None]       # [B, Sk]
@@ -49,19 +52,23 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
     rows_per_chunk = max(1, _CHUNK_ELEMENTS // (cfg.batch * cfg.heads * cfg.seqlen_k))
     for r0 in range(0, cfg.seqlen_q, rows_per_chunk):  # a few chunks: bounds memory only
         r1 = min(cfg.seqlen_q, r0 + rows_per_chunk)
+        qv_c = None if qv is None else qv[:, r0:r1].astype(np.float64)
         o_c, l_c = _rows(cfg, q[:, r0:r1].astype(np.float64), kd, vd, descale_qk, descale_v,
-                         scale, np.arange(r0, r1))
+                         scale, np.arange(r0, r1), qv_c)
         out[:, r0:r1], lse[:, :, r0:r1] = o_c, l_c
     return out, lse
 
 
-def _rows(cfg, qd, kd, vd, descale_qk, descale_v, scale, rows):
-    s = np.einsum("bqhd,bkhd->bhqk", qd, kd) * descale_qk[:, :, None, None] * scale
+def _rows(cfg, qd, kd, vd, descale_qk, descale_v, scale, rows, qvd=None):
+    s = np.einsum("bqhd,bkhd->bhqk", qd, kd)
+    if qvd is not None:  # qv is bf16 / fp16 only: no descale applies
+        s = s + np.einsum("bqhd,bkhd->bhqk", qvd, vd)
+    s = s * descale_qk[:, :, None, None] * scale
     if cfg.softcap > 0:
         s = cfg.softcap * np.tanh(s / cfg.softcap)
     cols = np.arange(cfg.seqlen_k)[None, :]
     ok = allowed(rows[None, :, None], cols[None], cfg.seqlen_q, cfg.seqlens_k[:, None, None],
-                 cfg.window)
+                 cfg.window, cfg.chunk)
     s = np.where(ok[:, None], s, -np.inf)                        # [B, H, rows, Sk]
     with np.errstate(invalid="ignore"):
         m = s.max(axis=-1, keepdims=True)

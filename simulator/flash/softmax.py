@@ -22,6 +22,7 @@ from .. import engine
 from ..hw import quad_allreduce, thread_reduce
 from ..numerics import ffma, fmul, fsub
 from ..numerics.mufu import ex2, lg2, model, rcp
+from . import exact as _exact
 from .constants import LN2_F32
 
 _NEG_INF = np.float32(-np.inf)
@@ -38,6 +39,9 @@ class Softmax:
             ``batch_shape + (1, 1)`` (one value per CTA when FP8 descales are folded in).
         max_offset: 0, or 8 for FP8 (``Max_offset``).
         arch: MUFU model, ``"sm90"`` or ``"ideal"``.
+        exact: None (the H200's arithmetic), or a :class:`simulator.flash.exact.Exactness`:
+            the methods take :mod:`simulator.flash.exact`'s generic path, with float64 where
+            its switches say.
     Attributes:
         row_max, row_sum: float32 ``batch_shape + (128, nrow)``; ``row_sum`` holds thread-local
             partial sums until :meth:`finalize` reduces it over the quad; between
@@ -46,13 +50,15 @@ class Softmax:
     """
 
     def __init__(self, batch_shape: tuple[int, ...], nrow: int, scale_log2, max_offset: int = 0,
-                 arch: str = "sm90"):
+                 arch: str = "sm90", exact=None):
         if max_offset not in (0, 8):
             raise ValueError(f"max_offset: expected 0 or 8, got {max_offset!r}")
         shape = tuple(batch_shape) + (128, nrow)
         self.row_max = np.full(shape, _NEG_INF, dtype=np.float32)
         self.row_sum = np.zeros(shape, dtype=np.float32)
-        self.scale_log2 = np.asarray(scale_log2, dtype=np.float32)
+        self.ops = None if exact is None else _exact.Ops(exact, arch)
+        self.scale_log2 = np.asarray(scale_log2, dtype=np.float32) if exact is None else \
+            self.ops.regs(scale_log2)
         self.max_offset = max_offset
         self.arch = arch
         self.lse: np.ndarray | None = None
@@ -68,6 +74,8 @@ class Softmax:
         into the first add of :meth:`online_softmax` (one FFMA), so ``row_sum`` still holds the
         previous block's sum after this step (docs/forward.md, step 4).
         """
+        if self.ops is not None:
+            return _exact.max_get_scale(self, scores, is_first, check_inf)
         compiled = engine.numba_softmax(scores)  # the row maximum: compiled twin
         if is_first:
             self.row_max = engine.softmax_row_max(scores, None) if compiled else quad_allreduce(
@@ -95,6 +103,8 @@ class Softmax:
         ``row_sum *= scores_scale`` with the first add of ``reduce_sum`` (FFMA.FTZ in the SASS
         of every sm_90 kernel of FA3; docs/forward.md, step 5).
         """
+        if self.ops is not None:
+            return _exact.online_softmax(self, scores, is_first, check_inf)
         scale = self._scale()
         if self.max_offset:
             max_scaled = ffma(self.row_max, scale, np.float32(-self.max_offset), ftz=True)
@@ -134,6 +144,8 @@ class Softmax:
         multiplied by 2^-8 before the LSE; ``lse = ffma(row_max, scale_log2 * ln2,
         lg2(sum) * ln2)``, -inf when the (scaled) sum is 0 or NaN.
         """
+        if self.ops is not None:
+            return _exact.finalize(self, final_scale)
         total = quad_allreduce(self.row_sum, "sum")
         self.row_sum = total
         empty = (total == 0) | np.isnan(total)
@@ -154,14 +166,17 @@ class Softmax:
             np.full(self.row_max.shape, self.scale_log2, dtype=np.float32)
 
 
-def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray) -> np.ndarray:
+def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray, exact=None) -> np.ndarray:
     """``acc_o[row, :] *= scores_scale[row]`` with FMUL.FTZ.
 
     Args:
         acc_o: float32 accumulator as a matrix ``[..., rows, d]``.
         scores_scale_rows: float32 ``[..., rows]``: each row's scale (the quad-identical value
             its owner threads hold).
+        exact: None, or a :class:`simulator.flash.exact.Exactness` (float64 when its ``ffma``).
     """
+    if exact is not None:
+        return _exact.Ops(exact).mul(acc_o, scores_scale_rows[..., None])
     if engine.numba_softmax(acc_o, rowcol=False):  # compiled twin
         return engine.softmax_scale_rows(acc_o, scores_scale_rows)
     return fmul(acc_o, scores_scale_rows[..., None], ftz=True)

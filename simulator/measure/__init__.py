@@ -26,6 +26,8 @@ RUNS = {
     "fa3_library_record": "the real FA3 library on its case matrix, the embedded input, API calls",
     "fa3_api_replay": "the real FA3 library's API against the emulator on hypothesis-drawn calls",
     "hypothesis_replay": "the twin or the library against the emulator on hypothesis-drawn cases",
+    "fa3_ext_record": "the real FA3 library on qv, varlen KV-cache calls and scheduler_metadata",
+    "fa3_chunk_record": "the real FA3 forward with attention_chunk (flash-attn3-jax's FFI)",
     "fa3_paged_record": "the real FA3 flash_attn_with_kvcache on paged KV caches (flash-attn3-jax)",
     "fa3_backward_record": "the real FA3 backward (flash-attn3-jax) on its case matrix and drawn cases",
     "softcap_sass": "the SASS nvcc makes of the softcap backward arithmetic with FA3's flags (no GPU)",

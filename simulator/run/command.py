@@ -22,6 +22,7 @@ from .emulation import (
     sequence_configs,
     slow_run_warning,
 )
+from .explain import explain, parse_row
 from .metrics import measure, measure_varlen, no_key_rows, no_key_rows_varlen
 from .plotting import PLOT_FORMATS, check_plot_path, plot
 from .report import (
@@ -231,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print each step's state for one quad of the first traced CTA that "
                    "visits a K/V block (a fully masked CTA has no step; the output says which "
                    "CTA is shown)")
+    g.add_argument("--explain", type=parse_row, metavar="B,H,M", help="print the error budget "
+                   "of one output row (batch, head, query; or a flat row) and exit")
     g.add_argument("--quad", type=int, default=0, metavar="Q",
                    help="which quad for --step: 0..31 in warpgroup 0, 32..63 in warpgroup 1, ... "
                    "(default: 0, threads 0-3)")
@@ -275,6 +278,9 @@ def main(argv: list[str]) -> int:
     work = load_workload(args)
     select_heads(work, args.heads)
     kwargs = forward_kwargs(args, work)
+    if args.explain is not None:
+        print(explain(work, kwargs, args.explain))
+        return EXIT_OK
     try:
         seq_cfgs = sequence_configs(work, kwargs) if is_varlen(work) else None
         cfg = seq_cfgs[0] if seq_cfgs else make_config(work.q, work.k, work.v, **kwargs)
