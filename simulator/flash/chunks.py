@@ -31,9 +31,10 @@ def cta_bytes(kblock_m: int, kblock_n: int, head_dim_v: int) -> int:
     return kblock_m * (kblock_n * 80 + head_dim_v * 48)
 
 
-def fixed_bytes(*arrays: np.ndarray) -> int:
-    """Bytes of the arrays a forward holds for its whole duration (padded inputs, outputs)."""
-    return int(sum(a.nbytes for a in arrays))
+def fixed_bytes(*arrays: np.ndarray | None) -> int:
+    """Bytes of the arrays a forward holds for its whole duration (padded inputs, outputs);
+    None stands for an input the call lacks (a padded qv without qv) and counts 0."""
+    return int(sum(a.nbytes for a in arrays if a is not None))
 
 
 def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int = 1,
