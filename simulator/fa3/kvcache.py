@@ -15,7 +15,8 @@ from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
 from ..trace import Trace
 from . import paged, rotary
-from .arrays import check_writable, returned, to_numpy, write_back
+from .append import append_kv
+from .arrays import check_writable, returned, to_numpy
 from .checks import (
     check_4d,
     check_descales,
@@ -57,27 +58,6 @@ def paged_kwargs(launch, pack_gqa, grouped: bool) -> dict:
     elif pack_gqa is not None:
         kw["pack_gqa"] = bool(pack_gqa)
     return kw
-
-
-def append_kv(caches, origs, slots, new) -> None:
-    """Write ``new`` (k, v) at ``slots`` of both ``caches`` (NumPy) and copy them back into the
-    caller's ``origs``: all of it or none of it. Each cache is written by one NumPy call
-    (Ctrl-C cannot land inside one), and any exception between them (KeyboardInterrupt
-    included) restores the slots' old values before it propagates. Repeated slots (rows shared
-    through ``cache_batch_idx``) take the last batch's values, as the kernel's batch order
-    does."""
-    old = [c[slots] for c in caches]  # fancy indexing: copies
-    try:
-        for c, n in zip(caches, new, strict=True):
-            c[slots] = n
-        for orig, arr in zip(origs, caches, strict=True):
-            write_back(orig, arr)
-    except BaseException:
-        for c, o in zip(caches, old, strict=True):
-            c[slots] = o
-        for orig, arr in zip(origs, caches, strict=True):
-            write_back(orig, arr)
-        raise
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
@@ -207,7 +187,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if dv < d:
             raise ValueError(f"v: appending new values with head_dim_v {dv} < head_dim {d} is not "
                              f"emulated: FA3's AppendKV writes {d} values per V row, past the row's "
-                             f"{dv}, zeroing the cache's next values (measured on the H200)")
+                             f"{dv}, zeroing the cache's next values (measured on the H200); to "
+                             f"attend to them without that spill, write k, v into the caches "
+                             f"yourself and call without k, v, with cache_seqlens + seqlen_new")
         if cache_seqlens is None:
             raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
                              "('If k_new is supplied, seqlens_k must also be passed in')")

@@ -31,9 +31,10 @@ def cta_bytes(kblock_m: int, kblock_n: int, head_dim_v: int) -> int:
     return kblock_m * (kblock_n * 80 + head_dim_v * 48)
 
 
-def fixed_bytes(*arrays: np.ndarray) -> int:
-    """Bytes of the arrays a forward holds for its whole duration (padded inputs, outputs)."""
-    return int(sum(a.nbytes for a in arrays))
+def fixed_bytes(*arrays: np.ndarray | None) -> int:
+    """Bytes of the arrays a forward holds for its whole duration (padded inputs, outputs);
+    None stands for an input the call lacks (a padded qv without qv) and counts 0."""
+    return int(sum(a.nbytes for a in arrays if a is not None))
 
 
 def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int = 1,
@@ -131,7 +132,8 @@ class Progress:
     ``progress`` is None or False (silent), True (a tqdm bar when stderr is a terminal and tqdm
     is installed, ``pip install -e '.[progress]'``; else one line on stderr every few seconds),
     or a callable ``progress(done, total)`` called after every chunk. ``total`` is what the
-    caller expects; where more visits arrive (an estimate that was low) it grows.
+    caller expects; where more visits arrive (an estimate that was low) it grows. A line
+    that cannot be written (stderr closed by its reader) ends the lines, not the work.
     """
 
     def __init__(self, progress, total: int, what: str = "flash.forward"):
@@ -178,9 +180,12 @@ class Progress:
                 left = (self.total - self.done) / rate if rate > 0 else float("inf")
                 when = (f"in {elapsed:.1f} s" if self.done >= self.total
                         else f"about {left:.0f} s left")
-                print(f"{self.what}: {self.done:,}/{self.total:,} K/V block visits "
-                      f"({100 * self.done / max(1, self.total):.0f}%), {when}",
-                      file=self._line, flush=True)
+                try:
+                    print(f"{self.what}: {self.done:,}/{self.total:,} K/V block visits "
+                          f"({100 * self.done / max(1, self.total):.0f}%), {when}",
+                          file=self._line, flush=True)
+                except (OSError, ValueError):  # stderr closed by its reader: progress, not work
+                    self._line = None
 
     def callback(self):
         """A ``progress(done, total)`` callable for :func:`simulator.flash.forward` that adds

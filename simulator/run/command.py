@@ -49,9 +49,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _note(text: str) -> None:
-    """A line on stderr; none where stderr was closed at start (print would use stdout)."""
+    """A line on stderr; none where stderr was closed at start (print would use stdout) or
+    by its reader (a broken pipe: the note is lost, not the run)."""
     if sys.stderr is not None:
-        print(text, file=sys.stderr, flush=True)
+        try:
+            print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 def _cta(text: str) -> tuple[int, int, int]:
@@ -301,7 +305,7 @@ def main(argv: list[str]) -> int:
     if args.device:
         check_device()
     if args.backward:
-        check_backward_args(work, args.softcap)
+        check_backward_args(work)
         if work.seqlens_k is not None and not is_varlen(work):
             raise UsageError("--backward: keys absent past seqlens_k are not emulated in the "
                              "backward; cut k and v to each batch's keys (one input per length), "
@@ -381,6 +385,9 @@ def main(argv: list[str]) -> int:
                               "tiles": grads["tiles"].describe()}
         extra = {"dout": grads["dout"], "dq": grads["dq"], "dk": grads["dk"], "dv": grads["dv"]}
     save_result(out_path, out, lse, ref_out, ref_lse, trace, params, extra)
+    if plot_path is not None:  # also before the text: a closed stdout must not cost the plot
+        plot(plot_path, work, kwargs, seq_cfgs[args.plot_batch] if seq_cfgs else cfg, out, ref_out,
+             args.plot_batch)
     print("\n".join(lines))
     print("\n".join(wrap_line(
         f"wrote     {out_path}: out, lse, ref_out, ref_lse, "
@@ -388,7 +395,5 @@ def main(argv: list[str]) -> int:
         f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
         f"simulator.run.load_result")))
     if plot_path is not None:
-        plot(plot_path, work, kwargs, seq_cfgs[args.plot_batch] if seq_cfgs else cfg, out, ref_out,
-             args.plot_batch)
         print(f"wrote     {plot_path}")
     return status
