@@ -18,6 +18,7 @@ from . import paged, rotary
 from .arrays import check_writable, returned, to_numpy, write_back
 from .checks import (
     check_4d,
+    check_bool,
     check_descales,
     check_fmt,
     check_options,
@@ -255,13 +256,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     qvs = [None if qv is None else rows_q.batch_rows(qv, bi) for bi in range(b)]
     kns = [new.batch_rows(kn, bi) for bi in range(b)]   # [1, len_new[bi], heads_kv, head_dim]
     vns = [new.batch_rows(vn, bi) for bi in range(b)]
+    interleaved = check_bool("rotary_interleaved", rotary_interleaved)
     rot = rotary.check_rotary(rotary_cos, rotary_sin, rotary_seqlens, q_dtype=q.dtype,
                               head_dim=d, batch=b, appends=kn is not None,
                               paged=table is not None, seqlen_k=s_cache)
+    if rot is not None and rot[2] is not None and np.any(rot[2] < 0):
+        raise ValueError(f"rotary_seqlens: expected positions >= 0, got {rot[2].tolist()[:8]}")
     # no new key at all (an empty k, v: a null pointer to FA3) runs the kernel without AppendKV,
     # and so without rotary: the queries stay as they are (measured on the H200)
     if rot is not None and new.lengths.sum() > 0:  # new keys rotated, then the queries
-        qs, kns = rotated(rot, seqlens, qs, kns, is_causal or is_local, bool(rotary_interleaved))
+        qs, kns = rotated(rot, seqlens, qs, kns, is_causal or is_local, interleaved)
     if kn is not None:  # both caches checked before either is written
         for name, orig, c in (("k_cache", k_cache, kc), ("v_cache", v_cache, vc)):
             check_writable(orig, name)

@@ -1,0 +1,96 @@
+"""Bad arguments of the inference API beyond the plain calls (``get_scheduler_metadata``,
+``flash_attn_with_kvcache``'s varlen queries and rotary options) are refused with a ValueError
+naming them, before any cache is written; and equivalent calls give the same bits."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from simulator import fa3
+
+BF16 = ml_dtypes.bfloat16
+SEQLENS = np.array([5], np.int32)
+
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(BF16)
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint16) if x.dtype == BF16 else x.view(np.uint32)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(headdim_v=64.7), "headdim_v"),
+    (dict(headdim_v=True), "headdim_v"),
+    (dict(num_splits=2.5), "num_splits"),
+    (dict(num_splits="2"), "num_splits"),
+    (dict(page_size=0), "page_size"),
+    (dict(page_size=4.5), "page_size"),
+    (dict(causal="no"), "causal"),
+    (dict(has_softcap="no"), "has_softcap"),
+    (dict(pack_gqa="no"), "pack_gqa"),
+    (dict(pack_gqa=False, num_splits=4), "pack_gqa"),
+    (dict(sm_margin=200), "sm_margin"),
+    (dict(cache_seqlens=np.array([50], np.int32)), "cache_seqlens"),
+    (dict(max_seqlen_k_new=40), "cache_seqlens"),
+    (dict(cu_seqlens_q=np.array([0, 9], np.int32)), "cu_seqlens_q"),
+    (dict(cache_leftpad=np.array([9], np.int32)), "cache_leftpad"),
+])
+def test_get_scheduler_metadata_refuses_bad_arguments(kwargs, match):
+    args = dict(cache_seqlens=SEQLENS) | kwargs
+    with pytest.raises(ValueError, match=match):
+        fa3.get_scheduler_metadata(1, 3, 16, 2, 1, 64, **args)
+
+
+def _append_call(**kwargs):
+    rng = np.random.default_rng(0)
+    q, kc, vc = _rand(rng, 1, 3, 2, 64), _rand(rng, 1, 16, 1, 64), _rand(rng, 1, 16, 1, 64)
+    kn, vn = _rand(rng, 1, 2, 1, 64), _rand(rng, 1, 2, 1, 64)
+    cos, sin = _rand(rng, 16, 32), _rand(rng, 16, 32)
+    before = kc.copy(), vc.copy()
+    args = dict(k=kn, v=vn, cache_seqlens=SEQLENS, rotary_cos=cos, rotary_sin=sin) | kwargs
+    return (q, kc, vc), before, args
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(rotary_interleaved="yes"), "rotary_interleaved"),
+    (dict(rotary_interleaved=0), "rotary_interleaved"),
+    (dict(rotary_seqlens=np.array([-3], np.int32)), "rotary_seqlens"),
+    (dict(max_seqlen_q=3.0), "max_seqlen_q"),
+])
+def test_kvcache_bad_options_refused_before_the_append(kwargs, match):
+    (q, kc, vc), before, args = _append_call(**kwargs)
+    with pytest.raises(ValueError, match=match):
+        fa3.flash_attn_with_kvcache(q, kc, vc, **args)
+    assert np.array_equal(_bits(kc), _bits(before[0])) and np.array_equal(_bits(vc), _bits(before[1]))
+
+
+@pytest.mark.parametrize("opts", [dict(), dict(causal=True), dict(num_splits=3),
+                                  dict(window_size=(3, 1)), dict(attention_chunk=4, causal=True)])
+def test_one_packed_sequence_equals_the_unpacked_call(opts):
+    """cu_seqlens_q / cu_seqlens_k_new with one sequence: the same launch (varlen through
+    cache_seqlens either way), so the same bits, caches and split partials."""
+    rng = np.random.default_rng(1)
+    q, kc, vc = _rand(rng, 1, 5, 4, 64), _rand(rng, 1, 40, 2, 64), _rand(rng, 1, 40, 2, 64)
+    kn, vn = _rand(rng, 1, 2, 2, 64), _rand(rng, 1, 2, 2, 64)
+    kc1, vc1, kc2, vc2 = kc.copy(), vc.copy(), kc.copy(), vc.copy()
+    a = fa3.flash_attn_with_kvcache(q, kc1, vc1, k=kn, v=vn, cache_seqlens=np.array([20], np.int32),
+                                    return_softmax_lse=True, **opts)
+    b = fa3.flash_attn_with_kvcache(q[0], kc2, vc2, k=kn[0], v=vn[0],
+                                    cu_seqlens_q=np.array([0, 5], np.int32), max_seqlen_q=5,
+                                    cu_seqlens_k_new=np.array([0, 2], np.int32),
+                                    cache_seqlens=np.array([20], np.int32),
+                                    return_softmax_lse=True, **opts)
+    assert np.array_equal(_bits(a[0][0]), _bits(b[0])) and np.array_equal(_bits(a[1][0]), _bits(b[1]))
+    assert np.array_equal(_bits(kc1), _bits(kc2)) and np.array_equal(_bits(vc1), _bits(vc2))
+    if not a[2].size:
+        assert b[2].shape == b[3].shape == (0,)
+        return
+    # the varlen accums: [num_splits, heads, total_q, dv] and [num_splits, heads, total_q]
+    assert b[2].shape == a[2].shape[:1] + a[2].shape[2:] and b[3].shape == a[3].shape[:1] + a[3].shape[2:]
+    assert np.array_equal(_bits(a[2][:, 0]), _bits(b[2]))
+    assert np.array_equal(_bits(a[3][:, 0]), _bits(b[3]))
