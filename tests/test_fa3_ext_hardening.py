@@ -94,3 +94,22 @@ def test_one_packed_sequence_equals_the_unpacked_call(opts):
     assert b[2].shape == a[2].shape[:1] + a[2].shape[2:] and b[3].shape == a[3].shape[:1] + a[3].shape[2:]
     assert np.array_equal(_bits(a[2][:, 0]), _bits(b[2]))
     assert np.array_equal(_bits(a[3][:, 0]), _bits(b[3]))
+
+
+def test_trace_of_a_packed_gqa_launch_is_refused_before_the_append():
+    """cu_seqlens_q with grouped heads runs PackGQA (get_pack_gqa), which is not traced: the
+    refusal must come before the new keys land in the cache, and name trace."""
+    rng = np.random.default_rng(3)
+    q, kc, vc = _rand(rng, 5, 4, 64), _rand(rng, 3, 40, 2, 64), _rand(rng, 3, 40, 2, 64)
+    kn, vn = _rand(rng, 4, 2, 64), _rand(rng, 4, 2, 64)
+    before = kc.copy(), vc.copy()
+    args = dict(k=kn, v=vn, cu_seqlens_q=np.array([0, 2, 2, 5], np.int32), max_seqlen_q=3,
+                cu_seqlens_k_new=np.array([0, 1, 3, 4], np.int32),
+                cache_seqlens=np.array([10, 3, 20], np.int32), num_splits=1)
+    with pytest.raises(ValueError, match="trace: with cu_seqlens_q.*pack_gqa=False"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, trace=[(0, 0, 0)], **args)
+    assert np.array_equal(_bits(kc), _bits(before[0])) and np.array_equal(_bits(vc), _bits(before[1]))
+    traced = fa3.flash_attn_with_kvcache(q, kc, vc, trace=[(0, 0, 0)], pack_gqa=False, **args)
+    kc2, vc2 = before[0].copy(), before[1].copy()
+    plain = fa3.flash_attn_with_kvcache(q, kc2, vc2, **args)
+    assert np.array_equal(_bits(traced[0]), _bits(plain)) and len(traced[1].events) > 0

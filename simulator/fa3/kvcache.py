@@ -252,6 +252,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                          "(new keys, cache_leftpad, or page_size not a multiple of kBlockN "
                          f"{launch.kblock_n}) FA3 packs the query heads of a kv head (PackGQA), "
                          "and PackGQA launches are not traced")
+    if wanted is not None and rows_q.varlen and h > hkv and pack_gqa is None:
+        raise ValueError("trace: with cu_seqlens_q and grouped heads FA3 packs the query heads "
+                         "of a kv head (PackGQA), and PackGQA launches are not traced; pass "
+                         "pack_gqa=False (the same bits)")
     qs = [rows_q.batch_rows(q, bi) for bi in range(b)]   # [1, len_q[bi], heads, head_dim]
     qvs = [None if qv is None else rows_q.batch_rows(qv, bi) for bi in range(b)]
     kns = [new.batch_rows(kn, bi) for bi in range(b)]   # [1, len_new[bi], heads_kv, head_dim]
