@@ -252,6 +252,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                          "(new keys, cache_leftpad, or page_size not a multiple of kBlockN "
                          f"{launch.kblock_n}) FA3 packs the query heads of a kv head (PackGQA), "
                          "and PackGQA launches are not traced")
+    if wanted is not None and (qv is not None or dv > 256):  # the forward's refusals, early
+        raise ValueError(f"trace: not recorded for qv launches nor a V head dim over 256 (got "
+                         f"qv {'given' if qv is not None else 'None'}, head_dim_v {dv})")
     if wanted is not None and rows_q.varlen and h > hkv and pack_gqa is None:
         raise ValueError("trace: with cu_seqlens_q and grouped heads FA3 packs the query heads "
                          "of a kv head (PackGQA), and PackGQA launches are not traced; pass "
