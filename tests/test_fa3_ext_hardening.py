@@ -137,3 +137,23 @@ def test_trace_the_forward_refuses_is_refused_before_the_append(dv):
                                     cache_seqlens=np.array([5], np.int32), num_splits=1,
                                     trace=[(0, 0, 0)])
     assert np.array_equal(_bits(kc), _bits(before[0])) and np.array_equal(_bits(vc), _bits(before[1]))
+
+
+def test_metadata_of_a_non_varlen_causal_launch_is_checked_as_its_semaphore():
+    """Without cache_seqlens a causal unsplit launch still takes scheduler_metadata as its
+    tile semaphore (hopper/flash_api.cpp: scheduler_needs_semaphore, CHECK_SHAPE(
+    scheduler_metadata, metadata_size) with metadata_size = 1 + b_r * (sort + swizzle)):
+    get_scheduler_metadata's varlen array (1 + 4 * 4 entries for batch 1) does not fit it. A
+    non-causal unsplit launch has no semaphore and never reads it."""
+    rng = np.random.default_rng(6)
+    q, kc, vc = _rand(rng, 1, 3, 2, 64), _rand(rng, 1, 16, 1, 64), _rand(rng, 1, 16, 1, 64)
+    md = fa3.get_scheduler_metadata(1, 3, 16, 2, 1, 64, np.array([16], np.int32), causal=True)
+    assert md.shape == (17,)
+    with pytest.raises(ValueError, match=r"scheduler_metadata: expected int32 \[9\]"):
+        fa3.flash_attn_with_kvcache(q, kc, vc, causal=True, scheduler_metadata=md)
+    plain = fa3.flash_attn_with_kvcache(q, kc, vc, causal=True)
+    fits = fa3.flash_attn_with_kvcache(q, kc, vc, causal=True,
+                                       scheduler_metadata=np.zeros(9, np.int32))
+    assert np.array_equal(_bits(plain), _bits(fits))
+    ignored = fa3.flash_attn_with_kvcache(q, kc, vc, scheduler_metadata=md)
+    assert np.array_equal(_bits(ignored), _bits(fa3.flash_attn_with_kvcache(q, kc, vc)))

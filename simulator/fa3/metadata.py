@@ -214,21 +214,27 @@ def metadata_splits(scheduler_metadata, splits, batch: int, static: int, varlen:
 
     FA3 reads the array only for varlen launches (``use_prepare_varlen``: every KV-cache call
     with ``cache_seqlens``); it must then have mha_fwd's size (``CHECK_SHAPE(
-    scheduler_metadata, metadata_size)``) and dtype int32. Without varlen FA3 ignores it.
+    scheduler_metadata, metadata_size)``) and dtype int32. Without varlen, a causal or local
+    unsplit launch still takes it as its tile semaphore (``scheduler_needs_semaphore``), checked
+    the same way, with no per-batch vectors but the sort and swizzle ones (no bit changes);
+    any other launch ignores it.
 
     Raises:
         ValueError: naming scheduler_metadata: not int32 1-D, the wrong size, or split counts
             outside 1..num_splits (an array computed for other arguments).
     """
-    if scheduler_metadata is None or not varlen:
+    semaphore_only = not varlen and (causal or local) and static <= 1
+    if scheduler_metadata is None or not (varlen or semaphore_only):
         return splits
     md = to_numpy(scheduler_metadata, "scheduler_metadata")[0]
     b_r = -(-batch // 4) * 4
-    size = 1 + b_r * (2 + (not local) + (causal or local))
+    size = 1 + b_r * (2 * varlen + (not local) + (causal or local))
     if not isinstance(md, np.ndarray) or md.dtype != np.int32 or md.shape != (size,):
         raise ValueError(f"scheduler_metadata: expected int32 [{size}] (get_scheduler_metadata's "
                          f"array for this call), got {getattr(md, 'dtype', type(md).__name__)} "
                          f"{list(getattr(md, 'shape', []))}")
+    if not varlen:
+        return splits
     virtual = md[:batch].astype(np.int64)
     real = np.empty(batch, np.int64)
     if local:
