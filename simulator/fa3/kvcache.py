@@ -130,10 +130,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
         scheduler_metadata: None, or the int32 array :func:`simulator.fa3.get_scheduler_metadata`
             returns for these arguments: the per-batch split counts are read from it, as FA3's
-            kernels read them (the prepare kernel is skipped).
+            kernels read them (the prepare kernel is skipped). Without ``cache_seqlens``,
+            ``cache_leftpad`` and ``cu_seqlens_q`` a causal or local unsplit launch checks it
+            as its tile semaphore (int32 [1 + round_up(batch, 4) * (sort + swizzle)]); any
+            other launch ignores it (hopper/flash_api.cpp, scheduler_needs_semaphore).
         others: as :func:`simulator.fa3.flash_attn_func`.
         trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` to record;
-            unsplit launches only (``num_splits=1``).
+            unsplit launches only (``num_splits=1``), without qv, head_dim_v <= 256, and
+            with ``pack_gqa=False`` for ``cu_seqlens_q`` with grouped heads.
         executor, progress, memory_budget: as :func:`simulator.fa3.flash_attn_func`; each
             batch is one forward call. All arguments are checked before the caches are written.
     Returns:
