@@ -7,6 +7,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator import fa3
 
@@ -157,3 +159,38 @@ def test_metadata_of_a_non_varlen_causal_launch_is_checked_as_its_semaphore():
     assert np.array_equal(_bits(plain), _bits(fits))
     ignored = fa3.flash_attn_with_kvcache(q, kc, vc, scheduler_metadata=md)
     assert np.array_equal(_bits(ignored), _bits(fa3.flash_attn_with_kvcache(q, kc, vc)))
+
+
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(1, 3), rows=st.integers(1, 5), groups=st.sampled_from([(2, 1), (4, 2), (2, 2)]),
+       cache=st.integers(8, 300), new=st.integers(0, 2), causal=st.booleans(),
+       splits=st.sampled_from([0, 1, 3]), chunk=st.sampled_from([0, 8]), seed=st.integers(0, 99))
+def test_packed_equal_length_sequences_equal_the_batched_call(batch, rows, groups, cache, new,
+                                                              causal, splits, chunk, seed):
+    """B sequences of L rows packed with cu_seqlens_q (max_seqlen_q = L) and their new keys
+    packed with cu_seqlens_k_new are the [B, L] call's launch (varlen either way through
+    cache_seqlens): the same bits in out, LSE, the split partials and both caches."""
+    rng = np.random.default_rng(seed)
+    h, hkv = groups
+    q, kc, vc = _rand(rng, batch, rows, h, 64), _rand(rng, batch, cache, hkv, 64), \
+        _rand(rng, batch, cache, hkv, 64)
+    kn, vn = _rand(rng, batch, new, hkv, 64), _rand(rng, batch, new, hkv, 64)
+    seqlens = rng.integers(0, cache - new + 1, batch).astype(np.int32)
+    opts = dict(causal=causal, num_splits=splits, attention_chunk=chunk, cache_seqlens=seqlens,
+                return_softmax_lse=True)
+    k1, v1, k2, v2 = kc.copy(), vc.copy(), kc.copy(), vc.copy()
+    a = fa3.flash_attn_with_kvcache(q, k1, v1, **(dict(k=kn, v=vn) if new else {}), **opts)
+    packed_new = {} if not new else dict(
+        k=kn.reshape(-1, hkv, 64), v=vn.reshape(-1, hkv, 64),
+        cu_seqlens_k_new=(np.arange(batch + 1) * new).astype(np.int32))
+    b = fa3.flash_attn_with_kvcache(q.reshape(-1, h, 64), k2, v2, max_seqlen_q=rows,
+                                    cu_seqlens_q=(np.arange(batch + 1) * rows).astype(np.int32),
+                                    **packed_new, **opts)
+    assert np.array_equal(_bits(a[0].reshape(-1, h, 64)), _bits(b[0]))
+    assert np.array_equal(_bits(a[1].transpose(1, 0, 2).reshape(h, -1)), _bits(b[1]))
+    assert np.array_equal(_bits(k1), _bits(k2)) and np.array_equal(_bits(v1), _bits(v2))
+    assert a[2].shape[:1] == b[2].shape[:1]
+    if a[2].size:
+        n = a[2].shape[0]
+        assert np.array_equal(_bits(a[2].transpose(0, 2, 1, 3, 4).reshape(n, h, -1, 64)), _bits(b[2]))
+        assert np.array_equal(_bits(a[3].transpose(0, 2, 1, 3).reshape(n, h, -1)), _bits(b[3]))
