@@ -15,10 +15,11 @@ What the host side decides, as FA3 does:
   ``cache_seqlens`` and attended to.
 
 PackGQA (``pack_gqa``) changes which rows share a tile, never a row's arithmetic
-(docs/forward.md, "PackGQA"): accepted, with no effect on the bits. Not emulated (ValueError
-naming the argument): ``qv``, ``attention_chunk``, ``cu_seqlens_q`` / ``cu_seqlens_k_new``
-with the KV cache, ``scheduler_metadata``. Paged KV caches and rotary appends:
-:mod:`simulator.fa3.paged`, :mod:`simulator.fa3.rotary`.
+(docs/forward.md, "PackGQA"): accepted, with no effect on the bits. ``qv`` (MLA) and
+``attention_chunk`` reach :func:`simulator.flash.forward`; varlen queries and new keys in the
+KV cache and ``scheduler_metadata``: :mod:`simulator.fa3.kvcache`,
+:mod:`simulator.fa3.metadata`. Paged KV caches and rotary appends: :mod:`simulator.fa3.paged`,
+:mod:`simulator.fa3.rotary`.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from .append import append_kv
 from .arrays import check_writable, returned, to_numpy
 from .checks import (
     check_4d,
+    check_bool,
     check_descales,
     check_fmt,
     check_options,
@@ -109,10 +110,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             (:func:`simulator.fa3.scheduler.dynamic_num_splits`).
         scheduler_metadata: None, or the int32 array :func:`simulator.fa3.get_scheduler_metadata`
             returns for these arguments: the per-batch split counts are read from it, as FA3's
-            kernels read them (the prepare kernel is skipped).
+            kernels read them (the prepare kernel is skipped). Without ``cache_seqlens``,
+            ``cache_leftpad`` and ``cu_seqlens_q`` a causal or local unsplit launch checks it
+            as its tile semaphore (int32 [1 + round_up(batch, 4) * (sort + swizzle)]); any
+            other launch ignores it (hopper/flash_api.cpp, scheduler_needs_semaphore).
         others: as :func:`simulator.fa3.flash_attn_func`.
         trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` to record;
-            unsplit launches only (``num_splits=1``).
+            unsplit launches only (``num_splits=1``), without qv, head_dim_v <= 256, and
+            with ``pack_gqa=False`` for ``cu_seqlens_q`` with grouped heads.
         executor, progress, memory_budget: as :func:`simulator.fa3.flash_attn_func`; each
             batch is one forward call. All arguments are checked before the caches are written.
     Returns:
@@ -233,17 +238,27 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                          "(new keys, cache_leftpad, or page_size not a multiple of kBlockN "
                          f"{launch.kblock_n}) FA3 packs the query heads of a kv head (PackGQA), "
                          "and PackGQA launches are not traced")
+    if wanted is not None and (qv is not None or dv > 256):  # the forward's refusals, early
+        raise ValueError(f"trace: not recorded for qv launches nor a V head dim over 256 (got "
+                         f"qv {'given' if qv is not None else 'None'}, head_dim_v {dv})")
+    if wanted is not None and rows_q.varlen and h > hkv and pack_gqa is None:
+        raise ValueError("trace: with cu_seqlens_q and grouped heads FA3 packs the query heads "
+                         "of a kv head (PackGQA), and PackGQA launches are not traced; pass "
+                         "pack_gqa=False (the same bits)")
     qs = [rows_q.batch_rows(q, bi) for bi in range(b)]   # [1, len_q[bi], heads, head_dim]
     qvs = [None if qv is None else rows_q.batch_rows(qv, bi) for bi in range(b)]
     kns = [new.batch_rows(kn, bi) for bi in range(b)]   # [1, len_new[bi], heads_kv, head_dim]
     vns = [new.batch_rows(vn, bi) for bi in range(b)]
+    interleaved = check_bool("rotary_interleaved", rotary_interleaved)
     rot = rotary.check_rotary(rotary_cos, rotary_sin, rotary_seqlens, q_dtype=q.dtype,
                               head_dim=d, batch=b, appends=kn is not None,
                               paged=table is not None, seqlen_k=s_cache)
+    if rot is not None and rot[2] is not None and np.any(rot[2] < 0):
+        raise ValueError(f"rotary_seqlens: expected positions >= 0, got {rot[2].tolist()[:8]}")
     # no new key at all (an empty k, v: a null pointer to FA3) runs the kernel without AppendKV,
     # and so without rotary: the queries stay as they are (measured on the H200)
     if rot is not None and new.lengths.sum() > 0:  # new keys rotated, then the queries
-        qs, kns = rotated(rot, seqlens, qs, kns, is_causal or is_local, bool(rotary_interleaved))
+        qs, kns = rotated(rot, seqlens, qs, kns, is_causal or is_local, interleaved)
     if kn is not None:  # both caches checked before either is written
         for name, orig, c in (("k_cache", k_cache, kc), ("v_cache", v_cache, vc)):
             check_writable(orig, name)

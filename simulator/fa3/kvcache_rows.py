@@ -43,7 +43,8 @@ class QueryRows:
             if shape is None or len(shape) != 4:  # check_4d names q
                 return cls(False, 0, 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
             b, sq = shape[0], shape[1]
-            if max_seqlen_q is not None and (isinstance(max_seqlen_q, bool) or max_seqlen_q != sq):
+            if max_seqlen_q is not None and (isinstance(max_seqlen_q, bool) or not isinstance(
+                    max_seqlen_q, (int, np.integer)) or max_seqlen_q != sq):
                 raise ValueError(f"max_seqlen_q: FA3 reads it only with cu_seqlens_q; without, "
                                  f"leave it None (q has seqlen_q {sq}), got {max_seqlen_q!r}")
             return cls(False, b, sq, np.full(b, sq, np.int64), np.arange(b) * sq, b * sq)

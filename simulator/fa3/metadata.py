@@ -26,7 +26,7 @@ from ..flash.config import check_chunk
 from ..flash.dispatch import check_head_dim, check_head_dim_v, should_pack_gqa
 from . import paged
 from .arrays import returned, to_numpy
-from .checks import check_sms, cu_seqlens, int_array
+from .checks import check_bool, check_options, check_pack_gqa, cu_seqlens, int_array, need_sms
 from .launch import H200_SMS, kernel_window, launch_flags, static_splits
 from .scheduler import dynamic_num_splits
 
@@ -74,7 +74,9 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
         int32 [size], laid out as the module docstring says: a NumPy array, or a CPU torch
         tensor when ``cache_seqlens`` is one (as the library returns a tensor).
     Raises:
-        ValueError: a bad argument, naming it; ``attention_chunk`` with ``page_size``.
+        ValueError: a bad argument, naming it (a type or range the launch refuses, lengths
+            past max_seqlen_q / max_seqlen_k, cache_leftpad past cache_seqlens, pack_gqa=False
+            with splits and GQA); ``attention_chunk`` with ``page_size``.
     Source: hopper/flash_api.cpp (mha_fwd_get_scheduler_metadata), hopper/flash_prepare_scheduler.cu.
     """
     chunk = check_chunk(attention_chunk)
@@ -85,16 +87,22 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
         low = 0 if name in ("max_seqlen_k_new", "max_seqlen_k") else 1
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
             raise ValueError(f"{name}: expected an int >= {low}, got {x!r}")
+    for name, x in (("headdim_v", headdim_v), ("page_size", page_size)):
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1):
+            raise ValueError(f"{name}: expected None or an int >= 1, got {x!r}")
     fmt = _fmt(qkv_dtype)
     b, sq, sk, h, hkv, d = (int(x) for x in (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q,
                                              num_heads_kv, headdim))
     dv = d if headdim_v is None else int(headdim_v)
+    check_bool("has_softcap", has_softcap)
+    _, _, sms, splits_arg = check_options(1.0 if has_softcap else 0.0, causal, num_sms,
+                                          sm_margin, num_splits)
     if h % hkv:
         raise ValueError(f"num_heads_kv: {hkv} must divide num_heads_q {h} (FA3: 'Number of heads "
                          f"in key/value must divide number of heads in query')")
     check_head_dim(d, fmt)
     check_head_dim_v(d, dv, fmt)
-    sms = check_sms(num_sms, sm_margin)
+    sms = need_sms(sms, num_sms, sm_margin)
     seqlens_np, torch_in = to_numpy(cache_seqlens, "cache_seqlens")
     seqlens_k = int_array(seqlens_np, "cache_seqlens", b)
     if seqlens_k is None:
@@ -105,6 +113,7 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
                 np.diff(_offsets(cu_seqlens_k_new, "cu_seqlens_k_new", b)))
     left = (np.zeros(b, np.int64) if cache_leftpad is None else
             int_array(to_numpy(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
+    _check_lengths(lens_q, seqlens_k, left, lens_new, sq, sk)
     softcap = 1.0 if has_softcap else 0.0
     launch = None
     if page_size is None:
@@ -118,15 +127,30 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
                                     append=max_seqlen_k_new > 0)
         is_causal, is_local = launch.is_causal, launch.is_local
         tile_m, tile_n = launch.kblock_m, launch.kblock_n
-    static = static_splits(int(num_splits), fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq,
+    static = static_splits(splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq,
                            seqlen_k=sk, head_dim=d, head_dim_v=dv, causal=is_causal,
                            local=is_local, softcap=bool(has_softcap), varlen=True, num_sms=sms,
                            window=kernel_window(causal, window_size, sq, sk, chunk), paged=launch)
+    check_pack_gqa(pack_gqa, static > 1, True, h, hkv)  # as the launch checks it
     pack = _pack_gqa(pack_gqa, launch, static, h, hkv, cu_seqlens_q is not None, sq, tile_m)
     md = layout(lens_q, seqlens_k, left, lens_new, kblock_m=tile_m, kblock_n=tile_n, heads=h,
                 heads_kv=hkv, num_sms=sms, static=static, pack_gqa=pack, causal=is_causal,
                 local=is_local, kv_bytes=tile_n * (d + dv) * (1 if fmt == "e4m3" else 2))
     return returned((md,), torch_in)[0]
+
+
+def _check_lengths(lens_q, seqlens_k, left, lens_new, max_q: int, max_k: int) -> None:
+    """The per-batch lengths against the launch's maxima, as flash_attn_with_kvcache checks
+    them: a sequence longer than max_seqlen_q, a cache (plus its new keys) longer than
+    max_seqlen_k, or a leftpad past cache_seqlens would describe no launch."""
+    if np.any(lens_q > max_q):
+        raise ValueError(f"cu_seqlens_q: sequences of {lens_q.tolist()[:8]} rows, more than "
+                         f"max_seqlen_q = {max_q}")
+    if np.any(seqlens_k < 0) or np.any(seqlens_k + lens_new > max_k):
+        raise ValueError(f"cache_seqlens: expected 0..{max_k} (max_seqlen_k) minus each batch's "
+                         f"new keys {lens_new.tolist()[:8]}, got {seqlens_k.tolist()[:8]}")
+    if np.any(left < 0) or np.any(left > seqlens_k):
+        raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
 
 
 def _offsets(cu, name: str, batch: int) -> np.ndarray:
@@ -190,21 +214,27 @@ def metadata_splits(scheduler_metadata, splits, batch: int, static: int, varlen:
 
     FA3 reads the array only for varlen launches (``use_prepare_varlen``: every KV-cache call
     with ``cache_seqlens``); it must then have mha_fwd's size (``CHECK_SHAPE(
-    scheduler_metadata, metadata_size)``) and dtype int32. Without varlen FA3 ignores it.
+    scheduler_metadata, metadata_size)``) and dtype int32. Without varlen, a causal or local
+    unsplit launch still takes it as its tile semaphore (``scheduler_needs_semaphore``), checked
+    the same way, with no per-batch vectors but the sort and swizzle ones (no bit changes);
+    any other launch ignores it.
 
     Raises:
         ValueError: naming scheduler_metadata: not int32 1-D, the wrong size, or split counts
             outside 1..num_splits (an array computed for other arguments).
     """
-    if scheduler_metadata is None or not varlen:
+    semaphore_only = not varlen and (causal or local) and static <= 1
+    if scheduler_metadata is None or not (varlen or semaphore_only):
         return splits
     md = to_numpy(scheduler_metadata, "scheduler_metadata")[0]
     b_r = -(-batch // 4) * 4
-    size = 1 + b_r * (2 + (not local) + (causal or local))
+    size = 1 + b_r * (2 * varlen + (not local) + (causal or local))
     if not isinstance(md, np.ndarray) or md.dtype != np.int32 or md.shape != (size,):
         raise ValueError(f"scheduler_metadata: expected int32 [{size}] (get_scheduler_metadata's "
                          f"array for this call), got {getattr(md, 'dtype', type(md).__name__)} "
                          f"{list(getattr(md, 'shape', []))}")
+    if not varlen:
+        return splits
     virtual = md[:batch].astype(np.int64)
     real = np.empty(batch, np.int64)
     if local:

@@ -64,7 +64,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         schedule: None (FA3's), "plain" or "intra_wg_overlap"; see docs/forward.md.
         q_descale, k_descale, v_descale: FP8 only: float32 scalars or [batch, heads_kv].
         arch: "sm90" (MUFU models measured on the H200) or "ideal" (correctly rounded).
-        trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record.
+        trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record (unsplit,
+            without PackGQA or qv, V head dim <= 256).
         max_seqlen_q, max_seqlen_k: the launch's maxima when this call is one sequence of a
             varlen launch (``simulator.fa3`` passes them): FA3 normalises the window, applies
             the seqlen_q == 1 rule and bounds local windows with them. Default: the arrays'.
@@ -129,6 +130,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
         raise ValueError("trace: not recorded for split or PackGQA launches; trace with "
                          "num_splits=None and pack_gqa=False")
+    if trace is not None and qv is not None:  # trace.STEPS has no step for the qv GEMM
+        raise ValueError("trace: not recorded for qv launches (the q K^T + qv V^T scores have "
+                         "no traced step); call without trace")
     if trace is not None and cfg.kernel_head_dim_v > 256:
         raise ValueError(f"trace: not recorded for a V head dim over 256 (kernel "
                          f"{cfg.kernel_head_dim_v}: O spans two m64n256 accumulators)")
