@@ -9,6 +9,7 @@ from Q/K's, and ``flash_attn_combine`` itself.
 
 from __future__ import annotations
 
+import ci_sample
 import ml_dtypes
 import numpy as np
 import pytest
@@ -116,7 +117,7 @@ def test_varlen_split_counts_use_the_kernels_tile():
         iface.launch_flags = real
 
 
-@pytest.mark.parametrize("index", range(len(REPORT["cases"])))
+@pytest.mark.parametrize("index", ci_sample.api_params(REPORT["cases"], SAMPLE))  # all: --full-replay
 def test_simulator_fa3_reproduces_the_library(index):
     res = fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest)
     assert res.ok, f"{res.label}: {res.differ}"
@@ -206,7 +207,7 @@ def test_hypothesis_drawn_calls_agreed_on_the_device():
         assert drawn[label] >= 100, label
 
 
-@pytest.mark.parametrize("j", range(len(DRAWN["sample"])))
+@pytest.mark.parametrize("j", ci_sample.drawn_api_params(DRAWN["sample"]))  # all: --full-replay
 def test_sampled_drawn_calls_replay(j):
     from simulator.replay.fa3_api import emulate
 
@@ -231,7 +232,7 @@ def test_drawn_calls_with_head_dim_v_and_combine_agreed_on_the_device():
         assert drawn[label] >= 20, label
 
 
-@pytest.mark.parametrize("j", range(len(DRAWN_DV["sample"])))
+@pytest.mark.parametrize("j", ci_sample.drawn_api_params(DRAWN_DV["sample"]))  # all: --full-replay
 def test_sampled_drawn_head_dim_v_and_combine_calls_replay(j):
     from simulator.replay.fa3_api import emulate
 
