@@ -112,12 +112,38 @@ def check_case(index: int, record: dict, sample: dict) -> dict:
             "values": sum(int(v.size) for v in bits.values())}
 
 
+def _kind(case: dict) -> str:
+    if case["dtype"] == "e4m3":
+        return "e4m3"
+    if case.get("qv"):
+        return f"qv {case['api']}"
+    if case.get("metadata"):
+        return "metadata"
+    return "packed " + "+".join(k for k in ("lens_q", "lens_new", "rotary") if case.get(k))
+
+
+def _cost(case: dict) -> int:
+    keys = case.get("seqlen_cache") or case.get("seqlen_k") or sum(case.get("seqlens_k", [1]))
+    return case["batch"] * case["heads"] * keys * (case["head_dim"] + case.get("head_dim_v", 0))
+
+
+def quick_sample(records: list[dict], per_kind: int = 3) -> list[int]:
+    """The ``per_kind`` cheapest recorded calls of each kind (qv per entry point, each packed
+    combination, metadata, e4m3): every code path in seconds, for ``verify --quick``."""
+    kinds: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        kinds.setdefault(_kind(r["case"]), []).append(i)
+    return sorted(i for idx in kinds.values()
+                  for i in sorted(idx, key=lambda j: _cost(records[j]["case"]))[:per_kind])
+
+
 def check_all(quick: bool = False) -> list[dict]:
-    """``verify`` rows: the recorded calls (every 4th when ``quick``) and the drawn sample."""
+    """``verify`` rows: the recorded calls (:func:`quick_sample` when ``quick``) and the drawn
+    sample (every 10th when ``quick``)."""
     report = read_json(REPORT, REGENERATE)
     sample = read_npz(SAMPLE, REGENERATE)
     records = report["cases"]
-    picked = range(0, len(records), 4) if quick else range(len(records))
+    picked = quick_sample(records) if quick else range(len(records))
     results = [(i, check_case(i, records[i], sample)) for i in picked]
     bad = [f"{i}: {[k for k, v in r['differ'].items() if v]}" for i, r in results if not r["ok"]]
     rows = [row(f"FA3 qv, varlen KV-cache and scheduler_metadata calls vs the real library, "
@@ -125,7 +151,7 @@ def check_all(quick: bool = False) -> list[dict]:
                 "; ".join(bad[:3]))]
     if DRAWN.exists():
         drawn = read_json(DRAWN, REGENERATE)["sample"]
-        drawn = drawn[::4] if quick else drawn
+        drawn = drawn[::10] if quick else drawn
         miss = [rec for rec in drawn if emulate(rec["case"]) != {k: v for k, v in rec.items() if k != "case"}]
         rows.append(row(f"FA3 qv / varlen KV-cache / metadata hypothesis-drawn calls (sampled) vs the "
                         f"real library, {len(drawn)} calls", len(drawn), len(miss),
