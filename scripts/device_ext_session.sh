@@ -3,9 +3,10 @@
 # varlen KV-cache calls and scheduler_metadata (simulator.measure.fa3_ext_record), from the
 # repository root on an H200 host with torch (this workplace's device tool: $OUT; elsewhere
 # out/device_ext_session/). The wheel travels in .fa3fwd/ (its two .py files and dist-info,
-# _C.abi3.so compressed with xz -9) with the drawn plan .fa3fwd/ext_plan.json written here by
-# `python -m simulator measure fa3_ext_record --out . --draw 2000 --seed 1 --write-plan
-# .fa3fwd/ext_plan.json` (the device has no hypothesis).
+# _C.abi3.so compressed with xz -9). The drawn calls come from the committed plan
+# simulator/data/device/fa3_ext_drawn_plan.json.gz (written here, gzipped, by `python -m
+# simulator measure fa3_ext_record --out . --draw 2000 --seed 1 --write-plan FILE`: the device
+# has no hypothesis); PLAN=FILE runs another.
 set -u -o pipefail
 : "${OUT:=out/device_ext_session}"
 mkdir -p "$OUT"
@@ -19,7 +20,8 @@ export PYTHONPATH="$site:$PWD"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import numba" 2>/dev/null && echo "numba present" || echo "numba absent: NumPy engine"
   python3 -m simulator measure fa3_ext_record --out "$OUT"
-  python3 -m simulator measure fa3_ext_record --out "$OUT" --plan .fa3fwd/ext_plan.json \
+  python3 -m simulator measure fa3_ext_record --out "$OUT" \
+      --plan "${PLAN:-simulator/data/device/fa3_ext_drawn_plan.json.gz}" \
       --workers $(( $(nproc) - 1 )) --time-limit "${TIME_LIMIT_S:-360}"
   echo "drawn exit code $?"
   python3 - <<'PY'

@@ -246,3 +246,16 @@ def test_no_new_key_means_no_rotary():
                               interleaved)
     out = fa3.flash_attn_with_kvcache(**args)[0]
     assert digest(np.ascontiguousarray(out).view(np.uint16)).hex() != rec["out"]
+
+
+def test_the_drawn_plan_is_the_one_the_device_ran():
+    """The committed plan (hypothesis's draws differ between environments, so the recording
+    keeps what it ran) holds the drawn report's every sampled call, and as many calls."""
+    import gzip
+    import json
+
+    path = fa3_ext.DRAWN.with_name("fa3_ext_drawn_plan.json.gz")
+    plan = json.loads(gzip.decompress(path.read_bytes()))
+    keys = {json.dumps(c, sort_keys=True) for c in plan["cases"]}
+    assert len(plan["cases"]) == DRAWN["cases"] and plan["seed"] == DRAWN["seed"]
+    assert all(json.dumps(r["case"], sort_keys=True) in keys for r in DRAWN["sample"])

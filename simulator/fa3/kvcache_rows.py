@@ -79,11 +79,7 @@ class QueryRows:
 
     def batch_rows(self, x, bi: int):
         """Batch ``bi``'s rows of ``x`` (q or qv) as [1, rows, heads, dim]; None for None."""
-        if x is None:
-            return None
-        if not self.varlen:
-            return x[bi: bi + 1]
-        return x[None, self.starts[bi]: self.starts[bi] + self.lengths[bi]]
+        return _batch_rows(x, bi, self.varlen, self.starts, self.lengths)
 
     def outputs(self, heads: int, dv: int, dtype, static: int, no_keys: bool):
         """(out, softmax_lse, out_accum, softmax_lse_accum) in FA3's layouts (mha_fwd), before
@@ -164,11 +160,17 @@ class NewKeys:
 
     def batch_rows(self, x, bi: int):
         """Batch ``bi``'s new rows of ``x`` (k or v) as [1, rows, heads_kv, dim]; None for None."""
-        if x is None:
-            return None
-        if not self.varlen:
-            return x[bi: bi + 1]
-        return x[None, self.starts[bi]: self.starts[bi] + self.lengths[bi]]
+        return _batch_rows(x, bi, self.varlen, self.starts, self.lengths)
+
+
+def _batch_rows(x, bi: int, varlen: bool, starts: np.ndarray, lengths: np.ndarray):
+    """Batch ``bi``'s rows of ``x``: ``x[bi]`` of a [batch, rows, ...] block, or rows
+    ``starts[bi] ..`` of a packed [total, ...] array; with a leading axis of 1. None for None."""
+    if x is None:
+        return None
+    if not varlen:
+        return x[bi: bi + 1]
+    return x[None, starts[bi]: starts[bi] + lengths[bi]]
 
 
 def cache_lengths(cache_seqlens, q, batch: int, seqlen_cache: int, varlen_q: bool) -> np.ndarray:

@@ -29,8 +29,9 @@ from ..replay.fa3_api import digests, emulate
 SAMPLE_EVERY = 25
 
 
-def draw_cases(n: int, seed_value: int) -> list[dict]:
-    """``n`` drawn cases (hypothesis with a fixed seed, no database, generation only)."""
+def draw_cases(n: int, seed_value: int, strategy=None) -> list[dict]:
+    """``n`` drawn cases (hypothesis with a fixed seed, no database, generation only) of
+    ``strategy`` (default :func:`simulator.replay.fa3_api_cases.drawn_calls`)."""
     from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: PLC0415
 
     from ..replay.fa3_api_cases import drawn_calls  # noqa: PLC0415
@@ -40,7 +41,7 @@ def draw_cases(n: int, seed_value: int) -> list[dict]:
     @seed(seed_value)
     @settings(database=None, max_examples=n, phases=[Phase.generate], deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(drawn_calls())
+    @given(drawn_calls() if strategy is None else strategy)
     def collect(case):
         cases.append(case)
 

@@ -14,13 +14,16 @@ of every 4th call. With ``--draw N``: N hypothesis-drawn cases
 (:func:`simulator.replay.fa3_ext_cases.drawn_calls`) run on the library while ``W`` spawned
 workers emulate them; ``DIR/fa3_ext_drawn_report.json`` holds the counts, every disagreeing
 case and a sample of agreeing ones with the library's digests (replayed in CI). ``--write-plan
-FILE --draw N`` only draws (hypothesis, here) and writes the cases; ``--plan FILE`` runs a
-written plan (on a GPU host without hypothesis). Exit codes:
+FILE --draw N`` only draws (hypothesis, here) and writes the cases; ``--plan FILE`` (.json or
+.json.gz) runs a written plan (on a GPU host without hypothesis). Hypothesis's draws are not
+the same in every environment, so the plan the recording ran is kept:
+``simulator/data/device/fa3_ext_drawn_plan.json.gz``. Exit codes:
 0 all agree, 1 a disagreement, 2 no GPU / library.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import multiprocessing as mp
 import sys
@@ -32,6 +35,7 @@ from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..replay.common import digest
 from ..replay.fa3_api_cases import args_digest, result_bits
+from . import fa3_api_replay
 
 SAMPLE_EVERY = 4
 DRAWN_SAMPLE_EVERY = 10
@@ -102,22 +106,11 @@ def record_matrix(out_dir: Path) -> dict:
 
 
 def draw_cases(n: int, seed_value: int) -> list[dict]:
-    """``n`` drawn cases (hypothesis with a fixed seed, no database, generation only)."""
-    from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: PLC0415
-
+    """``n`` drawn cases of :func:`simulator.replay.fa3_ext_cases.drawn_calls` (hypothesis
+    with a fixed seed, no database, generation only)."""
     from ..replay.fa3_ext_cases import drawn_calls  # noqa: PLC0415
 
-    cases: list[dict] = []
-
-    @seed(seed_value)
-    @settings(database=None, max_examples=n, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(drawn_calls())
-    def collect(case):
-        cases.append(case)
-
-    collect()
-    return cases
+    return fa3_api_replay.draw_cases(n, seed_value, drawn_calls())
 
 
 def record_drawn(out_dir: Path, drawn: list[dict], seed_value: int, workers: int,
@@ -176,7 +169,8 @@ def main(argv=None) -> int:
     if not ok:
         raise runtime.DeviceUnavailable(why)
     if args.plan:
-        plan = json.loads(args.plan.read_text())
+        raw = args.plan.read_bytes()
+        plan = json.loads(gzip.decompress(raw) if args.plan.suffix == ".gz" else raw)
         drawn, seed_value = plan["cases"], plan["seed"]
     elif args.draw:
         drawn, seed_value = draw_cases(args.draw, args.seed), args.seed
