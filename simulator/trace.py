@@ -16,8 +16,10 @@ import numpy as np
 
 from .numerics.bits import is_int
 
+#: step names; a step's position is its id in the twin kernel's trace dump, so new steps go last
+#: (``qv_gemm``: the emulator's S after FA3's qv GEMM, which the twin does not run)
 STEPS = ("qk_gemm", "softcap", "mask", "max_get_scale", "online_softmax", "rescale_o",
-         "pv_gemm", "finalize", "epilogue")
+         "pv_gemm", "finalize", "epilogue", "qv_gemm")
 
 
 def _check_cta(cta) -> tuple[int, int, int]:

@@ -117,25 +117,28 @@ def test_trace_of_a_packed_gqa_launch_is_refused_before_the_append():
     assert np.array_equal(_bits(traced[0]), _bits(plain)) and len(traced[1].events) > 0
 
 
-def test_trace_with_qv_is_refused_naming_trace():
-    """The forward has no traced step for the qv GEMM: a clear refusal, not 'step: unknown'."""
+def test_trace_of_a_qv_launch_records_the_qv_gemm():
+    """A traced qv call (V head dim 256) records S after the qv GEMM as its own step, between
+    qk_gemm and mask, and gives the untraced call's bits."""
     rng = np.random.default_rng(4)
     q, k, v, qv = _rand(rng, 1, 2, 2, 64), _rand(rng, 1, 16, 1, 64), _rand(rng, 1, 16, 1, 256), \
         _rand(rng, 1, 2, 2, 256)
-    with pytest.raises(ValueError, match="trace: not recorded for qv"):
-        fa3.flash_attn_func(q, k, v, qv=qv, trace=[(0, 0, 0)])
+    out, trace = fa3.flash_attn_func(q, k, v, qv=qv, trace=[(0, 0, 0)])
+    steps = [e.step for e in trace]
+    assert steps[:3] == ["qk_gemm", "qv_gemm", "mask"]
+    assert np.array_equal(_bits(out), _bits(fa3.flash_attn_func(q, k, v, qv=qv)))
 
 
-@pytest.mark.parametrize("dv", [256, 512])
+@pytest.mark.parametrize("dv", [512])
 def test_trace_the_forward_refuses_is_refused_before_the_append(dv):
-    """qv (any head_dim_v) or a V head dim over 256 with trace: refused before the cache is
-    written (the forward refused them after the append)."""
+    """A V head dim over 256 with trace: refused before the cache is written (the forward
+    refused it after the append)."""
     rng = np.random.default_rng(5)
     q, kc, vc = _rand(rng, 1, 2, 2, 64), _rand(rng, 1, 16, 1, 64), _rand(rng, 1, 16, 1, dv)
     kn, vn, qv = _rand(rng, 1, 1, 1, 64), _rand(rng, 1, 1, 1, dv), _rand(rng, 1, 2, 2, dv)
     before = kc.copy(), vc.copy()
     with pytest.raises(ValueError, match="trace: not recorded"):
-        fa3.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, qv=qv if dv == 256 else None,
+        fa3.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, qv=qv,
                                     cache_seqlens=np.array([5], np.int32), num_splits=1,
                                     trace=[(0, 0, 0)])
     assert np.array_equal(_bits(kc), _bits(before[0])) and np.array_equal(_bits(vc), _bits(before[1]))

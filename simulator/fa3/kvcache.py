@@ -116,7 +116,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             other launch ignores it (hopper/flash_api.cpp, scheduler_needs_semaphore).
         others: as :func:`simulator.fa3.flash_attn_func`.
         trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` to record;
-            unsplit launches only (``num_splits=1``), without qv, head_dim_v <= 256, and
+            unsplit launches only (``num_splits=1``), head_dim_v <= 256 (qv: step ``qv_gemm``), and
             with ``pack_gqa=False`` for ``cu_seqlens_q`` with grouped heads.
         executor, progress, memory_budget: as :func:`simulator.fa3.flash_attn_func`; each
             batch is one forward call. All arguments are checked before the caches are written.
@@ -238,9 +238,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                          "(new keys, cache_leftpad, or page_size not a multiple of kBlockN "
                          f"{launch.kblock_n}) FA3 packs the query heads of a kv head (PackGQA), "
                          "and PackGQA launches are not traced")
-    if wanted is not None and (qv is not None or dv > 256):  # the forward's refusals, early
-        raise ValueError(f"trace: not recorded for qv launches nor a V head dim over 256 (got "
-                         f"qv {'given' if qv is not None else 'None'}, head_dim_v {dv})")
+    if wanted is not None and dv > 256:  # the forward's refusal, before the append
+        raise ValueError(f"trace: not recorded for a V head dim over 256 (got head_dim_v {dv}: "
+                         "O spans two m64n256 accumulators)")
     if wanted is not None and rows_q.varlen and h > hkv and pack_gqa is None:
         raise ValueError("trace: with cu_seqlens_q and grouped heads FA3 packs the query heads "
                          "of a kv head (PackGQA), and PackGQA launches are not traced; pass "

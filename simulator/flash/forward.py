@@ -130,9 +130,6 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
         raise ValueError("trace: not recorded for split or PackGQA launches; trace with "
                          "num_splits=None and pack_gqa=False")
-    if trace is not None and qv is not None:  # trace.STEPS has no step for the qv GEMM
-        raise ValueError("trace: not recorded for qv launches (the q K^T + qv V^T scores have "
-                         "no traced step); call without trace")
     if trace is not None and cfg.kernel_head_dim_v > 256:
         raise ValueError(f"trace: not recorded for a V head dim over 256 (kernel "
                          f"{cfg.kernel_head_dim_v}: O spans two m64n256 accumulators)")
