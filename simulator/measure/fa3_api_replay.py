@@ -71,27 +71,44 @@ def _labels(case: dict) -> list[str]:
             f"causal={case['causal']}", f"softcap={case['softcap'] > 0}"]
 
 
+def compare_live(cases: list[dict], library_fn, emulate_fn, workers: int, deadline: float | None,
+                 keep, chunksize: int = 4) -> tuple[int, list, list, str]:
+    """Each case on the library (``library_fn``, in this process) while ``workers`` spawned
+    processes emulate it (``emulate_fn``, picklable), in order, until ``deadline`` (a
+    ``time.time()`` value, or None). A case disagrees when the two results differ, unless both
+    are errors; an agreeing case the library ran goes to the sample when ``keep(i, case)``.
+
+    Returns:
+        (cases compared, disagreeing {case, library, emulator} dicts, sampled {case, **library}
+        dicts, "time limit" or "").
+    """
+    compared, bad, sample, stopped = 0, [], [], ""
+    ctx = mp.get_context("spawn")  # this process has CUDA initialised: no fork
+    with ctx.Pool(workers) as pool:
+        pending = pool.imap(emulate_fn, cases, chunksize=chunksize)
+        for i, case in enumerate(cases):
+            if deadline is not None and time.time() > deadline:
+                stopped = "time limit"
+                break
+            lib = library_fn(case)
+            emu = next(pending)
+            compared += 1
+            if emu != lib and not ("error" in emu and "error" in lib):
+                bad.append({"case": case, "library": lib, "emulator": emu})
+            elif keep(i, case) and "error" not in lib:
+                sample.append({"case": case, **lib})
+        pool.terminate()
+    return compared, bad, sample, stopped
+
+
 def run(out_dir: Path, cases: int, seed_value: int, workers: int, time_limit: float) -> dict:
     t0 = time.time()
     drawn = draw_cases(cases, seed_value)
     keys = [json.dumps(c, sort_keys=True) for c in drawn]
-    ctx = mp.get_context("spawn")  # this process has CUDA initialised: no fork
-    compared, bad, sample, labels, stopped = 0, [], [], Counter(), ""
-    with ctx.Pool(workers) as pool:
-        pending = pool.imap(emulate, drawn, chunksize=4)
-        for i, case in enumerate(drawn):
-            if time_limit and time.time() - t0 > time_limit:
-                stopped = "time limit"
-                break
-            lib = library(case)
-            emu = next(pending)
-            compared += 1
-            labels.update(_labels(case))
-            if emu != lib and not ("error" in emu and "error" in lib):
-                bad.append({"case": case, "library": lib, "emulator": emu})
-            elif i % SAMPLE_EVERY == 0 and "error" not in lib:
-                sample.append({"case": case, **lib})
-        pool.terminate()
+    compared, bad, sample, stopped = compare_live(
+        drawn, library, emulate, workers, t0 + time_limit if time_limit else None,
+        lambda i, case: i % SAMPLE_EVERY == 0)
+    labels = Counter(label for case in drawn[:compared] for label in _labels(case))
     report = {"provenance": fa3_library.provenance() | {"date": time.strftime("%Y-%m-%d")},
               "cases_asked": cases, "cases": compared, "distinct_cases": len(set(keys[:compared])),
               "disagreements": len(bad), "stopped": stopped, "seed": seed_value,

@@ -119,23 +119,18 @@ def record_drawn(out_dir: Path, drawn: list[dict], seed_value: int, workers: int
 
     t0 = time.time()
     n = len(drawn)
-    compared, bad, sample, refused, stopped = 0, [], [], 0, ""
-    with mp.get_context("spawn").Pool(workers) as pool:
-        pending = pool.imap(emulate, drawn, chunksize=2)
-        for i, case in enumerate(drawn):
-            if time_limit and time.time() - t0 > time_limit:
-                stopped = "time limit"
-                break
-            lib = library(case)
-            lib.pop("_bits", None)
-            emu = next(pending)
-            compared += 1
-            refused += "error" in lib
-            if emu != lib and not ("error" in emu and "error" in lib):
-                bad.append({"case": case, "library": lib, "emulator": emu})
-            elif (i % DRAWN_SAMPLE_EVERY == 0 or rare(case)) and "error" not in lib:
-                sample.append({"case": case, **lib})
-        pool.terminate()
+    refused = []
+
+    def digests_only(case: dict) -> dict:
+        lib = library(case)
+        lib.pop("_bits", None)
+        refused.append("error" in lib)
+        return lib
+
+    compared, bad, sample, stopped = fa3_api_replay.compare_live(
+        drawn, digests_only, emulate, workers, t0 + time_limit if time_limit else None,
+        lambda i, case: i % DRAWN_SAMPLE_EVERY == 0 or rare(case), chunksize=2)
+    refused = sum(refused)
     report = {"provenance": fa3_library.provenance() | {"date": time.strftime("%Y-%m-%d")},
               "cases_asked": n, "cases": compared, "refused": refused,
               "distinct_cases": len({json.dumps(c, sort_keys=True) for c in drawn[:compared]}),
