@@ -12,6 +12,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from memory_peak import traced_peak
 
 from simulator import cli, compare, hw, mma, strategies
 from simulator.errors import RecordedDataError
@@ -808,17 +809,6 @@ def test_ctrl_c_anywhere_in_the_kvcache_call_leaves_the_caches_unchanged_or_appe
 
 
 # ---- memory budgets: split launches end to end -------------------------------------------------
-def _peak(call):
-    import tracemalloc
-
-    tracemalloc.start()
-    try:
-        result = call()
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_a_split_launch_stays_within_its_memory_budget():
     from simulator import fa3, flash
     from simulator.flash.forward import memory_needed
@@ -829,7 +819,7 @@ def test_a_split_launch_stays_within_its_memory_budget():
     want = fa3.flash_attn_func(q, k, v, num_splits=2)  # also loads the MUFU tables
     fixed, per_cta = memory_needed(flash.make_config(q, k, v, num_splits=2), q.dtype)
     budget = fixed + 4 * per_cta
-    got, peak = _peak(lambda: fa3.flash_attn_func(q, k, v, num_splits=2, memory_budget=budget))
+    got, peak = traced_peak(lambda: fa3.flash_attn_func(q, k, v, num_splits=2, memory_budget=budget))
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
     assert peak <= budget, f"peak {peak / budget:.2f} x the budget"
 
@@ -843,7 +833,7 @@ def test_the_combine_runs_its_rows_within_the_budget_with_the_same_bits():
     want = combine(o, lse, BF16, head_dim_v=128)
     out_bytes = 2 * 500 * 4 * (128 * 2 + 4)
     budget = o.nbytes + lse.nbytes + out_bytes + 50 * row_bytes(3, 128, combine_kernel(3, 128).max_splits)
-    got, peak = _peak(lambda: combine(o, lse, BF16, head_dim_v=128, memory_budget=budget))
+    got, peak = traced_peak(lambda: combine(o, lse, BF16, head_dim_v=128, memory_budget=budget))
     assert np.array_equal(got[0].view(np.uint16), want[0].view(np.uint16))
     assert np.array_equal(got[1].view(np.uint32), want[1].view(np.uint32))
     assert peak <= budget, f"peak {peak / budget:.2f} x the budget"

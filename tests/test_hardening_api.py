@@ -4,28 +4,17 @@ cache append, and refusals that say what to do instead."""
 from __future__ import annotations
 
 import signal
-import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
 import numpy as np
 import pytest
+from memory_peak import traced_peak
 
 from simulator import fa3, flash
 from simulator.flash.forward import memory_needed
 
 BF16 = ml_dtypes.bfloat16
-
-
-def _peak(call):
-    """(call's result, the peak of traced memory during it, bytes): every thread's NumPy
-    allocations count."""
-    tracemalloc.start()
-    try:
-        result = call()
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def _bf16(rng, *shapes):
@@ -42,7 +31,7 @@ def test_a_thread_pool_keeps_a_launch_within_its_memory_budget(num_splits):
     fixed, per_cta = memory_needed(cfg, q.dtype)
     budget = fixed + 16 * per_cta  # 4 CTAs per worker: a chunk of 16 would overshoot 2.5x
     with ThreadPoolExecutor(4) as pool:
-        got, peak = _peak(lambda: fa3.flash_attn_func(q, k, v, num_splits=num_splits,
+        got, peak = traced_peak(lambda: fa3.flash_attn_func(q, k, v, num_splits=num_splits,
                                                       memory_budget=budget, executor=pool))
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
     assert peak <= budget, f"peak {peak / budget:.2f} x the budget"
