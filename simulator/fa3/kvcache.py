@@ -241,7 +241,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if wanted is not None and dv > 256:  # the forward's refusal, before the append
         raise ValueError(f"trace: not recorded for a V head dim over 256 (got head_dim_v {dv}: "
                          "O spans two m64n256 accumulators)")
-    if wanted is not None and rows_q.varlen and h > hkv and pack_gqa is None:
+    # get_pack_gqa: should_pack_gqa(varlen_q) is always true for packed queries
+    packs_varlen = rows_q.varlen and h > hkv and pack_gqa is None
+    if wanted is not None and packs_varlen:
         raise ValueError("trace: with cu_seqlens_q and grouped heads FA3 packs the query heads "
                          "of a kv head (PackGQA), and PackGQA launches are not traced; pass "
                          "pack_gqa=False (the same bits)")
@@ -280,8 +282,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                   **parallel(executor, progress, memory_budget))
         if splits is not None and splits[bi] != 1:
             kw["num_splits"] = int(splits[bi])
-        if rows_q.varlen and h > hkv and pack_gqa is None:
-            kw["pack_gqa"] = True  # get_pack_gqa: should_pack_gqa(varlen_q) is always true
+        if packs_varlen:
+            kw["pack_gqa"] = True
         if launch is None:
             return kc[None, rows[bi], keys], vc[None, rows[bi], keys], kw
         kw.update(paged_kwargs(launch, pack_gqa, h > hkv))
@@ -304,11 +306,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if table is not None:
             page, row = paged.slots(table, rows[bsel], pos[:, None], page_size)
             slots = (page[:, 0], row[:, 0])
-        written = [bi for bi in range(b) if count[bi]]
-        empty = (np.zeros((0, hkv, d), q.dtype), np.zeros((0, hkv, dv), q.dtype))
         append_kv((kc, vc), (k_cache, v_cache), slots,
-                  (np.concatenate([kns[bi][0] for bi in written] or [empty[0]]),
-                   np.concatenate([vns[bi][0] for bi in written] or [empty[1]])))
+                  tuple(np.concatenate([x[bi][0, : count[bi]] for bi in range(b)])
+                        for x in (kns, vns)))
     record = None if wanted is None else Trace()
     out, lse, out_acc, lse_acc = rows_q.outputs(h, dv, output_dtype(q.dtype), static, s_cache == 0)
     for bi in range(b):
