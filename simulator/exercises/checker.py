@@ -260,7 +260,7 @@ def _run_probe(fn) -> tuple[list, int]:
                 f"  H200          = {_fmt(int(want[t, mi]))}\n"
                 f"  ({len(bad)} of {len(bits)} blocks differ)")
         failures.append((f"reduction probe '{case.label}'", text,
-                         {"case": case.label, "block": block, "thread": t, "mi": mi,
+                         {"block": block, "thread": t, "mi": mi,
                           "a": _fmt(int(bits[block, t, mi])), "b": _fmt(int(want[t, mi]))}))
     return failures, compared
 
@@ -333,7 +333,7 @@ def _run_combine(fn) -> tuple[list, int]:
                     + f"\n  your function = {_bits_text(g[where], fmt)}\n"
                     f"  H200          = {_bits_text(w[where], fmt)}\n"
                     f"  ({int(np.count_nonzero(g != w)):,} of {g.size:,} values of {name} differ)")
-            failures.append((case.label, text, {"case": case.label, "array": name,
+            failures.append((case.label, text, {"array": name,
                                                 "position": where, "a": _bits_text(g[where], fmt),
                                                 "b": _bits_text(w[where], fmt)}))
             break
