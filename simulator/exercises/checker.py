@@ -122,7 +122,7 @@ def _compare_trace(case: recorded.TraceCase, outputs: dict[int, dict]) -> tuple:
     return div, compared
 
 
-def _run_traces(number: int, cases, outputs_of) -> tuple[list, int]:
+def _run_traces(cases, outputs_of) -> tuple[list, int]:
     """[(case label, divergence text, where dict)] of the failing trace cases; values compared."""
     failures, compared = [], 0
     for case in cases:
@@ -161,10 +161,13 @@ def _ex2_outputs(fn):
             for j in range(1, len(mgs)):
                 (im, em), (io, eo) = mgs[j], soft[j]
                 ir = paired.get(im)
-                o_events = [e for i, e in events if ir is not None and i < ir and "acc_o" in e.data]
-                dv_regs = case.device.events[ir].data["acc_o"].shape[-1] if ir is not None else 8
-                acc_o = rowcol(o_events[-1].data["acc_o"]) if o_events else rowcol(
-                    np.zeros(em.data["row_max"].shape[:-1] + (dv_regs,), np.float32))
+                if ir is None:
+                    raise RecordedDataError(f"trace '{case.name}', CTA {cta}: no rescale_o applies "
+                                            f"the scale of K/V block {em.n_block}")
+                # O as the rescale finds it: the last PV GEMM's (or rescale's) output, else zeros
+                o_events = [e for i, e in events if i < ir and "acc_o" in e.data]
+                shape = case.device.events[ir].data["acc_o"].shape
+                acc_o = rowcol(o_events[-1].data["acc_o"] if o_events else np.zeros(shape, np.float32))
                 res = _unpack("online_rescale's return", fn(
                     _scores_before(events, im, em.n_block), mgs[j - 1][1].data["row_max"],
                     em.data["row_max"], soft[j - 1][1].data["row_sum"], acc_o,
@@ -175,9 +178,7 @@ def _ex2_outputs(fn):
                 out[im] = {"scores_scale": scale}
                 out[io] = {"acc_s": fragment(p),
                            "row_sum": _float32("row_sum (3rd returned)", res[2], rows)}
-                if ir is not None:
-                    out[ir] = {"acc_o": fragment(_float32("acc_o (4th returned)", res[3],
-                                                          acc_o.shape))}
+                out[ir] = {"acc_o": fragment(_float32("acc_o (4th returned)", res[3], acc_o.shape))}
         return out
     return outputs
 
@@ -368,7 +369,7 @@ def run(number: int, name: str, fn) -> CheckResult:
     cases = recorded.trace_cases()
     try:
         if number == 1:
-            failures, compared = _run_traces(number, cases, _ex1_trace_outputs(fn))
+            failures, compared = _run_traces(cases, _ex1_trace_outputs(fn))
             more, n = _run_probe(fn)
             failures, compared, total = failures + more, compared + n, len(cases) + len(
                 recorded.PROBE_VARIANTS)
@@ -379,7 +380,7 @@ def run(number: int, name: str, fn) -> CheckResult:
             picked = {2: [c for c in cases if c.max_offset == 0],
                       3: [c for c in cases if c.max_offset], 5: list(cases)}[number]
             outputs = {2: _ex2_outputs, 3: _ex3_outputs, 5: _ex5_outputs}[number](fn)
-            failures, compared = _run_traces(number, picked, outputs)
+            failures, compared = _run_traces(picked, outputs)
             total = len(picked)
     except _BadReturn as exc:
         return CheckResult(number, name, False, 0, 0, 0,
