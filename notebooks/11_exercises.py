@@ -164,6 +164,51 @@ wrong = try_check(2, unfused)
 assert not wrong.passed and (wrong.where["step"], wrong.where["array"]) == ("online_softmax", "acc_s")
 
 # %% [markdown]
+# Where in the tile: the same attempt on the event the checker names (the first trace's second
+# K/V block), drawn from the recording. Each cell is one element of P, coloured by its distance
+# in ulp from the H200's; the count is the one the checker reported. The FMUL rounds
+# `s * scale_log2` (printed: its largest magnitude) to 24 bits before the subtraction, which
+# the FFMA never does, and 2^x magnifies a change in the last bit of a large argument: at
+# `|x|` between 8 and 16 one ulp of `x` is 2^-20, which moves P by `ln 2 * 2^-20` relative,
+# 6 to 11 ulp of P, and more where MUFU.EX2's fixed-point reading of its input (notebook 4)
+# crosses a step.
+
+# %%
+import matplotlib.pyplot as plt
+
+from simulator.compare import ulp_distance
+from simulator.exercises import recorded
+from simulator.hw import accumulator_layout
+
+case = recorded.trace_cases()[0]
+ev = case.device.events
+assert [e.step for e in ev[2:4] + ev[7:10]] == ["max_get_scale", "online_softmax", "mask",
+                                                 "max_get_scale", "online_softmax"]
+cta = ev[9].cta
+_, p_mine, _, _ = unfused(recorded.rowcol(ev[7].data["acc_s"]), ev[2].data["row_max"],
+                          ev[8].data["row_max"], ev[3].data["row_sum"],
+                          np.zeros((1, 128, 2, 16), np.float32), case.scale_log2[cta])
+layout = accumulator_layout("m64n64k16")
+mine = layout.to_matrix(recorded.fragment(p_mine))[0]
+h200 = layout.to_matrix(ev[9].data["acc_s"])[0]
+ulps = ulp_distance(mine, h200)
+worst = int(np.abs(ulps).max())
+product = np.abs(fmul(recorded.rowcol(ev[7].data["acc_s"]), case.scale_log2[cta]))
+print(f"largest |s * scale_log2| of the block: {product[np.isfinite(product)].max():.3g}")
+print(f"{np.count_nonzero(ulps)} of {ulps.size} elements of P differ, by {ulps.min()} to "
+      f"{ulps.max()} ulp; where they differ, the H200's P is {h200[ulps != 0].min():.3g} to "
+      f"{h200[ulps != 0].max():.3g}")
+assert np.count_nonzero(ulps) == wrong.where["differing"] and worst > 1
+
+fig, ax = plt.subplots(figsize=(6.5, 5))
+im = ax.imshow(ulps, cmap="coolwarm", vmin=-worst, vmax=worst, interpolation="nearest")
+fig.colorbar(im, ax=ax, label="FMUL + FADD minus H200 (ulp)")
+ax.set_xlabel(f"key column of K/V block {ev[9].n_block}")
+ax.set_ylabel("query row of the tile")
+ax.set_title(f"P of CTA {cta}, '{case.name}': FMUL + FADD against the H200's FFMA")
+fig.tight_layout()
+
+# %% [markdown]
 # ## Exercise 3: FP8's Max_offset
 #
 # With e4m3 inputs, P is converted to e4m3 (3 mantissa bits, nothing below `2^-9`) before the
