@@ -84,7 +84,7 @@ def test_ipynb_is_in_sync_with_its_source(source):
     nb = nbformat.read(paired, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.get("jupytext", {}).get("formats") == PAIRING, (
-        f"{paired.name}: not paired with its source; " + SYNC_HINT.format(paired.relative_to(ROOT)))
+        f"{paired.name}: not paired with its source; " + SYNC_HINT.format(source.stem[:2]))
     want = [(c.cell_type, c.source) for c in nb_src.cells]
     got = [(c.cell_type, c.source) for c in nb.cells]
     if got != want:

@@ -152,9 +152,11 @@ def per_exponential(body: list[str]) -> dict:
 
 
 def tool_version(cmd: str) -> str:
-    """The last line of ``cmd --version`` (``Cuda compilation tools, release ...``)."""
+    """The line of ``cmd --version`` that names the release (``Cuda compilation tools, release
+    13.0, V13.0.88``), else its last line."""
     out = subprocess.run([cmd, "--version"], capture_output=True, text=True, check=True).stdout
-    return out.strip().splitlines()[-1]
+    lines = out.strip().splitlines()
+    return next((x for x in lines if "release" in x), lines[-1])
 
 
 def disassembler() -> list[str]:
