@@ -99,7 +99,9 @@ def execute(source: Path, dpi: int, timeout: int) -> float:
         cell.id = f"cell-{i:02d}"
     with tempfile.TemporaryDirectory() as rc_dir:
         Path(rc_dir, "matplotlibrc").write_text(f"figure.dpi: {dpi}\nsavefig.dpi: {dpi}\n")
-        env = {"SIMULATOR_NOTEBOOK_STATIC": "1", "MATPLOTLIBRC": rc_dir}
+        # the kernel imports this checkout's simulator, whatever the environment has installed
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        env = {"SIMULATOR_NOTEBOOK_STATIC": "1", "MATPLOTLIBRC": rc_dir, "PYTHONPATH": path}
         saved = {k: os.environ.get(k) for k in (*env, "MPLBACKEND")}
         os.environ.update(env)
         os.environ.pop("MPLBACKEND", None)  # the inline backend, so the figures are kept
