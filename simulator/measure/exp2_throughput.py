@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..device import runtime
+from ..errors import EXIT_USAGE
 from ..io import write_json_atomic
 from .common import kernel_provenance, out_parser
 
@@ -52,7 +54,7 @@ HEAD_DIM = 128
 ROW_MAX = 1.0
 BLOCK = 256
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*;)")
-_BRANCH = re.compile(r"\bBRA\s+(?:`?\(?\.L_x_\d+\)?|0x([0-9a-f]+))")
+_BRANCH = re.compile(r"\bBRA\s+0x([0-9a-f]+)")
 _PRED = re.compile(r"^@!?U?P[T0-9]+\s+")
 
 
@@ -101,20 +103,33 @@ def check_inputs(seed: int = 0) -> np.ndarray:
 # ---- SASS --------------------------------------------------------------------------------------
 def parse_sass(text: str) -> dict[str, list[tuple[int, str]]]:
     """``{function: [(address, instruction), ...]}`` of a ``cuobjdump -sass`` or ``nvdisasm``
-    listing (encodings, comments and NOPs dropped)."""
+    listing (encodings, comments and NOPs dropped; nvdisasm's branch labels replaced by the
+    address they stand for, as cuobjdump prints them)."""
     functions: dict[str, list[tuple[int, str]]] = {}
+    labels: dict[str, int] = {}
+    pending: list[str] = []
     current = None
     for line in text.splitlines():
         head = re.search(r"Function : (\w+)", line) or re.match(r"\s*\.text\.(\w+):", line)
         if head:
             current = functions.setdefault(head.group(1), [])
             continue
+        label = re.match(r"\s*(\.L_x_\d+):", line)
+        if label:
+            pending.append(label.group(1))
+            continue
         m = _INSTR.search(line)
         if m and current is not None:
-            instr = " ".join(m.group(2).split())
+            addr, instr = int(m.group(1), 16), " ".join(m.group(2).split())
+            labels.update(dict.fromkeys(pending, addr))
+            pending = []
             if opcode(instr) != "NOP":
-                current.append((int(m.group(1), 16), instr))
-    return functions
+                current.append((addr, instr))
+
+    def resolve(instr: str) -> str:
+        return re.sub(r"`?\((\.L_x_\d+)\)", lambda g: hex(labels.get(g.group(1), -1)), instr)
+
+    return {f: [(a, resolve(i)) for a, i in listing] for f, listing in functions.items()}
 
 
 def opcode(instr: str) -> str:
@@ -294,7 +309,11 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed launches before each timing")
     args = ap.parse_args(argv)
     if args.sass:
-        report = sass_report(args.nvcc)
+        try:
+            report = sass_report(args.nvcc)
+        except (OSError, subprocess.CalledProcessError, ValueError) as exc:  # no toolkit, nvcc failed
+            print(f"error: measure exp2_throughput --sass: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         write_json_atomic(os.path.join(args.out, "exp2_sass.json"), report)
         for flags, forms in report["per_exponential"].items():
             for form, c in forms.items():
