@@ -168,6 +168,9 @@ else:
         clk = f"{r['per_sm_per_clock']:9.2f}" if r["per_sm_per_clock"] else f"{'-':>9s}"
         print(f"{flags:10s} {LABEL[form]:12s} {r['median_ms']:10.3f} {r['exponentials_per_s']:10.3e} "
               f"{clk} {r['time_vs_fa3_form']:11.2f}")
+    rated = tp["clock_khz_rated"] and tp["clock_khz_rated"] // 1000
+    print(f"/SM/clock: per SM and rated clock ({rated} MHz); nvidia-smi read "
+          f"{tp.get('sm_clock_mhz_after')} MHz right after the rounds")
     ratio = tp["doubled_reps"]["ratio_to_reps"]
     print(f"twice the repeats: x{ratio:.2f} the time")
     assert 1.7 < ratio < 2.3, "not bound by compute: the rates above would measure memory"

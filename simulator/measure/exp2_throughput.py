@@ -219,6 +219,27 @@ def _clock_khz(cupy) -> int | None:
         return None
 
 
+def _sm_clock_mhz() -> int | None:
+    """The SM clock now (nvidia-smi ``clocks.sm``, MHz), None where nvidia-smi cannot say."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return int(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def _spin_up(cupy, launch, seconds: float) -> int:
+    """Launch ``launch`` until ``seconds`` passed (the clocks rise under load); returns the
+    launches made."""
+    t0, count = time.time(), 0
+    while time.time() - t0 < seconds:
+        launch()
+        cupy.cuda.Device().synchronize()
+        count += 1
+    return count
+
+
 def _time_ms(cupy, launch, runs: int, warmup: int) -> list[float]:
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     for _ in range(warmup):
@@ -234,9 +255,13 @@ def _time_ms(cupy, launch, runs: int, warmup: int) -> list[float]:
     return times
 
 
-def throughput(cupy, modules: dict, n: int, reps: int, runs: int, warmup: int, log) -> dict:
+def throughput(cupy, modules: dict, n: int, reps: int, runs: int, warmup: int, log,
+               spin_up_s: float = 1.0) -> dict:
     """Median time and exponentials per second of ``loop_<form>`` for each flag set and form,
-    ``runs`` rounds over all kernels (interleaved, so that clock drift hits all alike)."""
+    after ``spin_up_s`` seconds of launches, then ``runs`` rounds over all kernels (interleaved,
+    so that clock drift hits all alike). ``per_sm_per_clock`` divides by the SM count and the
+    rated clock (``clock_khz_rated``); ``sm_clock_mhz_after`` is the clock nvidia-smi reported
+    right after the rounds."""
     sms = int(cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"])
     grid = sms * (2048 // BLOCK)
     rng = np.random.default_rng(1)
@@ -251,10 +276,12 @@ def throughput(cupy, modules: dict, n: int, reps: int, runs: int, warmup: int, l
         return lambda: fn((grid,), (BLOCK,), args)
 
     keys = [(fl, fo) for fl in FLAG_SETS for fo in FORMS]
+    spins = _spin_up(cupy, launcher("plain", "expf", reps), spin_up_s)
     times: dict = {k: [] for k in keys}
     for _ in range(runs):
         for key in keys:
             times[key] += _time_ms(cupy, launcher(*key, reps), 1, warmup)
+    clock_after = _sm_clock_mhz()
     doubled = _time_ms(cupy, launcher("fast_math", "exp2f", 2 * reps), runs, warmup)
     clock = _clock_khz(cupy)
     out: dict = {}
@@ -269,8 +296,9 @@ def throughput(cupy, modules: dict, n: int, reps: int, runs: int, warmup: int, l
         log(f"{flags:9s} {form:6s} median {med:8.3f} ms  {rate:.3e} exp/s  x{med / base:.2f}")
     double_med = float(np.median(doubled))
     return {"grid": grid, "block": BLOCK, "multiprocessors": sms, "clock_khz_rated": clock,
-            "results": out, "doubled_reps": {"times_ms": doubled, "median_ms": double_med,
-                                             "ratio_to_reps": double_med / base}}
+            "sm_clock_mhz_after": clock_after, "spin_up_launches": spins, "results": out,
+            "doubled_reps": {"times_ms": doubled, "median_ms": double_med,
+                             "ratio_to_reps": double_med / base}}
 
 
 def accuracy(cupy, modules: dict) -> dict:
@@ -307,6 +335,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=128, help="exponentials per element per launch")
     ap.add_argument("--runs", type=int, default=7, help="timed launches per kernel (median)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed launches before each timing")
+    ap.add_argument("--spin-up-s", type=float, default=1.0,
+                    help="seconds of untimed launches before the rounds (the clocks rise)")
     args = ap.parse_args(argv)
     if args.sass:
         try:
@@ -319,9 +349,11 @@ def main(argv=None) -> int:
             for form, c in forms.items():
                 print(f"{flags:9s} {form:6s} {c['total']:.3f} instructions per exponential: {c['opcodes']}")
         return 0
-    if not 10 <= args.elements_log2 <= 28 or args.reps < 1 or args.runs < 1 or args.warmup < 0:
-        ap.error(f"need 10 <= --elements-log2 <= 28, --reps >= 1, --runs >= 1, --warmup >= 0; "
-                 f"got {args.elements_log2}, {args.reps}, {args.runs}, {args.warmup}")
+    if (not 10 <= args.elements_log2 <= 28 or args.reps < 1 or args.runs < 1 or args.warmup < 0
+            or not 0 <= args.spin_up_s <= 60):
+        ap.error(f"need 10 <= --elements-log2 <= 28, --reps >= 1, --runs >= 1, --warmup >= 0, "
+                 f"0 <= --spin-up-s <= 60; got {args.elements_log2}, {args.reps}, {args.runs}, "
+                 f"{args.warmup}, {args.spin_up_s}")
     from .common import GpuRun  # noqa: PLC0415
 
     cupy = runtime.require_gpu()
@@ -334,7 +366,8 @@ def main(argv=None) -> int:
                                                                    for k, v in FLAG_SETS.items()},
               "forms": FORM_CODE, "constants": constants(), "elements": n, "reps": args.reps,
               "runs": args.runs, "warmup": args.warmup}
-    report["throughput"] = throughput(cupy, modules, n, args.reps, args.runs, args.warmup, run.log)
+    report["throughput"] = throughput(cupy, modules, n, args.reps, args.runs, args.warmup, run.log,
+                                      args.spin_up_s)
     report["accuracy"] = accuracy(cupy, modules)
     report["elapsed_s"] = run.elapsed()
     write_json_atomic(os.path.join(args.out, "exp2_throughput.json"), report)
