@@ -59,7 +59,8 @@ def test_jupyterlab_lists_each_notebook_once():
     import tomllib
 
     stray = sorted(p.name for p in NOTEBOOK_DIR.glob("*.py"))
-    assert not stray, f"notebook sources belong in notebooks/src/, found in notebooks/: {stray}"
+    assert not stray, (f"notebook sources belong in notebooks/src/, found in notebooks/: {stray}; "
+                       "`git mv` them there, set their header's formats to " + PAIRING)
     config = tomllib.loads((NOTEBOOK_DIR / "jupytext.toml").read_text(encoding="utf-8"))
     assert config.get("formats") == PAIRING, config
 
