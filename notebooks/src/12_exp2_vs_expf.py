@@ -210,9 +210,10 @@ print("MUFU.EX2 - correctly rounded 2^x, ulp:", dict(zip(vals.tolist(), counts.t
 assert err.min() >= -2 and err.max() <= 1
 
 # %% [markdown]
-# Now the two fast forms of one softmax numerator, each as the emulator computes it (the same
-# bits as the H200, section 2 checks it), against `exp((s - m) * scale)` in float64 with the
-# float32 `scale` the kernel receives:
+# Now the two fast forms of one softmax numerator, each as the emulator computes it (its FFMA
+# and MUFU.EX2 are bit-exact against the H200, README "What is exact today"; section 2's run
+# checks the whole sequences), against `exp((s - m) * scale)` in float64 with the float32
+# `scale` the kernel receives:
 #
 # * `__expf`: `MUFU.EX2(FMUL.FTZ(FFMA.FTZ(s, scale, -m_scale), log2e_f32))`;
 # * FA3: `MUFU.EX2(FFMA.FTZ(s, scale_log2, -max_scaled))`.
