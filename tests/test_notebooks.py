@@ -172,3 +172,19 @@ def test_every_notebook_starts_and_ends_through_simulator_notebook():
         text = source.read_text(encoding="utf-8")
         assert "NB = notebook.setup()" in text and text.rstrip().endswith("print(NB.finish())"), source.name
         assert "T0 = time.perf_counter()" not in text, source.name
+
+
+@needs_jupytext
+def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsys):
+    """scripts/execute_notebooks.py (which writes the committed .ipynb) covers every source,
+    picks one by number, refuses an unknown name, and its --check agrees with the tests above."""
+    import importlib.util as iu
+
+    spec = iu.spec_from_file_location("execute_notebooks", ROOT / "scripts" / "execute_notebooks.py")
+    script = iu.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.sources([]) == SOURCES and script.PAIRING == PAIRING
+    assert [p.stem[:2] for p in script.sources(["04"])] == ["04"]
+    with pytest.raises(SystemExit, match="no notebook source matches 'nope'"):
+        script.sources(["nope"])
+    assert script.main(["--check"]) == 0, capsys.readouterr().out
