@@ -320,11 +320,89 @@ def accuracy(cupy, modules: dict) -> dict:
             want = np.exp((xs.astype(np.float64) - ROW_MAX) * scale)
             live = want >= 2.0**-126
             model = emulated(form, flags, xs, k["a"], k["c"])
-            out.setdefault(flags, {})[form] = {
+            entry = out.setdefault(flags, {})[form] = {
                 "max_rel_error_vs_float64": float(np.max(np.abs(got[live] / want[live] - 1))),
                 "emulator_mismatches": None if model is None else
                 int(np.count_nonzero(got.view(np.uint32) != model.view(np.uint32)))}
+            if model is not None and entry["emulator_mismatches"]:
+                entry["mismatch_examples"] = _examples(xs, got, model)
     return {"inputs": int(xs.size), "results": out}
+
+
+def _examples(xs: np.ndarray, got: np.ndarray, model: np.ndarray, count: int = 24) -> dict:
+    """Where the device and :func:`emulated` differ: how many of those results the device
+    flushed to zero, the range of the model's results there, and ``count`` examples spread
+    over them (input, device and model bits as hex)."""
+    bad = np.nonzero(got.view(np.uint32) != model.view(np.uint32))[0]
+    pick = bad[np.linspace(0, bad.size - 1, min(count, bad.size)).astype(np.int64)]
+    return {"device_zero": int(np.count_nonzero(got[bad] == 0)),
+            "model_min": float(np.min(model[bad])), "model_max": float(np.max(model[bad])),
+            "examples": [{"x": float(xs[i]), "device": f"{int(got.view(np.uint32)[i]):08x}",
+                          "model": f"{int(model.view(np.uint32)[i]):08x}"} for i in pick]}
+
+
+def nvrtc_ptx_ex2() -> dict:
+    """The ``ex2`` instructions in the PTX NVRTC generates for the probe under each flag set
+    (``-arch=compute_90a``, the module's other options): which PTX form (``ex2.approx.f32`` or
+    ``.ftz``) each library call became."""
+    from cupy_backends.cuda.libs import nvrtc  # noqa: PLC0415 - GPU path only
+
+    src = runtime.kernel_source(PROBE)
+    found = {}
+    for flags, extra in FLAG_SETS.items():
+        opts = [o.replace("sm_90a", "compute_90a") for o in NVRTC_FLAGS + extra]
+        try:
+            prog = nvrtc.createProgram(src, "exp2_throughput.cu", [], [])
+            nvrtc.compileProgram(prog, opts)
+            ptx = nvrtc.getPTX(prog)
+        except Exception as exc:  # a diagnostic: the measurement stands without it
+            found[flags] = f"unavailable: {type(exc).__name__}: {exc}"[:200]
+            continue
+        text = ptx.decode() if isinstance(ptx, bytes) else str(ptx)
+        found[flags] = dict(Counter(m.group(0) for m in re.finditer(r"ex2\.approx[.\w]*", text)))
+    return found
+
+
+def nvrtc_sass_listing() -> dict | str:
+    """The one-element kernels' SASS as NVRTC builds them (``nvrtcGetCUBIN`` with the module's
+    options, both flag sets), disassembled: the code the GPU run measured, to set beside nvcc's
+    listing in ``exp2_sass.json``. A string saying why where NVRTC or the disassembler fails."""
+    from cupy_backends.cuda.libs import nvrtc  # noqa: PLC0415 - GPU path only
+
+    src = runtime.kernel_source(PROBE)
+    out: dict = {}
+    try:
+        # nvdisasm reads a bare cubin (NVRTC's); cuobjdump refuses some
+        dis = ([shutil.which("nvdisasm")] if shutil.which("nvdisasm") else disassembler())
+        with tempfile.TemporaryDirectory() as tmp:
+            for flags, extra in FLAG_SETS.items():
+                prog = nvrtc.createProgram(src, "exp2_throughput.cu", [], [])
+                nvrtc.compileProgram(prog, list(NVRTC_FLAGS + extra))
+                cubin = Path(tmp) / f"{flags}.cubin"
+                cubin.write_bytes(nvrtc.getCUBIN(prog))
+                text = subprocess.run([*dis, str(cubin)], capture_output=True, text=True,
+                                      check=True).stdout
+                fns = parse_sass(text)
+                out[flags] = {f: [i for _, i in fns[f"map_{f}"]] for f in ("copy", *FORMS)}
+    except Exception as exc:  # a diagnostic: the measurement stands without it
+        return f"unavailable: {type(exc).__name__}: {exc}"[:300]
+    return out
+
+
+def nvcc_plain_check(cupy, nvcc: str = "nvcc") -> dict | str:
+    """The plain (no fast math) probe compiled offline by nvcc (``-arch=sm_90a -cubin``) and
+    loaded as a cubin: :func:`accuracy`'s emulator comparison of its one-element kernels, to set
+    beside NVRTC's build of the same source. A string saying why where nvcc is missing."""
+    if shutil.which(nvcc) is None:
+        return f"unavailable: {nvcc} not on PATH"
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "probe.cubin")
+        done = subprocess.run([nvcc, "-arch=sm_90a", "-cubin", "-o", cubin,
+                               str(runtime.KERNELS_DIR / PROBE)], capture_output=True, text=True)
+        if done.returncode:
+            return f"unavailable: nvcc failed: {done.stderr[-200:]}"
+        module = cupy.RawModule(path=cubin)
+        return accuracy(cupy, {"plain": module})["results"]["plain"]
 
 
 def main(argv=None) -> int:
@@ -369,6 +447,20 @@ def main(argv=None) -> int:
     report["throughput"] = throughput(cupy, modules, n, args.reps, args.runs, args.warmup, run.log,
                                       args.spin_up_s)
     report["accuracy"] = accuracy(cupy, modules)
+    report["nvrtc_ptx_ex2"] = nvrtc_ptx_ex2()
+    run.log(f"PTX ex2 forms: {report['nvrtc_ptx_ex2']}")
+    report["nvcc_cubin_plain"] = nvcc_plain_check(cupy, args.nvcc)
+    report["nvrtc_sass_listing"] = nvrtc_sass_listing()
+    plain = report["nvcc_cubin_plain"]
+    run.log("nvcc's plain build against the emulator: " + str(
+        {k: v["emulator_mismatches"] for k, v in plain.items()} if isinstance(plain, dict) else plain))
+    for flags, forms in report["accuracy"]["results"].items():
+        for form, r in forms.items():
+            if r.get("mismatch_examples"):
+                ex = r["mismatch_examples"]
+                run.log(f"{flags} {form}: {r['emulator_mismatches']} differ from the emulator, "
+                        f"{ex['device_zero']} of them 0 on the device; model results there "
+                        f"{ex['model_min']:.3g}..{ex['model_max']:.3g}; e.g. {ex['examples'][:3]}")
     report["elapsed_s"] = run.elapsed()
     write_json_atomic(os.path.join(args.out, "exp2_throughput.json"), report)
     run.log(f"wrote {os.path.join(args.out, 'exp2_throughput.json')}")
