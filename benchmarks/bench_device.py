@@ -1,4 +1,4 @@
-"""Throughput of simulator/kernels/fa3_forward.cu against torch's scaled_dot_product_attention (on a GPU).
+"""Throughput of kernels/fa3_forward.cu against torch's scaled_dot_product_attention (on a GPU).
 
     python3 benchmarks/bench_device.py [--out benchmarks/results/bench_device.json]
 

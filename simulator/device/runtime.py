@@ -1,7 +1,8 @@
 """CuPy plumbing: availability checks, NVRTC module cache, provenance of a device run.
 
-Kernels live in the package's ``simulator/kernels/`` folder (package data, so an installed
-wheel has the device twin too) and are compiled with NVRTC through ``cupy.RawModule`` for
+Kernels live in the repository's top-level ``kernels/`` folder; the wheel installs them as the
+package data ``simulator/kernels/`` (pyproject.toml's ``package-dir``), so an installed package has
+the device twin too. They are compiled with NVRTC through ``cupy.RawModule`` for
 ``sm_90a`` with ``--use_fast_math`` (FlashAttention-3's flags), unless a caller passes other
 options.
 """
@@ -15,7 +16,16 @@ import platform
 import subprocess
 from pathlib import Path
 
-KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
+
+def _kernels_dir() -> Path:
+    """The folder holding the CUDA sources: ``simulator/kernels/`` inside an installed package,
+    else the checkout's top-level ``kernels/`` beside ``simulator/``."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "kernels"
+    return installed if (installed / "fa3_forward.cu").is_file() else package.parent / "kernels"
+
+
+KERNELS_DIR = _kernels_dir()
 DEFAULT_OPTIONS = ("-arch=sm_90a", "--use_fast_math", "-std=c++17")
 INSTALL_HINT = ".venv/bin/pip install -e '.[gpu]' in the repository (installs cupy-cuda13x)"
 
@@ -56,7 +66,7 @@ def require_gpu():
 
 
 def kernel_source(relpath: str) -> str:
-    """Text of a kernel source under ``simulator/kernels/`` (e.g. ``"probes/numerics.cu"``)."""
+    """Text of a kernel source under :data:`KERNELS_DIR` (e.g. ``"probes/numerics.cu"``)."""
     path = KERNELS_DIR / relpath
     if not path.is_file():
         raise FileNotFoundError(f"kernel source not found: {path}")
@@ -70,7 +80,7 @@ def source_sha256(relpath: str) -> str:
 
 @functools.lru_cache(maxsize=32)
 def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
-    """Compile ``simulator/kernels/<relpath>`` with NVRTC once per (source, options) and return
+    """Compile ``kernels/<relpath>`` with NVRTC once per (source, options) and return
     the module.
 
     Raises:
@@ -83,7 +93,7 @@ def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
         module = cupy.RawModule(code=src, options=options, backend="nvrtc")
         module.compile()
     except cupy.cuda.compiler.CompileException as exc:
-        raise RuntimeError(f"NVRTC failed to compile simulator/kernels/{relpath}:\n"
+        raise RuntimeError(f"NVRTC failed to compile {KERNELS_DIR / relpath}:\n"
                            f"{exc.get_message()}") from exc
     return module
 
