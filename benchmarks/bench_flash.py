@@ -85,19 +85,20 @@ def _inputs(shape, dtype, seed=0):
 def _fast_path_row(q, k, v, causal: bool, repeats: int, label: str) -> dict:
     """The same forward with the per-term tensor-core model everywhere, in turns with the
     default (simulator.mma.fast for bf16): the speed-up of the exact BLAS path alone."""
+    from simulator import engine
     from simulator.mma import fast
 
-    def per_term():
-        fast.ENABLED = False
-        try:
+    # both sides on the NumPy engine: the compiled one ("auto", large calls) has no BLAS path
+    def forward():
+        with engine.use_engine("numpy"):
             return flash.forward(q, k, v, causal=causal)
-        finally:
-            fast.ENABLED = True
 
-    assert np.array_equal(per_term().out.view(np.uint16),
-                          flash.forward(q, k, v, causal=causal).out.view(np.uint16)), "bits differ"
-    t_fast, t_ref = interleaved_medians([lambda: flash.forward(q, k, v, causal=causal), per_term],
-                                        repeats)
+    def per_term():
+        with fast.per_term_model():
+            return forward()
+
+    assert np.array_equal(per_term().out.view(np.uint16), forward().out.view(np.uint16)), "bits differ"
+    t_fast, t_ref = interleaved_medians([forward, per_term], repeats)
     return ratio_row("bench_flash.py", f"{label}: BLAS tensor-core path vs the per-term model "
                      "(same bits)", t_fast, t_ref, "per-term model", faster=True)
 
