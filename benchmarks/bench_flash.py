@@ -40,7 +40,7 @@ from simulator import flash
 from simulator.flash.dispatch import fa3_dispatch
 
 TARGET = 10.0
-_ROW_BLOCK = 128
+ROW_BLOCK = 128
 
 
 def numpy_attention(q, k, v, causal):
@@ -51,9 +51,9 @@ def numpy_attention(q, k, v, causal):
     scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
     sq, sk = q.shape[2], k.shape[2]
     out = np.empty_like(q[..., : v.shape[-1]])
-    blocks = range(0, sq, _ROW_BLOCK) if causal else [0]
+    blocks = range(0, sq, ROW_BLOCK) if causal else [0]
     for m0 in blocks:  # a handful of row blocks: the work a causal kernel does
-        m1 = min(sq, m0 + _ROW_BLOCK) if causal else sq
+        m1 = min(sq, m0 + ROW_BLOCK) if causal else sq
         n1 = min(sk, m1 + sk - sq) if causal else sk
         s = (q[:, :, m0:m1] * scale) @ k[:, :, :n1].transpose(0, 1, 3, 2)
         if causal:

@@ -16,6 +16,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 
 def _kernels_dir() -> Path:
     """The folder holding the CUDA sources: ``simulator/kernels/`` inside an installed package,
@@ -96,6 +98,29 @@ def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
         raise RuntimeError(f"NVRTC failed to compile {KERNELS_DIR / relpath}:\n"
                            f"{exc.get_message()}") from exc
     return module
+
+
+#: dynamic shared memory a kernel may use without opting in (CUDA's default per block)
+DEFAULT_DYNAMIC_SMEM = 48 * 1024
+
+
+def allow_dynamic_smem(cupy, fn, nbytes: int) -> None:
+    """Opt the kernel function ``fn`` (a ``cupy.RawModule`` function) in to ``nbytes`` of
+    dynamic shared memory, as a launch above :data:`DEFAULT_DYNAMIC_SMEM` needs
+    (``cudaFuncAttributeMaxDynamicSharedMemorySize``); nothing to do at or below it."""
+    if nbytes <= DEFAULT_DYNAMIC_SMEM:
+        return
+    try:
+        fn.max_dynamic_shared_size_bytes = nbytes
+    except AttributeError:  # a bare cupy.cuda.function.Function
+        cupy.cuda.driver.funcSetAttribute(
+            fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+
+
+def f32_bits(x) -> np.uint32:
+    """The uint32 bits of ``x`` rounded to float32: how a kernel's float argument is passed
+    (the launchers hand float32 constants as bits, so no host rounding can differ)."""
+    return np.asarray(x, dtype=np.float32).reshape(()).view(np.uint32)[()]
 
 
 def device_info() -> dict:

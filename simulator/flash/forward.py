@@ -20,7 +20,6 @@ from ..numerics.mufu import tanh
 from ..trace import Trace
 from . import chunks
 from . import exact as _exact
-from .config import DTYPES as DTYPES  # re-exported: the input dtypes FA3 takes
 from .config import Config, ForwardResult, make_config
 from .constants import MAX_OFFSET
 from .grid import pad_rows
@@ -146,7 +145,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     parts = 1 if executor is None else chunks.workers(executor)
     size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
-    work = [(key, part) for key, ctas in _cta_groups(cfg).items()
+    work = [(key, part) for key, ctas in cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
     bar = chunks.Progress(progress, sum(visits))
@@ -250,9 +249,14 @@ def _padded_inputs(cfg: Config, q, k, v, qv=None):
     return qp, kp, vp, qvp
 
 
-def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
-    """CTAs ``(b, h, m_block)`` grouped by their K/V block range and which of those blocks
-    run with masking (and so with Check_inf)."""
+def cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
+    """The launch's CTAs grouped by the work they do: ``{(kv_range, masked): ctas}`` with
+    ``kv_range`` the ``(n_block_min, n_block_max)`` a CTA visits (hopper/block.h, per split),
+    ``masked`` its masking steps (:func:`simulator.flash.masks.masking_steps`: the blocks run
+    with masking and Check_inf) and ``ctas`` int64 [n, 4] rows ``(batch, head, m_block,
+    split)``, in order of first appearance over batch, then m_block (``head`` a KV head when
+    ``cfg.pack_gqa``). CTAs of one group run the same sequence of steps, so the forward
+    evaluates each group as one batch of tiles."""
     g = cfg.qhead_per_khead if cfg.pack_gqa else 1
     m_blocks = -(-cfg.seqlen_q * g // cfg.kblock_m)
     heads = cfg.heads_kv if cfg.pack_gqa else cfg.heads  # a packed tile belongs to a kv head
