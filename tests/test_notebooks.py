@@ -50,11 +50,6 @@ def test_every_notebook_has_a_source_and_a_paired_ipynb():
                                   "run `.venv/bin/jupytext --to ipynb notebooks/NN_name.py`")
 
 
-def test_no_generator_script():
-    assert not (ROOT / "scripts" / "make_notebooks.py").exists(), (
-        "the notebooks are edited as their notebooks/NN_name.py sources")
-
-
 @needs_jupytext
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_ipynb_is_in_sync_with_its_source(source):
