@@ -587,7 +587,7 @@ def test_no_plain_reads_of_recorded_device_data():
     import re
 
     root = Path(__file__).resolve().parents[1]
-    sources = [*root.glob("simulator/**/*.py"), *root.glob("tests/*.py"), *root.glob("notebooks/*.py")]
+    sources = [*root.glob("simulator/**/*.py"), *root.glob("tests/*.py"), *root.glob("notebooks/src/*.py")]
     plain = re.compile(r"np\.load\(|json\.loads?\(")
     # names these sources give the device folder or its files (mufu_data.DATA_DIR is the MUFU
     # tables' folder, checked by their own loader)

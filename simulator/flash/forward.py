@@ -298,7 +298,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     qt = qp[b[:, None], rows, heads].reshape(len(ctas), W, 64, d)                  # [G, W, 64, d]
     qvt = None if qvp is None else qvp[b[:, None], rows, heads].reshape(len(ctas), W, 64, dv)
     scale_log2, softcap_val, final_scale = (_exact.cta_scales(cfg, b, hkv) if exact is not None
-                                            and exact.ffma else _cta_scales(cfg, b, hkv))
+                                            and exact.ffma else cta_scales(cfg, b, hkv))
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
                    MAX_OFFSET[cfg.fmt], cfg.arch, exact)
     view = rowcol_view(f"m64n{N}k16")
@@ -374,8 +374,12 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse, exact)
 
 
-def _cta_scales(cfg: Config, b, hkv):
-    """Per-CTA float32 scale_log2, softcap_val and final_scale after folding FP8 descales."""
+def cta_scales(cfg: Config, b, hkv):
+    """The float32 ``(scale_log2, softcap_val, final_scale)`` of each CTA, arrays [n] for the
+    CTAs of batch ``b`` [n] and KV head ``hkv`` [n]: the host constants, with e4m3's
+    ``q_descale * k_descale`` folded (FMUL, ftz) into softcap_val when softcap is on
+    (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp), else into scale_log2
+    (hopper/flash_fwd_kernel_sm90.h), and ``v_descale`` as the final scale."""
     c = cfg.consts
     qk = fmul(cfg.q_descale[b, hkv], cfg.k_descale[b, hkv], ftz=True)
     scale_log2 = np.full(len(b), c["scale_log2"], dtype=np.float32)
