@@ -65,11 +65,6 @@ def test_jupyterlab_lists_each_notebook_once():
     assert config.get("formats") == PAIRING, config
 
 
-def test_no_generator_script():
-    assert not (ROOT / "scripts" / "make_notebooks.py").exists(), (
-        "the notebooks are edited as their notebooks/NN_name.py sources")
-
-
 @needs_jupytext
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_ipynb_is_in_sync_with_its_source(source):

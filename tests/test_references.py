@@ -17,7 +17,7 @@ def _tracked(*patterns: str) -> list[Path]:
 
 
 READ_BY_USERS = [p for p in _tracked("README.md", "docs/*.md", "notebooks/src/*.py", "notebooks/*.ipynb",
-                                     "simulator/**/*.py", "simulator/kernels/**/*.cu", "scripts/*",
+                                     "simulator/**/*.py", "kernels/**/*.cu", "scripts/*",
                                      "tests/*.py", "benchmarks/*.py", ".ci/*")
                  if p.resolve() != Path(__file__).resolve()]
 # a path into a folder outside the repository, or a numbered section of a document it does not hold

@@ -27,7 +27,7 @@
 # This notebook shows (1) the SASS each form compiles to, counted per exponential, (2) the
 # exponentials per second each reaches on the H200, and (3) what folding costs in accuracy,
 # with the emulator's bit-exact `FFMA` and `MUFU.EX2`. The probe is
-# `simulator/kernels/probes/exp2_throughput.cu`; its run is
+# `kernels/probes/exp2_throughput.cu`; its run is
 # `python -m simulator measure exp2_throughput` (`--sass` for the listing, no GPU needed).
 
 # %%

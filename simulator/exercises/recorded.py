@@ -28,7 +28,7 @@ from ..device import forward_trace as ft
 from ..errors import RecordedDataError
 from ..flash.config import make_config
 from ..flash.constants import MAX_OFFSET
-from ..flash.forward import _cta_scales
+from ..flash.forward import cta_scales
 from ..hw import accumulator_layout, rowcol_view
 from ..io import DEVICE_DATA_DIR, read_json, read_npz
 from ..replay import forward_traces as traces
@@ -85,7 +85,7 @@ def trace_cases() -> tuple[TraceCase, ...]:
         cfg = make_config(inputs["q"], inputs["k"], inputs["v"], **kw)
         b = np.array([c[0] for c in device.ctas()], dtype=np.int64)
         hkv = np.array([c[1] // cfg.qhead_per_khead for c in device.ctas()], dtype=np.int64)
-        scale, _, final = _cta_scales(cfg, b, hkv)
+        scale, _, final = cta_scales(cfg, b, hkv)
         cases.append(TraceCase(rec["name"], cfg.fmt, MAX_OFFSET[cfg.fmt], device,
                                dict(zip(device.ctas(), scale, strict=True)),
                                dict(zip(device.ctas(), final, strict=True))))
