@@ -363,32 +363,6 @@ def nvrtc_ptx_ex2() -> dict:
     return found
 
 
-def nvrtc_sass_listing() -> dict | str:
-    """The one-element kernels' SASS as NVRTC builds them (``nvrtcGetCUBIN`` with the module's
-    options, both flag sets), disassembled: the code the GPU run measured, to set beside nvcc's
-    listing in ``exp2_sass.json``. A string saying why where NVRTC or the disassembler fails."""
-    from cupy_backends.cuda.libs import nvrtc  # noqa: PLC0415 - GPU path only
-
-    src = runtime.kernel_source(PROBE)
-    out: dict = {}
-    try:
-        # nvdisasm reads a bare cubin (NVRTC's); cuobjdump refuses some
-        dis = ([shutil.which("nvdisasm")] if shutil.which("nvdisasm") else disassembler())
-        with tempfile.TemporaryDirectory() as tmp:
-            for flags, extra in FLAG_SETS.items():
-                prog = nvrtc.createProgram(src, "exp2_throughput.cu", [], [])
-                nvrtc.compileProgram(prog, list(NVRTC_FLAGS + extra))
-                cubin = Path(tmp) / f"{flags}.cubin"
-                cubin.write_bytes(nvrtc.getCUBIN(prog))
-                text = subprocess.run([*dis, str(cubin)], capture_output=True, text=True,
-                                      check=True).stdout
-                fns = parse_sass(text)
-                out[flags] = {f: [i for _, i in fns[f"map_{f}"]] for f in ("copy", *FORMS)}
-    except Exception as exc:  # a diagnostic: the measurement stands without it
-        return f"unavailable: {type(exc).__name__}: {exc}"[:300]
-    return out
-
-
 def nvcc_plain_check(cupy, nvcc: str = "nvcc") -> dict | str:
     """The plain (no fast math) probe compiled offline by nvcc (``-arch=sm_90a -cubin``) and
     loaded as a cubin: :func:`accuracy`'s emulator comparison of its one-element kernels, to set
@@ -450,7 +424,6 @@ def main(argv=None) -> int:
     report["nvrtc_ptx_ex2"] = nvrtc_ptx_ex2()
     run.log(f"PTX ex2 forms: {report['nvrtc_ptx_ex2']}")
     report["nvcc_cubin_plain"] = nvcc_plain_check(cupy, args.nvcc)
-    report["nvrtc_sass_listing"] = nvrtc_sass_listing()
     plain = report["nvcc_cubin_plain"]
     run.log("nvcc's plain build against the emulator: " + str(
         {k: v["emulator_mismatches"] for k, v in plain.items()} if isinstance(plain, dict) else plain))
