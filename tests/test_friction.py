@@ -60,3 +60,85 @@ def test_plot_has_every_panel_and_nothing_overlaps(monkeypatch, tmp_path, capsys
         assert page.x0 <= a.x0 and a.x1 <= page.x1 + 1 and page.y0 <= a.y0 and a.y1 <= page.y1 + 1
         for b in boxes[i + 1:]:
             assert not _overlap(a, b), (a, b)
+
+
+def _lines(capsys, argv) -> list[str]:
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    return out.splitlines() + err.splitlines()
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--no-progress"],
+    ["run", "--no-progress", "--explain", "0,0,102"],
+    ["verify", "--quick", "--topic", "hw"],
+], ids=["run", "explain", "verify"])
+def test_what_the_commands_print_fits_100_columns(capsys, tmp_path, argv):
+    """run, run --explain and verify on the default input: no line reaches 100 columns (a
+    terminal of 100 wraps a longer one mid-word)."""
+    if argv[0] == "run":
+        argv = [*argv, "--out", str(tmp_path / "o.npz")]
+    lines = _lines(capsys, argv)
+    assert len(lines) > 5
+    assert max(len(line) for line in lines) < 100, max(lines, key=len)
+
+
+def test_verify_table_wraps_long_check_names_and_details_within_its_columns():
+    """The longest check names of the full replay (up to 98 characters) and a mismatch's
+    detail continue on lines of their own; the numbers stay in their columns."""
+    from simulator.verify import format_table
+
+    name = ("FA3 qv / varlen KV-cache / metadata hypothesis-drawn calls (sampled) vs the real "
+            "library, 50 calls")
+    rows = [{"topic": "fa3", "check": name, "cases": 1_234_567, "mismatches": 0, "detail": ""},
+            {"topic": "numerics", "check": "cvt.f32.bf16 (all 2^16)", "cases": 65_536,
+             "mismatches": 3, "detail": "first differing input " + "0x7f800001 " * 20},
+            {"topic": "numerics", "check": "(elapsed)", "cases": 0, "mismatches": 0,
+             "detail": "1.0 s"}]
+    lines = format_table(rows).splitlines()
+    assert max(len(line) for line in lines) < 100
+    assert lines[1].startswith("fa3       FA3 qv / varlen") and lines[1].endswith("1,234,567          0")
+    assert " ".join(lines[1].split()[1:-2] + lines[2].split()) == name  # whole, in order
+    assert lines[3].endswith("65,536          3") and lines[4].startswith("          <-- first")
+    assert lines[-1] == "total: 1,300,103 device results replayed, 3 mismatches"
+
+
+def test_the_error_headline_is_relative_to_the_row_and_the_raw_ulp_max_comes_last(capsys, tmp_path):
+    """The default input's largest ulp count (about 1.5e3) is at an output near zero: the
+    summary leads with the error relative to its row's largest |ref| and the ulp maximum
+    where |ref| is not tiny; the raw ulp maximum follows, labelled, with where it is."""
+    from simulator import run
+
+    out = tmp_path / "o.npz"
+    text = "\n".join(_lines(capsys, ["run", "--no-progress", "--out", str(out)]))
+    m = run.load_result(out)["params"]["metrics"]
+    error = text[text.index("error     "):text.index("          LSE:")]
+    first = error.splitlines()[1].split()
+    assert first[:2] == ["max", "|error|"] and first[2] == f"{100 * m['out_max_row_rel']:.3g}%"
+    assert 0 < m["out_max_row_rel"] < 0.02          # bf16: P rounded, a few 2^-8 of the row
+    assert m["out_max_ulp_significant"] < 100 < m["out_max_ulp"]
+    assert error.index("max |error|") < error.index("ulps at the") < error.index("raw max")
+    raw = " ".join(error[error.index("raw max"):].split())
+    assert raw.startswith(f"raw max {m['out_max_ulp']:.3g} ulp (every element) at a near-zero "
+                          "output, |ref| under 1% of the row max")
+    per_head = text[text.index("max ulp per head"):].split(":", 1)[1].split("\n")[0]
+    assert "e+03" not in per_head
+
+
+def test_row_scaled_metrics_on_a_small_case():
+    """measure's row-relative error and the ulp maximum over significant elements, by hand:
+    a row [1, 2^-10] with errors of 1 ulp at 1 (2^-7) and 8 ulp at 2^-10."""
+    import ml_dtypes
+    import numpy as np
+
+    from simulator import run
+
+    ref = np.array([1.0, 2.0**-10])[None, None, None, :]            # [B, S, H, d]
+    out = np.array([1.0 + 2.0**-7, 2.0**-10 + 8 * 2.0**-17], ml_dtypes.bfloat16)[None, None, None]
+    lse = np.zeros((1, 1, 1), np.float32)
+    m = run.measure(out, lse, ref, lse.astype(np.float64), "bf16")
+    assert m["out_max_ulp"] == 8.0 and m["out_worst"] == (0, 0, 0, 1)   # the tiny value
+    assert m["out_max_ulp_significant"] == 1.0                            # 2^-10 < 1% of 1
+    assert m["out_max_row_rel"] == 2.0**-7 and m["out_worst_row_rel"] == (0, 0, 0, 0)
+    assert m["out_worst_row_max"] == 1.0 and m["per_head_max_ulp_significant"] == [1.0]
