@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
 import pytest
 
 from simulator import cli
@@ -142,3 +145,77 @@ def test_row_scaled_metrics_on_a_small_case():
     assert m["out_max_ulp_significant"] == 1.0                            # 2^-10 < 1% of 1
     assert m["out_max_row_rel"] == 2.0**-7 and m["out_worst_row_rel"] == (0, 0, 0, 0)
     assert m["out_worst_row_max"] == 1.0 and m["per_head_max_ulp_significant"] == [1.0]
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _small_inputs():
+    import ml_dtypes
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(s).astype(ml_dtypes.bfloat16)
+            for s in ((1, 64, 2, 64), (1, 96, 1, 64), (1, 96, 1, 64))]
+
+
+@pytest.mark.parametrize("api", ["flash.forward", "fa3.flash_attn_func", "flash.backward"])
+def test_a_long_call_shows_progress_on_a_terminal_by_default(monkeypatch, api):
+    """progress=None (the default): a call expected to take over LONG_CALL_SECONDS prints its
+    progress on a terminal; (the threshold is set to 0 here, so that a small call counts as
+    long); not off a terminal, not with progress=False, not for a short call."""
+    from simulator import fa3, flash
+    from simulator.flash import chunks
+
+    q, k, v = _small_inputs()
+
+    def call(**kw):
+        if api == "flash.forward":
+            return flash.forward(q, k, v, **kw)
+        if api == "fa3.flash_attn_func":
+            return fa3.flash_attn_func(q, k, v, **kw)
+        res = flash.forward(q, k, v, progress=False)
+        return flash.backward(q, q, k, v, res.out, res.lse, **kw)
+
+    name = "flash.backward" if api == "flash.backward" else "flash.forward"
+    shown = {}
+    for threshold in (0.0, chunks.LONG_CALL_SECONDS):
+        monkeypatch.setattr(chunks, "LONG_CALL_SECONDS", threshold)
+        for stream, kw in ((_Terminal(), {}), (_Terminal(), {"progress": False}),
+                           (io.StringIO(), {})):
+            monkeypatch.setattr(sys, "stderr", stream)
+            call(**kw)
+            monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+            shown[threshold, type(stream).__name__, bool(kw)] = stream.getvalue()
+    long_on_terminal = shown[0.0, "_Terminal", False]
+    assert long_on_terminal.startswith(f"{name}: ") and "(100%), in " in long_on_terminal
+    assert "K/V block visits" in long_on_terminal
+    assert shown[0.0, "_Terminal", True] == ""           # progress=False
+    assert shown[0.0, "StringIO", False] == ""           # stderr not a terminal
+    assert not any(text for (threshold, _, _), text in shown.items()
+                   if threshold > 0)                     # a short call: 10 s is far
+
+
+def test_the_long_call_rule():
+    """auto_progress: None follows the terminal and the estimate; True / False / a callable
+    are kept; the estimate of a 2,048-token call (the one that ran 46 s silently) is long."""
+    from simulator.flash import chunks
+
+    def rule(progress, seconds, tty):
+        stream = _Terminal() if tty else io.StringIO()
+        old, sys.stderr = sys.stderr, stream
+        try:
+            return chunks.auto_progress(progress, seconds)
+        finally:
+            sys.stderr = old
+
+    assert rule(None, 11.0, True) is True and rule(None, 9.0, True) is False
+    assert rule(None, 1e6, False) is False
+    assert rule(False, 1e6, True) is False and rule(True, 0.0, False) is True
+    assert rule(print, 0.0, False) is print
+    # bf16 1 x 2048 x 4 heads x 128: FA3's 128 x 176 tiles, 16 x 12 blocks per head
+    assert chunks.estimate_seconds(16 * 12 * 4, 128, 176, 256) > chunks.LONG_CALL_SECONDS
