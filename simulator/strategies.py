@@ -15,7 +15,7 @@ Use them in your own property tests::
         out, lse = call.run()     # simulator.fa3.<entry point>(**arrays, **FA3 keywords)
 
     @settings(deadline=None)
-    @given(sst.attention_inputs(dtype="bf16"))
+    @given(sst.attention_inputs(dtype="bf16", drawn=True))  # kernel-level, values that shrink
     def test_kernel(case):
         out, lse = flash.forward(case.q, case.k, case.v, **case.kwargs)
 
@@ -35,9 +35,10 @@ Strategies:
     float_arrays(shape, fmt)        arrays whose values hypothesis draws and shrinks
     warm_up()                       load the MUFU tables before the first example
 
-attention_inputs draws its arrays from a seeded generator (its values do not shrink; the
-device replay's recorded draws depend on it); the fa3_* strategies draw every value through
-hypothesis (float_arrays), so a failing call shrinks to small shapes and few non-zero values.
+The fa3_* strategies draw every array value through hypothesis (float_arrays), so a failing
+call shrinks to small shapes and few non-zero values; attention_inputs does with drawn=True
+(by default its arrays come from a generator seeded by a drawn seed: the device campaigns of
+simulator.measure.hypothesis_replay were drawn so; those values do not shrink).
 
 Requires the ``hypothesis`` package (in the ``test`` extra).
 """
@@ -139,8 +140,9 @@ class AttentionCase:
     kwargs: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        return (f"AttentionCase(q{list(self.q.shape)} {self.q.dtype}, k{list(self.k.shape)}, "
-                f"kwargs={self.kwargs})")
+        arrays = ", ".join(f"{n}={_brief(getattr(self, n))}" for n in ("q", "k", "v"))
+        kwargs = ", ".join(f"{n}={_brief(x)}" for n, x in self.kwargs.items())
+        return f"AttentionCase({arrays}, kwargs=dict({kwargs}))"
 
     def _repr_pretty_(self, printer, cycle) -> None:
         """hypothesis's failure report shows the repr, not the arrays in full."""
@@ -150,7 +152,7 @@ class AttentionCase:
 @st.composite
 def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seqlen: int = 160,
                      head_dims=(32, 64), edge_values: bool = True, local: bool = True,
-                     blocks: bool = True):
+                     blocks: bool = True, drawn: bool = False):
     """q, k, v and forward kwargs: shapes and block sizes the kernel supports, masks, softcap,
     per-batch seqlens_k (including 0), GQA, FP8 descales, and values with outliers concentrated
     in one head and the format's edge values.
@@ -162,6 +164,11 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
         edge_values: sprinkle the format's edge values into the inputs.
         local: also draw local windows (the published FA3 wheel has none).
         blocks: also draw kblock_m / kblock_n / schedule; False leaves FA3's dispatch.
+        drawn: q, k, v from :func:`float_arrays` (every value drawn by hypothesis: a failing
+            case shrinks to few non-zero values) instead of the default, a generator seeded
+            by a drawn seed (normal values times a drawn scale; the device campaigns of
+            ``simulator.measure.hypothesis_replay`` were drawn so, and their values do not
+            shrink).
     """
     fmt = dtype or draw(st.sampled_from(list(DTYPES)))
     b = draw(st.integers(1, max_batch))
@@ -170,6 +177,10 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
     hkv = draw(st.sampled_from([1, 2]))
     h = hkv * draw(st.sampled_from([1, 2]))
     d = draw(st.sampled_from(list(head_dims)))
+    if drawn:
+        arrays = [draw(float_arrays(shape, fmt, edge_values=edge_values))
+                  for shape in ((b, sq, h, d), (b, sk, hkv, d), (b, sk, hkv, d))]
+        return AttentionCase(*arrays, kwargs=draw(_forward_kwargs(fmt, b, sk, local, blocks)))
     seed = draw(st.integers(0, 2**32 - 1))
     scale = draw(st.sampled_from([0.05, 0.5, 1.0, 3.0]))
     rng = np.random.default_rng(seed)
@@ -186,6 +197,12 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
             x = np.clip(x, -448, 448)
         with np.errstate(over="ignore"):  # f16 outliers beyond 65504 become inf on purpose
             arrays.append(x.astype(DTYPES[fmt]))
+    return AttentionCase(*arrays, kwargs=draw(_forward_kwargs(fmt, b, sk, local, blocks)))
+
+
+@st.composite
+def _forward_kwargs(draw, fmt: str, b: int, sk: int, local: bool, blocks: bool) -> dict:
+    """:func:`attention_inputs`' keyword arguments of ``flash.forward``."""
     kwargs = dict(draw(masks(local=local)))
     if blocks:
         kwargs.update(draw(block_params(fmt)))
@@ -199,7 +216,7 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
             kwargs[name] = np.float32(draw(ds))
     if "window" in kwargs and kwargs.get("causal"):
         kwargs.pop("causal")
-    return AttentionCase(*arrays, kwargs=kwargs)
+    return kwargs
 
 
 # seqlens at FA3's backward tile edges (kBlockM 64 / 80, kBlockN 128) and beside them

@@ -116,6 +116,19 @@ def test_a_failing_array_shrinks_to_one_value_in_zeros():
     assert 100 < abs(f[f != 0][0]) <= 448
 
 
+def test_attention_inputs_drawn_shrink_to_the_value_that_fails():
+    """``attention_inputs(drawn=True)``: the kernel-level case with hypothesis-drawn arrays
+    shrinks too (the default, seeded arrays, keeps the device campaigns' draws)."""
+    case = find(sst.attention_inputs(dtype="bf16", drawn=True),
+                lambda c: bool((np.abs(c.v.astype(np.float32)) > 4).any()), settings=_FIND)
+    assert case.q.shape == (1, 1, 1, 32) and case.v.shape == (1, 1, 1, 32)
+    assert not case.q.astype(np.float32).any() and not case.k.astype(np.float32).any()
+    v = case.v.astype(np.float32)
+    assert np.count_nonzero(v) == 1 and 4 < abs(v[v != 0][0]) <= 8
+    assert repr(case).startswith("AttentionCase(q=bf16[1, 1, 1, 32](zeros), k=bf16[1, 1, 1, 32]"
+                                 "(zeros), v=bf16[1, 1, 1, 32](zeros, [0, 0, 0, ")
+
+
 def test_a_failing_call_shrinks_its_shapes_and_values():
     """A property of one shape shrinks the whole call: one batch, one head, the fewest rows
     and keys, the values to zeros, the keywords to FA3's defaults."""
