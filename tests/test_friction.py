@@ -35,11 +35,12 @@ def _overlap(a, b) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
 
-@pytest.mark.parametrize("heads", ["0-4", "0-11"])
+@pytest.mark.parametrize("heads", ["0-0", "0-4", "0-11"])
 def test_plot_has_every_panel_and_nothing_overlaps(monkeypatch, tmp_path, capsys, heads):
     """Per head an attention panel and an error panel, the two colour bars with their labels,
-    the title; no panel's drawn extent (ticks, labels, title) runs into another's (the layout
-    is fixed, not computed by matplotlib's constrained layout)."""
+    the title; no panel's drawn extent (ticks, labels, title) runs into another's or past the
+    figure's edge, the figure's title included (the layout is fixed, not computed by
+    matplotlib's constrained layout)."""
     fig = _figure_of_plot(monkeypatch, tmp_path, "--heads", heads)
     first, last = (int(x) for x in heads.split("-"))
     n = last - first + 1
@@ -53,11 +54,12 @@ def test_plot_has_every_panel_and_nothing_overlaps(monkeypatch, tmp_path, capsys
             and ax.get_xlabel()]
     assert sorted(bars) == ["reference attention probability P",
                             "|O - ref| in bf16 ulp at the reference value (green: exact)"]
-    assert "reference attention pattern beside the emulated O's error" in fig._suptitle.get_text()
+    assert "reference attention pattern beside the emulated" in fig._suptitle.get_text()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     renderer = FigureCanvasAgg(fig).get_renderer()  # the figure was closed after its save
     boxes = [ax.get_tightbbox(renderer) for ax in fig.axes if ax.get_visible() and ax.axison]
+    boxes.append(fig._suptitle.get_window_extent(renderer))  # wrapped to the figure's width
     page = fig.bbox
     for i, a in enumerate(boxes):
         assert page.x0 <= a.x0 and a.x1 <= page.x1 + 1 and page.y0 <= a.y0 and a.y1 <= page.y1 + 1

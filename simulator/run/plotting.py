@@ -30,20 +30,29 @@ def check_plot_path(path: Path) -> None:
 #: the figure's fixed margins, in inches: matplotlib's constrained layout measured every tick
 #: label of the 24 panels of the default job twice per save (most of the plot's time), while
 #: these panels all have the same furniture (a title, 6-point ticks, one axis label each side)
-_TOP, _BOTTOM_PANELS, _BARS, _LEFT, _RIGHT = 0.75, 0.45, 1.45, 0.45, 0.1
+_TOP, _BOTTOM_PANELS, _BARS, _LEFT, _RIGHT = 0.4, 0.45, 1.45, 0.45, 0.1
+#: the title: inches per line, and characters per inch of its 9-point type (about)
+_TITLE_LINE, _TITLE_CHARS = 0.18, 14
 #: gaps: between a head's two panels, between heads (room for the next one's "query" label), rows
 _PANEL_W, _PANEL_H, _GAP_PAIR, _GAP_HEAD, _GAP_H = 1.95, 1.5, 0.3, 0.6, 0.45
 
 
-def _layout(plt, nrow: int, pairs: int):
-    """A figure of ``nrow`` x ``2 * pairs`` panels at fixed positions and two horizontal colour
-    bar axes under them (the error's, then P's), centred: (figure, axes array, bar axes)."""
+def _layout(plt, nrow: int, pairs: int, title: str):
+    """A figure of ``nrow`` x ``2 * pairs`` panels at fixed positions, two horizontal colour
+    bar axes under them (the error's, then P's), centred, and ``title`` above them, wrapped
+    to the figure's width: (figure, axes array, bar axes)."""
+    import textwrap
+
     width = _LEFT + _RIGHT + 2 * pairs * _PANEL_W + pairs * _GAP_PAIR + (pairs - 1) * _GAP_HEAD
-    height = _TOP + nrow * _PANEL_H + (nrow - 1) * _GAP_H + _BOTTOM_PANELS + _BARS
+    lines = [w for line in title.splitlines()
+             for w in textwrap.wrap(line, int(width * _TITLE_CHARS))]
+    top = _TOP + _TITLE_LINE * len(lines)
+    height = top + nrow * _PANEL_H + (nrow - 1) * _GAP_H + _BOTTOM_PANELS + _BARS
     fig = plt.figure(figsize=(width, height))
+    fig.suptitle("\n".join(lines), fontsize=9, y=1 - 0.12 / height)
     axes = np.empty((nrow, 2 * pairs), dtype=object)
     for r in range(nrow):
-        bottom = height - _TOP - (r + 1) * _PANEL_H - r * _GAP_H
+        bottom = height - top - (r + 1) * _PANEL_H - r * _GAP_H
         for c in range(2 * pairs):
             left = _LEFT + c * _PANEL_W + (c - c // 2) * _GAP_PAIR + (c // 2) * _GAP_HEAD
             axes[r, c] = fig.add_axes((left / width, bottom / height, _PANEL_W / width,
@@ -100,7 +109,9 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
 
     pairs = min(H, 3)                      # heads per figure row, each as [P | error]
     nrow = math.ceil(H / pairs)
-    fig, axes, bars = _layout(plt, nrow, pairs)
+    title = (f"{work.source}\nbatch {batch}{note}: reference attention pattern beside the "
+             f"emulated O's error (cyan: non-finite)")
+    fig, axes, bars = _layout(plt, nrow, pairs, title)
     finite = eu[np.isfinite(eu)]
     top = max(1.0, float(finite.max()) if finite.size else 1.0)
     norm = LogNorm(vmin=0.01, vmax=top)
@@ -133,8 +144,6 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
                            (bars[1], im_p, "reference attention probability P")):
         cb = fig.colorbar(im, cax=cax, orientation="horizontal", label=label)
         cb.ax.tick_params(labelsize=6)
-    fig.suptitle(f"{work.source}\nbatch {batch}{note}: reference attention pattern beside the emulated "
-                 f"O's error (cyan: non-finite)", fontsize=9, y=1 - 0.12 / fig.get_figheight())
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower().lstrip(".") or "png", dpi=110)
     plt.close(fig)
