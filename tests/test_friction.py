@@ -54,7 +54,8 @@ def test_plot_has_every_panel_and_nothing_overlaps(monkeypatch, tmp_path, capsys
             and ax.get_xlabel()]
     assert sorted(bars) == ["reference attention probability P",
                             "|O - ref| in bf16 ulp at the reference value (green: exact)"]
-    assert "reference attention pattern beside the emulated" in fig._suptitle.get_text()
+    assert "reference attention pattern beside the emulated O's error" in " ".join(
+        fig._suptitle.get_text().split())
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     renderer = FigureCanvasAgg(fig).get_renderer()  # the figure was closed after its save
