@@ -412,9 +412,10 @@ class FA3Call:
 
 
 @st.composite
-def _fa3_options(draw, fmt: str, max_seqlen: int, num_splits=(1, 1, 0, 2, 3)):
+def _fa3_options(draw, fmt: str, max_seqlen: int, num_splits=(1, 1, 0, 2, 3),
+                 pack_gqa=(None, None, True, False)):
     """FA3's keywords common to the entry points: causal, window_size, softcap, num_splits,
-    softmax_scale (None: FA3's 1/sqrt(head_dim))."""
+    softmax_scale (None: FA3's 1/sqrt(head_dim)), pack_gqa (left out when None)."""
     kw = {"causal": draw(st.booleans())}
     if draw(st.booleans()):
         side = st.one_of(st.just(-1), st.integers(0, max_seqlen))
@@ -423,6 +424,9 @@ def _fa3_options(draw, fmt: str, max_seqlen: int, num_splits=(1, 1, 0, 2, 3)):
     kw["num_splits"] = draw(st.sampled_from(num_splits))
     if draw(st.booleans()):
         kw["softmax_scale"] = float(draw(st.sampled_from((0.05, 0.125, 0.5, 1.0))))
+    pack = draw(st.sampled_from(pack_gqa))
+    if pack is not None:
+        kw["pack_gqa"] = pack
     return kw
 
 
@@ -446,8 +450,9 @@ def fa3_func_calls(draw, dtype: str | None = None, max_batch: int = 2, max_seqle
     """:class:`FA3Call` of ``flash_attn_func(q, k, v, ...)``: q [batch, seqlen_q, heads,
     head_dim], k / v [batch, seqlen_k, heads_kv, head_dim] (GQA 1-2), in ``dtype`` ("bf16",
     "f16", "e4m3"; drawn when None), values from :func:`float_arrays`; causal, window_size,
-    softcap, num_splits (1, 0 = FA3's heuristic, 2, 3), softmax_scale, e4m3 descales
-    [batch, heads_kv]; ``return_attn_probs=True`` (run() returns out and softmax_lse)."""
+    softcap, num_splits (1, 0 = FA3's heuristic, 2, 3), softmax_scale, pack_gqa, e4m3
+    descales [batch, heads_kv]; ``return_attn_probs=True`` (run() returns out and
+    softmax_lse)."""
     fmt = dtype or draw(st.sampled_from(list(DTYPES)))
     b = draw(st.integers(1, max_batch))
     sq, sk = draw(st.integers(1, max_seqlen)), draw(st.integers(1, max_seqlen))
@@ -467,8 +472,9 @@ def fa3_varlen_calls(draw, dtype: str | None = None, max_batch: int = 3, max_seq
     """:class:`FA3Call` of ``flash_attn_varlen_func``: 1..``max_batch`` packed sequences of
     1..``max_seqlen`` query rows and keys each, q [total_q, heads, head_dim], k / v [total_k,
     heads_kv, head_dim], cu_seqlens_q / cu_seqlens_k int32 [batch + 1], max_seqlen_q /
-    max_seqlen_k the longest sequences; the keywords of :func:`fa3_func_calls` (num_splits 1
-    or 0: FA3's heuristic per sequence)."""
+    max_seqlen_k the longest sequences, in half the calls seqused_k int32 [batch] (0 to each
+    sequence's keys); the keywords of :func:`fa3_func_calls` (num_splits 1 or 0: FA3's
+    heuristic per sequence; pack_gqa None or True)."""
     fmt = dtype or draw(st.sampled_from(list(DTYPES)))
     b = draw(st.integers(1, max_batch))
     rows = draw(st.lists(st.integers(1, max_seqlen), min_size=b, max_size=b))
@@ -479,8 +485,11 @@ def fa3_varlen_calls(draw, dtype: str | None = None, max_batch: int = 3, max_seq
               "v": draw(float_arrays((sum(keys), hkv, d), fmt, edge_values=edge_values)),
               "cu_seqlens_q": np.concatenate([[0], np.cumsum(rows)]).astype(np.int32),
               "cu_seqlens_k": np.concatenate([[0], np.cumsum(keys)]).astype(np.int32)}
+    if draw(st.booleans()):  # keys of each sequence actually used, 0 included
+        arrays["seqused_k"] = np.array([draw(st.integers(0, n)) for n in keys], np.int32)
     kw = {"max_seqlen_q": max(rows), "max_seqlen_k": max(keys)}
-    kw.update(draw(_fa3_options(fmt, max_seqlen, num_splits=(1, 1, 0))))
+    # pack_gqa=False with FA3's split heuristic on a varlen GQA launch is not emulated
+    kw.update(draw(_fa3_options(fmt, max_seqlen, num_splits=(1, 1, 0), pack_gqa=(None, True))))
     kw.update(_descales(draw, fmt, b, hkv))
     kw["return_attn_probs"] = True
     return FA3Call("flash_attn_varlen_func", arrays, kw)
@@ -494,7 +503,8 @@ def fa3_kvcache_calls(draw, dtype: str | None = None, max_batch: int = 2, max_ca
     head_dim] (seqlen_cache up to ``max_cache``), new keys k / v [batch, seqlen_new, ...]
     (seqlen_new 0..seqlen_q; none when 0) appended at cache_seqlens (int32 [batch]);
     ``dtype`` "bf16" or "f16" (drawn when None); the keywords of :func:`fa3_func_calls` with
-    num_splits 0 (FA3's heuristic), 1, 2, 4; ``return_softmax_lse=True``. run() appends into
+    num_splits 0 (FA3's heuristic), 1, 2, 4 and pack_gqa None or True;
+    ``return_softmax_lse=True``. run() appends into
     copies of the caches."""
     fmt = dtype or draw(st.sampled_from(("bf16", "f16")))
     b = draw(st.integers(1, max_batch))
@@ -511,7 +521,8 @@ def fa3_kvcache_calls(draw, dtype: str | None = None, max_batch: int = 2, max_ca
         arrays["v"] = draw(float_arrays((b, s_new, hkv, d), fmt, edge_values=edge_values))
     arrays["cache_seqlens"] = np.array(
         [draw(st.integers(0 if s_new else 1, s_cache - s_new)) for _ in range(b)], np.int32)
-    kw = draw(_fa3_options(fmt, max_cache, num_splits=(0, 0, 1, 2, 4)))
+    # a cache with cache_seqlens is a varlen launch: pack_gqa=False with splits not emulated
+    kw = draw(_fa3_options(fmt, max_cache, num_splits=(0, 0, 1, 2, 4), pack_gqa=(None, True)))
     kw["return_softmax_lse"] = True
     return FA3Call("flash_attn_with_kvcache", arrays, kw)
 

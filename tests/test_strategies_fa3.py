@@ -59,10 +59,12 @@ def _expected(call, magnitude: bool = False):
         return flash.reference(a["q"], a["k"], a["v"], **_reference_kwargs(call)), fmt
     if call.fn == "flash_attn_varlen_func":
         cq, ck = a["cu_seqlens_q"], a["cu_seqlens_k"]
+        used = a.get("seqused_k", np.diff(ck))        # keys past seqused_k[b] are absent
         outs, lses = [], []
         for b in range(len(cq) - 1):
             o, l_ = flash.reference(a["q"][None, cq[b]:cq[b + 1]], a["k"][None, ck[b]:ck[b + 1]],
-                                    a["v"][None, ck[b]:ck[b + 1]], **_reference_kwargs(call, b))
+                                    a["v"][None, ck[b]:ck[b + 1]], seqlens_k=used[b:b + 1],
+                                    **_reference_kwargs(call, b))
             outs.append(o[0])
             lses.append(l_[0])
         return (np.concatenate(outs), np.concatenate(lses, axis=1)), fmt
