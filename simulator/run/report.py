@@ -247,7 +247,9 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
                           str(e.n_block), str(int(w * 128 + t)), pair("row_max"), pair("row_sum"),
                           pair("scores_scale"), pair("lse"), frag))
     widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
-    lines = [head] + ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=True)).rstrip()
+    prose = [w for line in head.splitlines()
+             for w in textwrap.wrap(line, WIDTH, break_on_hyphens=False) or [line]]
+    lines = prose + ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=True)).rstrip()
                       for row in table]
     return "\n".join(lines)
 
