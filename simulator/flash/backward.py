@@ -306,8 +306,9 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             of the reduce-adds gives (:mod:`simulator.flash.spread`): ``result.spread``.
         memory_budget: bytes for the padded operands, the accumulators and the working arrays
             (default 4 GiB): CTAs run in chunks of whole (batch, head) rows that fit.
-        progress: None, True (a bar on stderr) or a callable ``progress(done, total)`` in CTA
-            m_block steps, as :func:`simulator.flash.forward`'s.
+        progress: None (the default: a bar on a terminal when the call is expected to take
+            over 10 s), False, True (a bar on stderr) or a callable ``progress(done, total)``
+            in CTA m_block steps, as :func:`simulator.flash.forward`'s.
         trace: None or ``(batch, head, n_block)``: record that CTA's steps
             (:class:`~simulator.flash.backward_trace.CtaTrace`, ``result.trace``: a dict of
             float32 arrays).
@@ -341,7 +342,11 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     dpsum, lse_log2 = _preprocess(cfg, out, dout, lse)
     m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
     steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
-    bar = chunks.Progress(progress, steps, "flash.backward")
+    t = cfg.tiles
+    seconds = chunks.BACKWARD_COST * chunks.estimate_seconds(
+        steps, t.kblock_m, t.kblock_n, 2 * t.kernel_head_dim,
+        1 if executor is None else chunks.workers(executor))
+    bar = chunks.Progress(chunks.auto_progress(progress, seconds), steps, "flash.backward")
     try:
         dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar,
                                               tracer, executor)

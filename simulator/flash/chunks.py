@@ -117,6 +117,48 @@ def check_progress(progress) -> None:
                         f"{type(progress).__name__}")
 
 
+#: seconds of one K/V block visit per score of the block times (kernel head dim + V head dim):
+#: the cost model of :func:`estimate_seconds`. flash.forward on the 2-core AMD EPYC development
+#: machine took 5.3e-9 on idle cores (the embedded default job of ``run``, tiles 192 x 192, and
+#: bf16 1 x 4096 x 8 heads x 128, tiles 128 x 176, 6,144 block visits) and 1.1e-8 to 4e-8 with
+#: the cores shared with other jobs (bf16 head dims 32-256 and e4m3 128, tiles 128 x 80 to
+#: 192 x 192): the estimate is good to a factor of 2-3 either way
+SECONDS_PER_BLOCK_ELEMENT = 1e-8
+#: the backward's cost per (kBlockM x kBlockN x head dims) step over the forward's: five GEMMs
+#: a tile to the forward's two; ``benchmarks/bench_backward.py``, 1 x 1024 x 4 heads x 128:
+#: 16.6 s for 416 steps of 80 x 128, the forward 6.7 s for 192 visits of 128 x 176
+BACKWARD_COST = 2.5
+#: a call expected to take longer than this (seconds) shows its progress by default, on a
+#: terminal (``progress=None``): a long call does not run silently, a short one prints nothing
+LONG_CALL_SECONDS = 10.0
+
+
+def estimate_seconds(blocks: int, kblock_m: int, kblock_n: int, head_dims: int, parts: int = 1,
+                     per_element: float | None = None) -> float:
+    """Expected time of ``blocks`` K/V block visits of ``kblock_m x kblock_n`` scores times
+    ``head_dims`` (kernel head dim + V head dim) at ``per_element`` seconds (default
+    :data:`SECONDS_PER_BLOCK_ELEMENT`), over ``parts`` workers."""
+    rate = SECONDS_PER_BLOCK_ELEMENT if per_element is None else per_element
+    return blocks * kblock_m * kblock_n * head_dims * rate / max(1, parts)
+
+
+def auto_progress(progress, seconds: float):
+    """``progress`` as :class:`Progress` takes it: ``None`` (the default of the forward and
+    backward) becomes True where stderr is a terminal and the call is expected to take over
+    :data:`LONG_CALL_SECONDS` (``seconds``: :func:`estimate_seconds`), else False (a log file,
+    a pipe, a test's captured stderr, or a short call: nothing printed); any other value is
+    returned as given (False: off)."""
+    if progress is not None:
+        return progress
+    import sys
+
+    try:
+        tty = sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, OSError, ValueError):  # a replaced or closed stderr
+        tty = False
+    return bool(tty and seconds > LONG_CALL_SECONDS)
+
+
 def _tqdm():
     """tqdm's bar class, or None where tqdm is not installed."""
     try:

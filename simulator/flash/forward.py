@@ -83,8 +83,11 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             arrays (default ``chunks.DEFAULT_MEMORY_BUDGET``, 4 GiB): CTAs run in chunks that
             fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk, and
             with W workers each chunk gets a W-th of the budget.
-        progress: None (silent), True (a bar with an ETA on stderr, tqdm where installed) or
-            a callable ``progress(done, total)`` in K/V block visits, after every chunk.
+        progress: None (the default: as True where stderr is a terminal and the call is
+            expected to take over ``chunks.LONG_CALL_SECONDS``, 10 s, at
+            ``chunks.SECONDS_PER_BLOCK_ELEMENT``; else silent), False (silent), True (a bar
+            with an ETA on stderr, tqdm where installed, else a line every 5 s) or a callable
+            ``progress(done, total)`` in K/V block visits, after every chunk.
         qv: None, or [batch, seqlen_q, heads, head_dim_v] in q's dtype (bf16 / f16; FA3's
             MLA decode: head_dim <= 64, head_dim_v >= 256): the scores become
             ``q K^T + qv V^T``, the second GEMM accumulating into the first's registers
@@ -148,7 +151,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     work = [(key, part) for key, ctas in cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
-    bar = chunks.Progress(progress, sum(visits))
+    seconds = chunks.estimate_seconds(sum(visits), cfg.kblock_m, cfg.kblock_n,
+                                      cfg.kernel_head_dim + cfg.kernel_head_dim_v, parts)
+    bar = chunks.Progress(chunks.auto_progress(progress, seconds), sum(visits))
     try:
         if executor is None:
             for ((n_range, masked), part), n in zip(work, visits, strict=True):

@@ -9,15 +9,13 @@ import os
 import numpy as np
 
 from ..errors import UsageError
+from ..flash import chunks
 from .workload import Workload, is_varlen, varlen_lengths
 
 #: seconds of one K/V block visit per score of the block times (kernel head dim + V head dim):
-#: the cost model of :func:`estimate_seconds`. flash.forward on the 2-core AMD EPYC development
-#: machine took 5.3e-9 on idle cores (the embedded default job, tiles 192 x 192, and bf16
-#: 1 x 4096 x 8 heads x 128, tiles 128 x 176, 6,144 block visits) and 1.1e-8 to 4e-8 with
-#: the cores shared with other jobs (bf16 head dims 32-256 and e4m3 128, tiles 128 x 80 to
-#: 192 x 192): the estimate is good to a factor of 2-3 either way
-SECONDS_PER_BLOCK_ELEMENT = 1e-8
+#: the forward's cost model (:data:`simulator.flash.chunks.SECONDS_PER_BLOCK_ELEMENT`, where
+#: its measurements are), read here by :func:`estimate_seconds`
+SECONDS_PER_BLOCK_ELEMENT = chunks.SECONDS_PER_BLOCK_ELEMENT
 #: a run expected to take longer than this (seconds) says so on stderr before it starts
 SLOW_RUN_SECONDS = 60.0
 _DESCALES = ("q_descale", "k_descale", "v_descale")
@@ -210,9 +208,10 @@ def estimate_seconds(cfgs, visits: int, workers: int = 1) -> float:
     :data:`SECONDS_PER_BLOCK_ELEMENT` per score times (kernel head dim + V head dim), over
     ``workers`` processes (at most the machine's CPUs)."""
     cfg = cfgs[0] if isinstance(cfgs, list) else cfgs
-    per_block = (SECONDS_PER_BLOCK_ELEMENT * cfg.kblock_m * cfg.kblock_n
-                 * (cfg.kernel_head_dim + cfg.kernel_head_dim_v))
-    return visits * per_block / max(1, min(workers, os.cpu_count() or 1))
+    dims = cfg.kernel_head_dim + cfg.kernel_head_dim_v
+    return chunks.estimate_seconds(visits, cfg.kblock_m, cfg.kblock_n, dims,
+                                   min(workers, os.cpu_count() or 1),
+                                   per_element=SECONDS_PER_BLOCK_ELEMENT)
 
 
 def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:

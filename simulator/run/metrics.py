@@ -78,11 +78,13 @@ def measure(out: np.ndarray, lse: np.ndarray, ref_out: np.ndarray, ref_lse: np.n
         })
         per_head = np.where(fin.any(axis=(0, 1, 3)), eu.max(axis=(0, 1, 3)), np.nan)
         m["per_head_max_ulp"] = [None if np.isnan(x) else float(x) for x in per_head]
+        m.update(_row_scaled(err, eu, np.where(fin, ref_out, 0.0), fin, worst))
     else:
         m.update({k: None for k in ("out_max_ulp", "out_mean_ulp", "out_p99_ulp",
                                     "out_within_half_ulp", "out_worst", "out_worst_values",
-                                    "out_rel_frobenius")})
-        m["per_head_max_ulp"] = [None] * o.shape[2]
+                                    "out_rel_frobenius", "out_max_row_rel", "out_worst_row_rel",
+                                    "out_max_ulp_significant", "out_worst_row_max")})
+        m["per_head_max_ulp"] = m["per_head_max_ulp_significant"] = [None] * o.shape[2]
     lse64 = lse.astype(np.float64)
     le_fin, lr_fin = np.isfinite(lse64), np.isfinite(ref_lse)
     lf = le_fin & lr_fin
@@ -118,6 +120,31 @@ def measure(out: np.ndarray, lse: np.ndarray, ref_out: np.ndarray, ref_lse: np.n
     return m
 
 
+#: an output element counts as significant where |ref| is at least this share of its row's
+#: largest |ref| (a row: one query's head_dim outputs of one head): below it an ulp is tiny
+#: next to the row's other values, and an ulp count says little
+SIGNIFICANT = 0.01
+
+
+def _row_scaled(err, eu, ref, fin, raw_worst) -> dict:
+    """The errors measured against each output row's scale (its largest finite |ref|): the
+    largest ``|O - ref| / max|ref|`` and where, the ulp maxima (all, per head) over the
+    significant elements (|ref| >= :data:`SIGNIFICANT` x the row's max), and the scale of the
+    row of ``raw_worst`` (the element of the largest ulp count)."""
+    scale = np.abs(ref).max(axis=-1, keepdims=True)                  # [B, S, H, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(scale > 0, err / scale, np.where(err > 0, np.inf, 0.0))
+    rel = np.where(fin, rel, 0.0)
+    worst = np.unravel_index(int(np.argmax(rel)), rel.shape)
+    sig = fin & (np.abs(ref) >= SIGNIFICANT * scale) & (scale > 0)
+    eu_sig = np.where(sig, eu, 0.0)
+    per_head = np.where(sig.any(axis=(0, 1, 3)), eu_sig.max(axis=(0, 1, 3)), np.nan)
+    return {"out_max_row_rel": float(rel[worst]), "out_worst_row_rel": tuple(int(i) for i in worst),
+            "out_worst_row_max": float(scale[raw_worst[:-1]][0]),
+            "out_max_ulp_significant": float(eu_sig.max()) if sig.any() else None,
+            "per_head_max_ulp_significant": [None if np.isnan(x) else float(x) for x in per_head]}
+
+
 def measure_varlen(out, lse, ref_out, ref_lse, out_fmt: str, rows: np.ndarray,
                    no_key: np.ndarray | None = None) -> dict:
     """:func:`measure` over the rows of a varlen workload only (``rows`` [batch] per sequence;
@@ -130,9 +157,10 @@ def measure_varlen(out, lse, ref_out, ref_lse, out_fmt: str, rows: np.ndarray,
     pack_l = lambda x: np.asarray(x)[bi, :, ri].T[None]                 # noqa: E731
     m = measure(pack_o(out), pack_l(lse), pack_o(ref_out), pack_l(ref_lse), out_fmt,
                 no_key=None if no_key is None else np.asarray(no_key)[bi, ri][None])
-    if m.get("out_worst") is not None:
-        _, t, h, c = m["out_worst"]
-        m["out_worst"] = (int(bi[t]), int(ri[t]), h, c)
+    for key in ("out_worst", "out_worst_row_rel"):
+        if m.get(key) is not None:
+            _, t, h, c = m[key]
+            m[key] = (int(bi[t]), int(ri[t]), h, c)
     if m.get("lse_worst") is not None:
         _, h, t = m["lse_worst"]
         m["lse_worst"] = (int(bi[t]), h, int(ri[t]))

@@ -27,6 +27,42 @@ def check_plot_path(path: Path) -> None:
     check_output_path(path, "--plot")
 
 
+#: the figure's fixed margins, in inches: matplotlib's constrained layout measured every tick
+#: label of the 24 panels of the default job twice per save (most of the plot's time), while
+#: these panels all have the same furniture (a title, 6-point ticks, one axis label each side)
+_TOP, _BOTTOM_PANELS, _BARS, _LEFT, _RIGHT = 0.4, 0.45, 1.45, 0.45, 0.1
+#: the title: inches per line, and characters per inch of its 9-point type (about)
+_TITLE_LINE, _TITLE_CHARS = 0.18, 14
+#: gaps: between a head's two panels, between heads (room for the next one's "query" label), rows
+_PANEL_W, _PANEL_H, _GAP_PAIR, _GAP_HEAD, _GAP_H = 1.95, 1.5, 0.3, 0.6, 0.45
+
+
+def _layout(plt, nrow: int, pairs: int, title: str):
+    """A figure of ``nrow`` x ``2 * pairs`` panels at fixed positions, two horizontal colour
+    bar axes under them (the error's, then P's), centred, and ``title`` above them, wrapped
+    to the figure's width: (figure, axes array, bar axes)."""
+    import textwrap
+
+    width = _LEFT + _RIGHT + 2 * pairs * _PANEL_W + pairs * _GAP_PAIR + (pairs - 1) * _GAP_HEAD
+    lines = [w for line in title.splitlines()
+             for w in textwrap.wrap(line, int(width * _TITLE_CHARS))]
+    top = _TOP + _TITLE_LINE * len(lines)
+    height = top + nrow * _PANEL_H + (nrow - 1) * _GAP_H + _BOTTOM_PANELS + _BARS
+    fig = plt.figure(figsize=(width, height))
+    fig.suptitle("\n".join(lines), fontsize=9, y=1 - 0.12 / height)
+    axes = np.empty((nrow, 2 * pairs), dtype=object)
+    for r in range(nrow):
+        bottom = height - top - (r + 1) * _PANEL_H - r * _GAP_H
+        for c in range(2 * pairs):
+            left = _LEFT + c * _PANEL_W + (c - c // 2) * _GAP_PAIR + (c // 2) * _GAP_HEAD
+            axes[r, c] = fig.add_axes((left / width, bottom / height, _PANEL_W / width,
+                                       _PANEL_H / height))
+    bar_w = min(width - _LEFT - _RIGHT, max(0.35 * width, 3.0))
+    bars = [fig.add_axes(((width - bar_w) / 2 / width, y / height, bar_w / width, 0.16 / height))
+            for y in (_BARS - 0.35, _BARS - 1.05)]
+    return fig, axes, bars
+
+
 def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int) -> None:
     """Per head: the reference attention pattern P [Sq, Sk] beside |O - ref| in output ulps."""
     import matplotlib
@@ -73,8 +109,9 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
 
     pairs = min(H, 3)                      # heads per figure row, each as [P | error]
     nrow = math.ceil(H / pairs)
-    fig, axes = plt.subplots(nrow, 2 * pairs, figsize=(4.6 * pairs, 2.3 * nrow + 0.8),
-                             squeeze=False, constrained_layout=True)
+    title = (f"{work.source}\nbatch {batch}{note}: reference attention pattern beside the "
+             f"emulated O's error (cyan: non-finite)")
+    fig, axes, bars = _layout(plt, nrow, pairs, title)
     finite = eu[np.isfinite(eu)]
     top = max(1.0, float(finite.max()) if finite.size else 1.0)
     norm = LogNorm(vmin=0.01, vmax=top)
@@ -87,10 +124,11 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
         ax, ax2 = axes[r_, 2 * c], axes[r_, 2 * c + 1]
         im_p = ax.imshow(p[h], cmap="viridis", aspect="auto", interpolation="nearest",
                          norm=PowerNorm(0.4, vmin=0.0, vmax=1.0))
-        ax.set_title(f"head {work.heads[h]}: P (reference)", fontsize=8)
+        # y given: matplotlib would otherwise measure the tick labels to place each title
+        ax.set_title(f"head {work.heads[h]}: P (reference)", fontsize=8, y=1.0)
         im_e = ax2.imshow(np.where(eu[:, h, :] == 0, 1e-30, eu[:, h, :]), cmap=cmap, norm=norm,
                           aspect="auto", interpolation="nearest")
-        ax2.set_title(f"|O - ref|, max {np.nanmax(eu[:, h]):.3g} ulp", fontsize=8)
+        ax2.set_title(f"|O - ref|, max {np.nanmax(eu[:, h]):.3g} ulp", fontsize=8, y=1.0)
         ax.set_ylabel("query", fontsize=7)
         if r_ == nrow - 1 or h + pairs >= H:
             ax.set_xlabel("key", fontsize=7)
@@ -101,14 +139,11 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
         r_, c = divmod(h, pairs)
         axes[r_, 2 * c].axis("off")
         axes[r_, 2 * c + 1].axis("off")
-    shrink = 0.35 if pairs >= 3 else 0.7  # narrow figures: longer bars, so ticks do not collide
-    for im, label in ((im_p, "reference attention probability P"),
-                      (im_e, f"|O - ref| in {out_fmt} ulp at the reference value (green: exact)")):
-        cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=shrink, location="bottom", pad=0.04,
-                          label=label)
+    for cax, im, label in ((bars[0], im_e, f"|O - ref| in {out_fmt} ulp at the reference value "
+                                             "(green: exact)"),
+                           (bars[1], im_p, "reference attention probability P")):
+        cb = fig.colorbar(im, cax=cax, orientation="horizontal", label=label)
         cb.ax.tick_params(labelsize=6)
-    fig.suptitle(f"{work.source}\nbatch {batch}{note}: reference attention pattern beside the emulated "
-                 f"O's error (cyan: non-finite)", fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower().lstrip(".") or "png", dpi=110)
     plt.close(fig)

@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 
 from ..errors import UsageError
+from .metrics import SIGNIFICANT
 from .workload import Workload, varlen_lengths
 
 
@@ -92,27 +93,32 @@ def wrap_line(line: str, width: int = WIDTH) -> list[str]:
 
 def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
     """The error, masked and nonfinite lines of the summary (statistics over finite pairs)."""
-    lines = [f"error     O vs float64 reference, in {out_fmt} ulps at the reference value:"]
+    lines = [f"error     O vs float64 reference (a row: one query's {out_fmt} outputs of one head):"]
     if m["out_excluded"]:
         lines.append(f"            over the {m['out_pairs']:,} of {m['out_elements']:,} elements "
                      f"finite on both sides; excluded {m['out_excluded']:,}: emulator "
                      f"{m['out_nan']:,} NaN, {m['out_inf']:,} inf; reference {m['ref_out_nan']:,} "
                      f"NaN, {m['ref_out_inf']:,} inf")
     if m["out_pairs"]:
+        rb, rr, rh, rc = m["out_worst_row_rel"]
+        lines.append(f"            max |error| {_percent(m['out_max_row_rel'])} of the row max "
+                     f"|ref| (batch {rb}, row {rr}, head {heads[rh]}, dim {rc})")
+        lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
+        lines.append(f"            in {out_fmt} ulps at the reference value: mean "
+                     f"{m['out_mean_ulp']:.3g}, 99th percentile {m['out_p99_ulp']:.3g}")
+        sig = m["out_max_ulp_significant"]
+        lines.append(f"            {100 * m['out_within_half_ulp']:.1f}% within 0.5 ulp (correctly "
+                     f"rounded)" + ("" if sig is None else f"; max {sig:.3g} ulp where |ref| >= "
+                                    f"{SIGNIFICANT:.0%} of the row max"))
+        # the raw maximum, last: at a reference value near zero an ulp is tiny
         wb, wr, wh, wc = m["out_worst"]
         got, want = m["out_worst_values"]
-        lines.append(f"            mean {m['out_mean_ulp']:.3g} ulp, 99th percentile "
-                     f"{m['out_p99_ulp']:.3g} ulp, {100 * m['out_within_half_ulp']:.1f}% within "
-                     f"0.5 ulp (correctly rounded)")
-        # an ulp at a reference value near zero is tiny: say so next to the max it explains
-        rms = m.get("out_ref_rms") or 0.0
-        small = abs(want) < 0.01 * rms
-        where = (f"batch {wb}, row {wr}, head {heads[wh]}, dim {wc}: {got:.6g} for {want:.6g}, "
-                 f"absolute error {abs(got - want):.2g}")
-        lines.append(f"            max {m['out_max_ulp']:.3g} ulp"
-                     + (f" at a near-zero output (|ref| under 1% of its rms {rms:.2g}; {where})"
-                        if small else f" ({where})"))
-        lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
+        row_max = m.get("out_worst_row_max") or 0.0
+        near_zero = (f" at a near-zero output, |ref| under {SIGNIFICANT:.0%} of the row max "
+                     f"{row_max:.2g}" if abs(want) < SIGNIFICANT * row_max else "")
+        lines.append(f"            raw max {m['out_max_ulp']:.3g} ulp (every element){near_zero}: "
+                     f"batch {wb}, row {wr}, head {heads[wh]}, dim {wc}, {got:.6g} for {want:.6g}, "
+                     f"absolute error {abs(got - want):.2g}")
     else:
         lines.append("            n/a (no finite pairs)")
     if m["lse_pairs"]:
@@ -127,9 +133,10 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
                      f"both sides; non-finite: {m['lse_nonfinite_emu_only']:,} rows in the "
                      f"emulator only, {m['lse_nonfinite_ref_only']:,} in the reference only, "
                      f"{m['lse_nonfinite_both']:,} in both")
-    per = m["per_head_max_ulp"]
-    lines.append("          max ulp per head: " + " ".join(
-        f"{heads[i]}:{'n/a' if x is None else format(x, '.2g')}" for i, x in enumerate(per)))
+    per = m.get("per_head_max_ulp_significant") or [None] * len(heads)
+    lines.append(f"          max ulp per head (|ref| >= {SIGNIFICANT:.0%} of the row max): "
+                 + " ".join(f"{heads[i]}:{'n/a' if x is None else format(x, '.2g')}"
+                            for i, x in enumerate(per)))
     n = m["rows_no_key"]
     text = (f"masked    {n:,} of {plural(m['rows'], 'row')} {'sees' if n == 1 else 'see'} no "
             f"key")
@@ -153,6 +160,11 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
                      f"{m['ref_lse_nan']} NaN, {m['ref_lse_posinf']} +inf, "
                      f"{m['ref_lse_neginf']} -inf")
     return lines
+
+
+def _percent(x: float) -> str:
+    """A share as a percentage with three significant digits (``0.412%``, ``12.5%``)."""
+    return f"{100 * x:.3g}%"
 
 
 def plural(n: int, word: str) -> str:
@@ -238,7 +250,9 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
                           str(e.n_block), str(int(w * 128 + t)), pair("row_max"), pair("row_sum"),
                           pair("scores_scale"), pair("lse"), frag))
     widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
-    lines = [head] + ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=True)).rstrip()
+    prose = [w for line in head.splitlines()
+             for w in textwrap.wrap(line, WIDTH, break_on_hyphens=False) or [line]]
+    lines = prose + ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=True)).rstrip()
                       for row in table]
     return "\n".join(lines)
 
