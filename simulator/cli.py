@@ -32,6 +32,8 @@ VERIFY_DESCRIPTION = (
     "Replay the H200 outputs recorded in simulator/data/device/ (each file checked against its "
     "SHA-256 in MANIFEST.json) through the emulator and print one row per check: the device "
     "results replayed and the mismatches. No GPU needed.")
+#: simulator.verify.TOPICS' names, written here so that --help does not import the replays
+VERIFY_TOPICS = ("numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged", "backward")
 VERIFY_EPILOG = (
     "Exit codes: 0 every check matches; 1 the emulator and a recording differ; 2 usage error, "
     "or recorded data missing, unreadable or corrupt (a one-line message); 3 internal error; "
@@ -185,12 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="replay the recorded H200 outputs against the emulator "
                        "(no GPU needed)", description=VERIFY_DESCRIPTION, epilog=VERIFY_EPILOG)
     v.add_argument("--topic", action="append",
-                   help="only this topic (repeatable): numerics, mufu, hw, mma, forward, fa3, "
-                        "backward")
+                   help="only this topic (repeatable): " + ", ".join(VERIFY_TOPICS))
     v.add_argument("--quick", action="store_true", help="fewer cases (1.5-6 minutes on 2 cores)")
     v.add_argument("--json", action="store_true", help="print rows as JSON")
     v.add_argument("--workers", type=_verify_workers, default=1,
-                   help="processes replaying the backward's recorded calls (default 1)")
+                   help="processes replaying the backward's and the paged cache's recorded "
+                        "calls (default 1)")
     v.set_defaults(func=_cmd_verify)
 
     s = sub.add_parser("sweep", help="on a GPU: measure the device against the emulator and "

@@ -212,3 +212,9 @@ def test_every_parser_refuses_a_bad_option_in_one_line(capsys):
         err = capsys.readouterr().err
         assert code == 2, (args, code)
         assert err.startswith(start) and err.count("\n") == 1 and "--help`)" in err, (args, err)
+
+
+def test_verify_help_names_every_topic():
+    from simulator import cli, verify
+
+    assert cli.VERIFY_TOPICS == tuple(verify.TOPICS)
