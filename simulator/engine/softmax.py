@@ -84,7 +84,7 @@ def fmul_ftz(a, b):
     return _ftz(r)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def ffma_ftz(a, b, c):
     """``fma.rn.ftz.f32`` (FFMA.FTZ): ``simulator.numerics.float32.ffma`` on one element."""
     a = _ftz(a)
