@@ -57,3 +57,28 @@ def test_local_cluster_warns_about_an_inherited_value(monkeypatch):
         cluster.local_cluster(1, dashboard_address=None).close()
     with pytest.raises(ValueError, match="n_workers"):
         cluster.local_cluster(0)
+
+
+def test_forward_by_heads_gives_the_serial_bits():
+    distributed = pytest.importorskip("distributed")
+    import ml_dtypes
+    import numpy as np
+
+    from simulator import flash
+
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 200, 6, 64)).astype(ml_dtypes.bfloat16)
+    k, v = (rng.standard_normal((2, 260, 3, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    serial = flash.forward(q, k, v, causal=True)
+    with cluster.local_cluster(1, engine="numpy", dashboard_address=None) as lc, \
+            distributed.Client(lc) as client:
+        for per in (None, 2):
+            got = cluster.forward_by_heads(client, q, k, v, causal=True, kv_heads_per_task=per)
+            assert np.array_equal(got.out.view(np.uint16), serial.out.view(np.uint16))
+            assert np.array_equal(got.lse.view(np.uint32), serial.lse.view(np.uint32))
+        with pytest.raises(ValueError, match="executor"):
+            cluster.forward_by_heads(client, q, k, v, executor=object())
+        with pytest.raises(ValueError, match="kv_heads_per_task"):
+            cluster.forward_by_heads(client, q, k, v, kv_heads_per_task=0)
+        with pytest.raises(ValueError, match="group"):
+            cluster.forward_by_heads(client, q[:, :, :5], k, v)

@@ -7,7 +7,8 @@ of kB each) are mapped and unmapped, page faults included, at every K/V block: m
 2-core development machine, a serial forward took 4.45 s in a plain process and 8.94 s in such
 a worker, and a 2-worker LocalCluster sped the forward up 0.99x with the variable, 1.41x
 without it. :func:`dask_config` is the nanny setting without it (and with the worker's thread
-counts and engine); :func:`local_cluster` starts a ``distributed.LocalCluster`` under it.
+counts and engine); :func:`local_cluster` starts a ``distributed.LocalCluster`` under it;
+:func:`forward_by_heads` runs one forward as tasks of a few heads each.
 
 A value in the client's own environment is inherited by the workers and kept: exported by the
 user, or left there by an earlier dask cluster of the same process (the nanny copies its
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import os
 import warnings
+
+import numpy as np
 
 from . import ENGINES
 
@@ -85,3 +88,70 @@ def local_cluster(n_workers: int, threads: int = 1, engine: str = "numba", **kwa
     with dask.config.set(config):
         return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                         processes=True, **kwargs)
+
+
+def forward_by_heads(client, q, k, v, *, kv_heads_per_task: int | None = None, **kwargs):
+    """``simulator.flash.forward(q, k, v, **kwargs)`` as dask tasks of a few kv heads each
+    (with their query heads): CTAs never mix heads, so every task's O and LSE are those rows of
+    the whole forward, bit for bit. Each task ships only its heads' inputs (an ``executor=``
+    forward sends the whole padded inputs with every chunk, which for a long-context layer is
+    hundreds of MB per task).
+
+    Args:
+        client: a ``distributed.Client`` (e.g. on :func:`local_cluster`).
+        q, k, v: as ``flash.forward`` ([batch, seqlen, heads, head_dim], heads a multiple of
+            k's heads_kv).
+        kv_heads_per_task: kv heads per task (int >= 1); default: the kv heads over the
+            client's workers, rounded up (one task per worker).
+        kwargs: the other arguments of ``flash.forward``; ``qv`` and [batch, heads_kv]
+            descales are sliced with the heads. Not ``executor``, ``trace`` or ``num_splits``.
+    Returns:
+        ``flash.ForwardResult`` (out [batch, seqlen_q, heads, head_dim_v], lse
+        [batch, heads, seqlen_q]).
+    Raises:
+        ValueError: a refused argument, ``kv_heads_per_task`` not a positive int, or heads
+            that do not group over heads_kv; and what ``flash.forward`` raises, from the task.
+    """
+    from ..flash.config import ForwardResult
+
+    for name in ("executor", "trace", "num_splits"):
+        if kwargs.get(name) is not None:
+            raise ValueError(f"{name}: not with forward_by_heads (each task is a serial forward)")
+    if not (hasattr(client, "submit") and hasattr(client, "gather")):
+        raise ValueError(f"client: expected a distributed.Client, got {type(client).__name__}")
+    q, k, v = (np.asarray(x) for x in (q, k, v))
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"q, k, v: expected [batch, seqlen, heads, head_dim] arrays, got shapes "
+                         f"{q.shape}, {k.shape}, {v.shape}")
+    heads, hkv = q.shape[2], k.shape[2]
+    if hkv < 1 or heads % hkv:
+        raise ValueError(f"q, k: {heads} query heads do not group over {hkv} kv heads")
+    g = heads // hkv
+    if kv_heads_per_task is None:
+        workers = max(1, len(client.scheduler_info().get("workers", {})))
+        kv_heads_per_task = -(-hkv // workers)
+    if isinstance(kv_heads_per_task, bool) or not isinstance(kv_heads_per_task, int) \
+            or kv_heads_per_task < 1:
+        raise ValueError(f"kv_heads_per_task: expected a positive int, got {kv_heads_per_task!r}")
+    futures = []
+    for j0 in range(0, hkv, kv_heads_per_task):
+        j1 = min(hkv, j0 + kv_heads_per_task)
+        kw = dict(kwargs)
+        if kw.get("qv") is not None:
+            kw["qv"] = np.asarray(kw["qv"])[:, :, j0 * g: j1 * g]
+        for name in ("q_descale", "k_descale", "v_descale"):
+            if kw.get(name) is not None and np.ndim(kw[name]) == 2:
+                kw[name] = np.asarray(kw[name])[:, j0:j1]
+        futures.append(client.submit(_heads_task, q[:, :, j0 * g: j1 * g], k[:, :, j0:j1],
+                                     v[:, :, j0:j1], kw, pure=False))
+    parts = client.gather(futures)
+    return ForwardResult(np.concatenate([o for o, _ in parts], axis=2),
+                         np.concatenate([s for _, s in parts], axis=1))
+
+
+def _heads_task(q, k, v, kwargs):
+    """One task of :func:`forward_by_heads`: the serial forward of a slice of heads."""
+    from .. import flash
+
+    res = flash.forward(q, k, v, **kwargs)
+    return res.out, res.lse
