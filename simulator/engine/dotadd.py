@@ -271,61 +271,91 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
     return flag, (mark if flag else np.float32(x))
 
 
+# The exponent pass runs first, over int16 codes of the operand exponents (_codes16: 16 lanes
+# per 256-bit vector instead of 4 alongside the float64 sum), into ``emax`` [N] int16; then the
+# sum pass reads each output's largest exponent from it. Both index 16-position slices of the
+# operands, so that no index needs numba's negative-index wraparound inside the loops.
+_CODE_ZERO = -8192  # a zero operand: any sum with a finite exponent stays below _CODE_NONE
+_CODE_INF = 12288  # inf / NaN: any sum with it (a zero's included) reaches _CODE_SPECIAL
+_CODE_SPECIAL = 4096
+_CODE_NONE = -4096
+
+
 @numba.njit(**_JIT)
-def _block16(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny):
-    """One fused step of K = 16 positions from k0 for a row of outputs: C ``d``, result into
-    ``dn`` (NaN where flagged); returns the count of flagged outputs."""
+def _codes16(exps, out):
+    """int16 codes of int32 exponents (flat): _CODE_ZERO for _NO_EXP, _CODE_INF at or above
+    _SPECIAL, the exponent itself otherwise (operand exponents lie in [-1074, 1023])."""
+    for i in range(exps.size):
+        e = exps[i]
+        out[i] = np.int16(_CODE_ZERO if e == _NO_EXP else (_CODE_INF if e >= _SPECIAL else e))
+
+
+@numba.njit(**_JIT)
+def _emax16(hrow, hb2, k0, emax):
+    """``emax[j]`` = the largest code sum over the 16 positions from k0."""
+    hk, hbk = hrow[k0:k0 + 16], hb2[k0:k0 + 16]
+    for j in range(emax.size):
+        e = np.int16(hk[0] + hbk[0, j])
+        for t in range(1, 16):
+            e = max(e, np.int16(hk[t] + hbk[t, j]))
+        emax[j] = e
+
+
+@numba.njit(**_JIT)
+def _emax16_more(hrow, hb2, k0, emax):
+    """:func:`_emax16` continuing ``emax`` (the second half of K = 32)."""
+    hk, hbk = hrow[k0:k0 + 16], hb2[k0:k0 + 16]
+    for j in range(emax.size):
+        e = emax[j]
+        for t in range(16):
+            e = max(e, np.int16(hk[t] + hbk[t, j]))
+        emax[j] = e
+
+
+@numba.njit(inline="always")
+def _largest(code, c_exp):
+    """E of an output: its products' largest code sum (as an exponent, _NO_EXP or _INF_EXP)
+    and C's exponent."""
+    e = np.int32(code)
+    e = _NO_EXP if e < _CODE_NONE else (_INF_EXP if e >= _CODE_SPECIAL else e)
+    return max(e, c_exp)
+
+
+@numba.njit(**_JIT)
+def _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
+    """One fused step of K = 16 positions from k0 for a row of outputs (their product
+    exponents in ``emax``, :func:`_emax16`): C ``d``, result into ``dn`` (NaN where flagged);
+    returns the count of flagged outputs."""
+    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     flagged = 0
     for j in range(d.size):
-        c64, e = _c_term(d[j])
-        for t in range(16):
-            e = max(e, erow[k0 + t] + eb2[k0 + t, j])
-        e, scale = _scale(e, frac_bits)
+        c64, ec = _c_term(d[j])
+        e, scale = _scale(_largest(emax[j], ec), frac_bits)
         tot = np.int64(c64 * scale)
         for t in range(16):
-            tot += np.int64(arow[k0 + t] * b2[k0 + t, j] * scale)
+            tot += np.int64(ak[t] * bk[t, j] * scale)
         flag, r = _finish(tot, e, c64, frac_bits, keep, tiny)
         dn[j] = r
         flagged += flag
     return flagged
 
 
-# K = 32 (FP8 wgmma) in passes of 16 positions (a loop of 32 is not unrolled, so not
-# vectorised over the columns): the exponent maximum over both halves first, then the sums.
 @numba.njit(**_JIT)
-def _emax16(erow, eb2, k0, emax):
-    for j in range(emax.size):
-        e = emax[j]
-        for t in range(16):
-            e = max(e, erow[k0 + t] + eb2[k0 + t, j])
-        emax[j] = e
-
-
-@numba.njit(**_JIT)
-def _sum16(arow, b2, k0, scale, tot):
-    for j in range(tot.size):
-        s = tot[j]
-        for t in range(16):
-            s += np.int64(arow[k0 + t] * b2[k0 + t, j] * scale[j])
-        tot[j] = s
-
-
-@numba.njit(**_JIT)
-def _block32(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny, emax, scale, tot):
-    """:func:`_block16` for K = 32 positions; ``emax``, ``scale``, ``tot`` [N] int64,
-    float64, int64 scratch."""
-    for j in range(d.size):
-        emax[j] = _c_term(d[j])[1]
-    _emax16(erow, eb2, k0, emax)
-    _emax16(erow, eb2, k0 + 16, emax)
-    for j in range(d.size):
-        emax[j], scale[j] = _scale(emax[j], frac_bits)
-        tot[j] = np.int64(np.float64(d[j]) * scale[j])
-    _sum16(arow, b2, k0, scale, tot)
-    _sum16(arow, b2, k0 + 16, scale, tot)
+def _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
+    """:func:`_block16` for K = 32 positions (FP8 wgmma), two unrolled loops of 16 (a loop
+    of 32 is not unrolled, so not vectorised over the columns)."""
+    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
+    ak2, bk2 = arow[k0 + 16:k0 + 32], b2[k0 + 16:k0 + 32]
     flagged = 0
     for j in range(d.size):
-        flag, r = _finish(tot[j], emax[j], np.float64(d[j]), frac_bits, keep, tiny)
+        c64, ec = _c_term(d[j])
+        e, scale = _scale(_largest(emax[j], ec), frac_bits)
+        tot = np.int64(c64 * scale)
+        for t in range(16):
+            tot += np.int64(ak[t] * bk[t, j] * scale)
+        for t in range(16):
+            tot += np.int64(ak2[t] * bk2[t, j] * scale)
+        flag, r = _finish(tot, e, c64, frac_bits, keep, tiny)
         dn[j] = r
         flagged += flag
     return flagged
@@ -357,13 +387,14 @@ def _zero_sum(arow, b2, j, k0, k1, c):
 
 
 @numba.njit(parallel=True, **_JIT)
-def gemm_rows(a, ea, ia, b, eb, ib, c, ic, kblock, frac_bits, out_round, out_bits, out,
-              out_bits_view):
+def gemm_rows(a, ea, ha, ia, b, eb, hb, ib, c, ic, kblock, frac_bits, out_round, out_bits,
+              out, out_bits_view):
     """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float64 / ea
-    int32 exponents (_NO_EXP zeros, _INF_EXP inf / NaN), b [Rb, K, N] / eb, c [Rc, M, N]
-    float32; ia / ib / ic map each output batch entry r to its operand entries. K runs in
-    blocks of ``kblock`` (16 or 32), each one fused step with C inside the sum. Writes float32
-    ``out`` [R, M, N] (``out_bits_view`` its uint32 view, for the canonical NaN)."""
+    int32 exponents (_NO_EXP zeros, _INF_EXP inf / NaN) / ha their int16 codes
+    (:func:`_codes16`), b [Rb, K, N] / eb / hb, c [Rc, M, N] float32; ia / ib / ic map each
+    output batch entry r to its operand entries. K runs in blocks of ``kblock`` (16 or 32),
+    each one fused step with C inside the sum. Writes float32 ``out`` [R, M, N]
+    (``out_bits_view`` its uint32 view, for the canonical NaN)."""
     rows, m, n = out.shape
     nblk = a.shape[2] // kblock
     # RZ clears the float64 bits below the kept ones (the cast to float32 is then exact)
@@ -375,17 +406,18 @@ def gemm_rows(a, ea, ia, b, eb, ib, c, ic, kblock, frac_bits, out_round, out_bit
         i = ri - r * m
         ar, br = ia[r], ib[r]
         arow, erow, b2, eb2 = a[ar, i], ea[ar, i], b[br], eb[br]
+        hrow, hb2 = ha[ar, i], hb[br]
         d = c[ic[r], i].copy()
         dn = np.empty(n, dtype=np.float32)
-        emax, tot = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        scale = np.empty(n, dtype=np.float64)
+        emax = np.empty(n, dtype=np.int16)
         for blk in range(nblk):
             k0 = blk * kblock
+            _emax16(hrow, hb2, k0, emax)
             if kblock == 16:
-                flagged = _block16(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny)
+                flagged = _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             else:
-                flagged = _block32(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny,
-                                   emax, scale, tot)
+                _emax16_more(hrow, hb2, k0 + 16, emax)
+                flagged = _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             if flagged:
                 _fix(arow, erow, b2, eb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
                      out_bits)
@@ -442,6 +474,12 @@ def _flat3(x: np.ndarray, rows: int, dtype) -> np.ndarray:
     """``x`` as a C-contiguous writable [rows, ., .] array (one compiled signature for all)."""
     x = np.ascontiguousarray(x, dtype=dtype).reshape((rows,) + x.shape[-2:])
     return x if x.flags.writeable else x.copy()
+
+
+def _codes(exps: np.ndarray) -> np.ndarray:
+    out = np.empty(exps.shape, dtype=np.int16)
+    _codes16(exps.reshape(-1), out.reshape(-1))
+    return out
 
 
 def _exps(x: np.ndarray, emin: int) -> np.ndarray:
@@ -547,8 +585,8 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     o3 = out.reshape(rows, m, n)
     out_round = _RZ if p.out_round == "rz" else _RN
     if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
-        gemm_rows(a3, ea3, ia, b3, eb3, ib, c3, ic, kblock, p.frac_bits, out_round, p.out_bits,
-                  o3, o3.view(np.uint32))
+        gemm_rows(a3, ea3, _codes(ea3), ia, b3, eb3, _codes(eb3), ib, c3, ic, kblock,
+                  p.frac_bits, out_round, p.out_bits, o3, o3.view(np.uint32))
         return out
     if steps.shape[0] == 0:
         steps = np.arange(kblock, dtype=np.int64)[None, :]
