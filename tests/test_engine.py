@@ -209,3 +209,10 @@ def test_compiled_decode_gives_every_bit_pattern_as_the_numpy_model(fmt):
         want = np.ascontiguousarray(to_float32(x).astype(np.float64))
     assert np.array_equal(vals.view(np.uint64), want.view(np.uint64))
     assert np.array_equal(exps, dotadd._operand3(want, 1, emin)[1])
+    # the int16 codes of the exponent pass: the exponent, or a zero's / inf-NaN's mark
+    codes = np.where(exps == dotadd._NO_EXP, dotadd._CODE_ZERO,
+                     np.where(exps >= dotadd._SPECIAL, dotadd._CODE_INF, exps))
+    for src in (x, want):
+        got = dotadd._operand3(src, 1, emin, coded=True)[1]
+        assert got.dtype == np.int16 and np.array_equal(got, codes)
+    assert set(np.unique(codes[np.isfinite(want) & (want != 0)])) <= set(range(emin, 128))

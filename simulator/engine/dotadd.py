@@ -91,28 +91,49 @@ def _exponent_of(x, emin):
     return _INF_EXP if ex == 0x7FF else e
 
 
+# int16 codes of the operand exponents, for the exponent pass of gemm_rows (16 lanes per 256-bit
+# vector instead of 4 alongside the float64 sum): the exponent itself (operand exponents lie in
+# [-1074, 1023], floored at the format's emin), _CODE_ZERO for a zero (any sum with a finite
+# exponent stays below _CODE_NONE), _CODE_INF for inf / NaN (any sum with it, a zero's
+# included, reaches _CODE_SPECIAL). Sums of two codes fit int16.
+_CODE_ZERO = -8192
+_CODE_INF = 12288
+_CODE_SPECIAL = 4096
+_CODE_NONE = -4096
+
+
+@numba.njit(inline="always")
+def _exp_or_code(x, emin, coded):
+    """:func:`_exponent_of`, or its int16 code when ``coded``."""
+    e = _exponent_of(x, emin)
+    if coded:
+        return _CODE_ZERO if e == _NO_EXP else (_CODE_INF if e >= _SPECIAL else e)
+    return e
+
+
 @numba.njit(**_JIT)
-def _exponents(x, emin, out):
-    """:func:`_exponent_of` of a flat float64 array into int32 ``out``."""
+def _exponents(x, emin, coded, out):
+    """:func:`_exp_or_code` of a flat float64 array into ``out`` (int32, or int16 codes)."""
     for i in range(x.size):
-        out[i] = _exponent_of(x[i], emin)
+        out[i] = _exp_or_code(x[i], emin, coded)
 
 
 @numba.njit(**_JIT)
-def _decode_bf16(bits, emin, vals, exps):
-    """bf16 bit patterns [R, M, K] (uint16, any layout) to float64 ``vals`` and int32
-    ``exps`` [R, M, K]: the float32 of ``bits << 16`` (``simulator.numerics.to_float32``)."""
+def _decode_bf16(bits, emin, coded, vals, exps):
+    """bf16 bit patterns [R, M, K] (uint16, any layout) to float64 ``vals`` and ``exps``
+    [R, M, K] (int32 exponents, or int16 codes when ``coded``): the float32 of ``bits << 16``
+    (``simulator.numerics.to_float32``)."""
     r_, m_, k_ = bits.shape
     for r in range(r_):
         for i in range(m_):
             for k in range(k_):
                 x = np.float64(float32_of(np.int32(np.uint32(bits[r, i, k]) << 16)))
                 vals[r, i, k] = x
-                exps[r, i, k] = _exponent_of(x, emin)
+                exps[r, i, k] = _exp_or_code(x, emin, coded)
 
 
 @numba.njit(**_JIT)
-def _decode_table(bits, table, emin, vals, exps):
+def _decode_table(bits, table, emin, coded, vals, exps):
     """:func:`_decode_bf16` for the other formats: ``table`` holds the float64 of every bit
     pattern."""
     r_, m_, k_ = bits.shape
@@ -121,7 +142,7 @@ def _decode_table(bits, table, emin, vals, exps):
             for k in range(k_):
                 x = table[bits[r, i, k]]
                 vals[r, i, k] = x
-                exps[r, i, k] = _exponent_of(x, emin)
+                exps[r, i, k] = _exp_or_code(x, emin, coded)
 
 
 @numba.njit(**_JIT)
@@ -201,7 +222,9 @@ def _signed_zero(a, bt, pos, k0, c):
 def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     """One output of a fused step, every case (the path of the outputs :func:`_block16` /
     :func:`_block32` flag): A row ``arow`` / ``erow``, B column ``j`` of ``b2`` / ``eb2``, K
-    positions k0..k1 - 1, float32 C ``c``. Returns float32 (NaN with any payload)."""
+    positions k0..k1 - 1, float32 C ``c``. Returns float32 (NaN with any payload). The
+    exponents may be int32 or the int16 codes of :func:`_exp_or_code`: the exponent pass runs
+    only when some term is nonzero and every one finite, where both give the same maximum."""
     c64 = np.float64(c)
     finite = math.isfinite(c64)
     zero = c64 == 0.0  # every term zero (then -0 only when every one is -0)
@@ -271,25 +294,9 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
     return flag, (mark if flag else np.float32(x))
 
 
-# The exponent pass runs first, over int16 codes of the operand exponents (_codes16: 16 lanes
-# per 256-bit vector instead of 4 alongside the float64 sum), into ``emax`` [N] int16; then the
-# sum pass reads each output's largest exponent from it. Both index 16-position slices of the
-# operands, so that no index needs numba's negative-index wraparound inside the loops.
-_CODE_ZERO = -8192  # a zero operand: any sum with a finite exponent stays below _CODE_NONE
-_CODE_INF = 12288  # inf / NaN: any sum with it (a zero's included) reaches _CODE_SPECIAL
-_CODE_SPECIAL = 4096
-_CODE_NONE = -4096
-
-
-@numba.njit(**_JIT)
-def _codes16(exps, out):
-    """int16 codes of int32 exponents (flat): _CODE_ZERO for _NO_EXP, _CODE_INF at or above
-    _SPECIAL, the exponent itself otherwise (operand exponents lie in [-1074, 1023])."""
-    for i in range(exps.size):
-        e = exps[i]
-        out[i] = np.int16(_CODE_ZERO if e == _NO_EXP else (_CODE_INF if e >= _SPECIAL else e))
-
-
+# The exponent pass runs first, over the int16 codes, into ``emax`` [N] int16; then the sum pass
+# reads each output's largest exponent from it. Both index 16-position slices of the operands,
+# so that no index needs numba's negative-index wraparound inside the loops.
 @numba.njit(**_JIT)
 def _emax16(hrow, hb2, k0, emax):
     """``emax[j]`` = the largest code sum over the 16 positions from k0."""
@@ -387,11 +394,11 @@ def _zero_sum(arow, b2, j, k0, k1, c):
 
 
 @numba.njit(parallel=True, **_JIT)
-def gemm_rows(a, ea, ha, ia, b, eb, hb, ib, c, ic, kblock, frac_bits, out_round, out_bits,
-              out, out_bits_view):
-    """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float64 / ea
-    int32 exponents (_NO_EXP zeros, _INF_EXP inf / NaN) / ha their int16 codes
-    (:func:`_codes16`), b [Rb, K, N] / eb / hb, c [Rc, M, N] float32; ia / ib / ic map each
+def gemm_rows(a, ha, ia, b, hb, ib, c, ic, kblock, frac_bits, out_round, out_bits, out,
+              out_bits_view):
+    """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float64 / ha
+    the int16 codes of their exponents (:func:`_exp_or_code`), b [Rb, K, N] / hb, c
+    [Rc, M, N] float32; ia / ib / ic map each
     output batch entry r to its operand entries. K runs in blocks of ``kblock`` (16 or 32),
     each one fused step with C inside the sum. Writes float32 ``out`` [R, M, N]
     (``out_bits_view`` its uint32 view, for the canonical NaN)."""
@@ -405,8 +412,7 @@ def gemm_rows(a, ea, ha, ia, b, eb, hb, ib, c, ic, kblock, frac_bits, out_round,
         r = ri // m
         i = ri - r * m
         ar, br = ia[r], ib[r]
-        arow, erow, b2, eb2 = a[ar, i], ea[ar, i], b[br], eb[br]
-        hrow, hb2 = ha[ar, i], hb[br]
+        arow, hrow, b2, hb2 = a[ar, i], ha[ar, i], b[br], hb[br]
         d = c[ic[r], i].copy()
         dn = np.empty(n, dtype=np.float32)
         emax = np.empty(n, dtype=np.int16)
@@ -419,7 +425,7 @@ def gemm_rows(a, ea, ha, ia, b, eb, hb, ib, c, ic, kblock, frac_bits, out_round,
                 _emax16_more(hrow, hb2, k0 + 16, emax)
                 flagged = _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             if flagged:
-                _fix(arow, erow, b2, eb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
+                _fix(arow, hrow, b2, hb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
                      out_bits)
             d, dn = dn, d
         for j in range(n):
@@ -476,15 +482,9 @@ def _flat3(x: np.ndarray, rows: int, dtype) -> np.ndarray:
     return x if x.flags.writeable else x.copy()
 
 
-def _codes(exps: np.ndarray) -> np.ndarray:
-    out = np.empty(exps.shape, dtype=np.int16)
-    _codes16(exps.reshape(-1), out.reshape(-1))
-    return out
-
-
-def _exps(x: np.ndarray, emin: int) -> np.ndarray:
-    out = np.empty(x.shape, dtype=np.int32)
-    _exponents(x.reshape(-1), emin, out.reshape(-1))
+def _exps(x: np.ndarray, emin: int, coded: bool = False) -> np.ndarray:
+    out = np.empty(x.shape, dtype=np.int16 if coded else np.int32)
+    _exponents(x.reshape(-1), emin, coded, out.reshape(-1))
     return out
 
 
@@ -518,20 +518,21 @@ def _values_table(dtype) -> np.ndarray:
     return table
 
 
-def _operand3(x: np.ndarray, rows: int, emin: int):
-    """An operand as C-contiguous float64 values [rows, ., .] and their int32 exponents:
-    ``x`` float64 (exact values) or a narrow format's array (decoded here, one pass)."""
+def _operand3(x: np.ndarray, rows: int, emin: int, coded: bool = False):
+    """An operand as C-contiguous float64 values [rows, ., .] and their int32 exponents (int16
+    codes with ``coded``): ``x`` float64 (exact values) or a narrow format's array (decoded
+    here, one pass)."""
     if x.dtype == np.float64:
         x3 = _flat3(x, rows, np.float64)
-        return x3, _exps(x3, emin)
+        return x3, _exps(x3, emin, coded)
     uint = np.uint8 if x.dtype.itemsize == 1 else np.uint16
     bits = x.view(uint).reshape((rows,) + x.shape[-2:])
     vals = np.empty(bits.shape, dtype=np.float64)
-    exps = np.empty(bits.shape, dtype=np.int32)
+    exps = np.empty(bits.shape, dtype=np.int16 if coded else np.int32)
     if x.dtype.name == "bfloat16":
-        _decode_bf16(bits, emin, vals, exps)
+        _decode_bf16(bits, emin, coded, vals, exps)
     else:
-        _decode_table(bits, _values_table(x.dtype), emin, vals, exps)
+        _decode_table(bits, _values_table(x.dtype), emin, coded, vals, exps)
     return vals, exps
 
 
@@ -576,8 +577,6 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     ra = int(np.prod(a64.shape[:-2], dtype=np.int64))
     rb = int(np.prod(b64.shape[:-2], dtype=np.int64))
     rc = int(np.prod(c.shape[:-2], dtype=np.int64))
-    a3, ea3 = _operand3(a64, ra, p.emin)
-    b3, eb3 = _operand3(b64, rb, p.emin)
     c3 = _flat3(c, rc, np.float32)
     ia = _batch_index(a64.shape[:-2], lead)
     ib = _batch_index(b64.shape[:-2], lead)
@@ -585,9 +584,13 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     o3 = out.reshape(rows, m, n)
     out_round = _RZ if p.out_round == "rz" else _RN
     if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
-        gemm_rows(a3, ea3, _codes(ea3), ia, b3, eb3, _codes(eb3), ib, c3, ic, kblock,
-                  p.frac_bits, out_round, p.out_bits, o3, o3.view(np.uint32))
+        a3, ha3 = _operand3(a64, ra, p.emin, coded=True)
+        b3, hb3 = _operand3(b64, rb, p.emin, coded=True)
+        gemm_rows(a3, ha3, ia, b3, hb3, ib, c3, ic, kblock, p.frac_bits, out_round, p.out_bits,
+                  o3, o3.view(np.uint32))
         return out
+    a3, ea3 = _operand3(a64, ra, p.emin)
+    b3, eb3 = _operand3(b64, rb, p.emin)
     if steps.shape[0] == 0:
         steps = np.arange(kblock, dtype=np.int64)[None, :]
     bt = np.ascontiguousarray(np.swapaxes(b3, 1, 2))
