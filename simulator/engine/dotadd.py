@@ -120,29 +120,23 @@ def _exponents(x, emin, coded, out):
 
 @numba.njit(**_JIT)
 def _decode_bf16(bits, emin, coded, vals, exps):
-    """bf16 bit patterns [R, M, K] (uint16, any layout) to float64 ``vals`` and ``exps``
-    [R, M, K] (int32 exponents, or int16 codes when ``coded``): the float32 of ``bits << 16``
+    """bf16 bit patterns (flat uint16) to float64 ``vals`` and ``exps`` (int32 exponents, or
+    int16 codes when ``coded``): the float32 of ``bits << 16``
     (``simulator.numerics.to_float32``)."""
-    r_, m_, k_ = bits.shape
-    for r in range(r_):
-        for i in range(m_):
-            for k in range(k_):
-                x = np.float64(float32_of(np.int32(np.uint32(bits[r, i, k]) << 16)))
-                vals[r, i, k] = x
-                exps[r, i, k] = _exp_or_code(x, emin, coded)
+    for i in range(bits.size):
+        x = np.float64(float32_of(np.int32(np.uint32(bits[i]) << 16)))
+        vals[i] = x
+        exps[i] = _exp_or_code(x, emin, coded)
 
 
 @numba.njit(**_JIT)
 def _decode_table(bits, table, emin, coded, vals, exps):
     """:func:`_decode_bf16` for the other formats: ``table`` holds the float64 of every bit
     pattern."""
-    r_, m_, k_ = bits.shape
-    for r in range(r_):
-        for i in range(m_):
-            for k in range(k_):
-                x = table[bits[r, i, k]]
-                vals[r, i, k] = x
-                exps[r, i, k] = _exp_or_code(x, emin, coded)
+    for i in range(bits.size):
+        x = table[bits[i]]
+        vals[i] = x
+        exps[i] = _exp_or_code(x, emin, coded)
 
 
 @numba.njit(**_JIT)
@@ -526,13 +520,16 @@ def _operand3(x: np.ndarray, rows: int, emin: int, coded: bool = False):
         x3 = _flat3(x, rows, np.float64)
         return x3, _exps(x3, emin, coded)
     uint = np.uint8 if x.dtype.itemsize == 1 else np.uint16
-    bits = x.view(uint).reshape((rows,) + x.shape[-2:])
+    # a C-ordered copy of the bits first (a transposed operand: strided reads stop the
+    # decode loop's vectorisation), then one flat pass
+    bits = np.ascontiguousarray(x.view(uint)).reshape((rows,) + x.shape[-2:])
     vals = np.empty(bits.shape, dtype=np.float64)
     exps = np.empty(bits.shape, dtype=np.int16 if coded else np.int32)
+    flat = (bits.reshape(-1), emin, coded, vals.reshape(-1), exps.reshape(-1))
     if x.dtype.name == "bfloat16":
-        _decode_bf16(bits, emin, coded, vals, exps)
+        _decode_bf16(*flat)
     else:
-        _decode_table(bits, _values_table(x.dtype), emin, coded, vals, exps)
+        _decode_table(flat[0], _values_table(x.dtype), *flat[1:])
     return vals, exps
 
 
