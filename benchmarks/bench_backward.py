@@ -17,7 +17,7 @@ import argparse
 
 import ml_dtypes
 import numpy as np
-from bench_flash import _ROW_BLOCK, numpy_attention
+from bench_flash import ROW_BLOCK, numpy_attention
 from timing import add_common_args, blas_info, blas_threads, emit, interleaved_medians, machine, ratio_row
 
 from simulator import flash
@@ -33,9 +33,9 @@ def numpy_backward(dout, q, k, v, out, lse, causal):
     sq, sk = q.shape[2], k.shape[2]
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     dpsum = (dout * out).sum(-1)
-    blocks = range(0, sq, _ROW_BLOCK) if causal else [0]
+    blocks = range(0, sq, ROW_BLOCK) if causal else [0]
     for m0 in blocks:
-        m1 = min(sq, m0 + _ROW_BLOCK) if causal else sq
+        m1 = min(sq, m0 + ROW_BLOCK) if causal else sq
         n1 = min(sk, m1 + sk - sq) if causal else sk
         s = (q[:, :, m0:m1] @ k[:, :, :n1].transpose(0, 1, 3, 2)) * scale
         if causal:

@@ -1,4 +1,4 @@
-"""Throughput of simulator/kernels/fa3_forward.cu against torch's scaled_dot_product_attention (on a GPU).
+"""Throughput of kernels/fa3_forward.cu against torch's scaled_dot_product_attention (on a GPU).
 
     python3 benchmarks/bench_device.py [--out benchmarks/results/bench_device.json]
 
@@ -82,15 +82,14 @@ def main(argv=None) -> int:
         cfg = dev.make_launch_config(z, z, z, causal=causal)
         del z
         fn = dev.compile_kernel(cfg.options).get_function(dev.KERNEL_NAME)
-        if cfg.smem_bytes > 48 * 1024:
-            dev._allow_smem(cupy, fn, cfg.smem_bytes)
+        runtime.allow_dynamic_smem(cupy, fn, cfg.smem_bytes)
         out = cupy.empty((B, S, H, D), dtype=cupy.uint16)
         lse = cupy.empty((B, H, S), dtype=cupy.float32)
         ones = cupy.ones((B, H), dtype=cupy.float32)
         kargs = (dq, dk, dv, out, lse, cupy.full((B,), S, dtype=cupy.int32), ones, ones, ones,
                  np.int32(S), np.int32(S), np.int32(H), np.int32(H), np.int32(cfg.window[0]),
-                 np.int32(cfg.window[1]), dev._f32_bits(cfg.consts["scale_log2"]),
-                 dev._f32_bits(cfg.consts["softcap_val"]))
+                 np.int32(cfg.window[1]), runtime.f32_bits(cfg.consts["scale_log2"]),
+                 runtime.f32_bits(cfg.consts["softcap_val"]))
 
         def ours(fn=fn, cfg=cfg, kargs=kargs):
             fn(cfg.grid, (cfg.threads,), kargs, shared_mem=cfg.smem_bytes)

@@ -40,7 +40,7 @@ from simulator import flash
 from simulator.flash.dispatch import fa3_dispatch
 
 TARGET = 10.0
-_ROW_BLOCK = 128
+ROW_BLOCK = 128
 
 
 def numpy_attention(q, k, v, causal):
@@ -51,9 +51,9 @@ def numpy_attention(q, k, v, causal):
     scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
     sq, sk = q.shape[2], k.shape[2]
     out = np.empty_like(q[..., : v.shape[-1]])
-    blocks = range(0, sq, _ROW_BLOCK) if causal else [0]
+    blocks = range(0, sq, ROW_BLOCK) if causal else [0]
     for m0 in blocks:  # a handful of row blocks: the work a causal kernel does
-        m1 = min(sq, m0 + _ROW_BLOCK) if causal else sq
+        m1 = min(sq, m0 + ROW_BLOCK) if causal else sq
         n1 = min(sk, m1 + sk - sq) if causal else sk
         s = (q[:, :, m0:m1] * scale) @ k[:, :, :n1].transpose(0, 1, 3, 2)
         if causal:
@@ -85,19 +85,20 @@ def _inputs(shape, dtype, seed=0):
 def _fast_path_row(q, k, v, causal: bool, repeats: int, label: str) -> dict:
     """The same forward with the per-term tensor-core model everywhere, in turns with the
     default (simulator.mma.fast for bf16): the speed-up of the exact BLAS path alone."""
+    from simulator import engine
     from simulator.mma import fast
 
-    def per_term():
-        fast.ENABLED = False
-        try:
+    # both sides on the NumPy engine: the compiled one ("auto", large calls) has no BLAS path
+    def forward():
+        with engine.use_engine("numpy"):
             return flash.forward(q, k, v, causal=causal)
-        finally:
-            fast.ENABLED = True
 
-    assert np.array_equal(per_term().out.view(np.uint16),
-                          flash.forward(q, k, v, causal=causal).out.view(np.uint16)), "bits differ"
-    t_fast, t_ref = interleaved_medians([lambda: flash.forward(q, k, v, causal=causal), per_term],
-                                        repeats)
+    def per_term():
+        with fast.per_term_model():
+            return forward()
+
+    assert np.array_equal(per_term().out.view(np.uint16), forward().out.view(np.uint16)), "bits differ"
+    t_fast, t_ref = interleaved_medians([forward, per_term], repeats)
     return ratio_row("bench_flash.py", f"{label}: BLAS tensor-core path vs the per-term model "
                      "(same bits)", t_fast, t_ref, "per-term model", faster=True)
 

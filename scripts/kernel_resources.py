@@ -1,8 +1,8 @@
-"""Compile simulator/kernels/fa3_forward.cu for sm_90a with FA3's flags in several configurations and
+"""Compile kernels/fa3_forward.cu for sm_90a with FA3's flags in several configurations and
 record the ``-Xptxas -v`` resource report (registers, spills, shared memory) beside the source.
 
 Run after changing the kernel: ``python scripts/kernel_resources.py`` (needs nvcc, no GPU).
-Writes ``simulator/kernels/fa3_forward.resources.json`` atomically; a test checks it belongs to the
+Writes ``kernels/fa3_forward.resources.json`` atomically; a test checks it belongs to the
 current source (sha256).
 """
 

@@ -1,4 +1,4 @@
-"""What the teaching notebooks (``notebooks/NN_name.py``) share: the setup of their first cell.
+"""What the teaching notebooks (``notebooks/src/NN_name.py``) share: the setup of their first cell.
 
 A notebook starts with ``NB = notebook.setup()`` and ends with ``print(NB.finish())``; in
 between it reads ``NB.bf16`` (the bfloat16 dtype its inputs are rounded to), ``NB.static``

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import strategies as st
 
-from .numerics.cvt import FORMATS
+from .flash.config import DTYPES
 
-DTYPES = {name: FORMATS[name].dtype for name in ("bf16", "f16", "e4m3")}
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 
 _SPECIAL_F32 = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38,

@@ -41,7 +41,7 @@ def test_provenance_and_sweep_result(recorded):
 def test_recorded_data_matches_kernel_source(recorded):
     report, _, _ = recorded
     assert report["kernel_sha256"] == source_sha256(ev.KERNEL), (
-        "simulator/kernels/probes/numerics.cu changed since the recorded sweep: rerun "
+        "kernels/probes/numerics.cu changed since the recorded sweep: rerun "
         "`python -m simulator sweep numerics --out DIR` on a GPU and commit DIR's files")
 
 

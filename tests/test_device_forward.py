@@ -1,4 +1,4 @@
-"""The device twin of the forward (simulator/kernels/fa3_forward.cu, simulator/device/forward.py).
+"""The device twin of the forward (kernels/fa3_forward.cu, simulator/device/forward.py).
 
 CPU: argument validation, the deterministic input generator, the recorded goldens
 (simulator/data/device/forward_goldens.npz) against the kernel source hash and against the
@@ -126,7 +126,7 @@ def test_goldens_provenance(goldens):
     meta, rows = goldens
     prov = meta["provenance"]
     assert prov["kernel_sha256"] == runtime.source_sha256(dev.KERNEL), \
-        "simulator/kernels/fa3_forward.cu changed: re-run python -m simulator measure forward_goldens"
+        "kernels/fa3_forward.cu changed: re-run python -m simulator measure forward_goldens"
     assert prov["gpu"].startswith("NVIDIA H")
     assert meta["failures"] == 0 and len(rows) == len(fg.CONFIGS)
     assert GOLDENS.stat().st_size < fg.MAX_FILE_BYTES
@@ -227,7 +227,7 @@ def test_live_forward_against_reference():
 
 
 def test_resource_report_belongs_to_the_current_kernel():
-    """simulator/kernels/fa3_forward.resources.json (registers, spills per configuration, from
+    """kernels/fa3_forward.resources.json (registers, spills per configuration, from
     `python scripts/kernel_resources.py`) must be regenerated whenever the kernel changes."""
     import hashlib
     import json

@@ -1,4 +1,4 @@
-"""Device step traces (simulator/kernels/fa3_forward.cu built with -DFA_TRACE=1) against the emulator.
+"""Device step traces (kernels/fa3_forward.cu built with -DFA_TRACE=1) against the emulator.
 
 CPU: the recorded dumps (simulator/data/device/forward_traces.npz) belong to the current kernel
 source, decode into the emulator's event sequence, and agree with the emulator's trace bit for
@@ -71,7 +71,7 @@ def _encode(trace, lcfg, ctas) -> np.ndarray:
 def test_traces_provenance(recorded):
     meta, rows = recorded
     assert meta["provenance"]["kernel_sha256"] == runtime.source_sha256(dev.KERNEL), \
-        "simulator/kernels/fa3_forward.cu changed: re-run python -m simulator measure forward_trace"
+        "kernels/fa3_forward.cu changed: re-run python -m simulator measure forward_trace"
     assert meta["provenance"]["gpu"].startswith("NVIDIA H")
     assert meta["failures"] == 0 and len(rows) == len(traces.CONFIGS)
     assert TRACES.stat().st_size <= traces.MAX_FILE_BYTES

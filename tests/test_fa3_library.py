@@ -90,9 +90,9 @@ def test_emulator_reproduces_sampled_hypothesis_calls(j):
     assert np.array_equal(out, c["out_bits"]) and np.array_equal(lse, c["lse_bits"]), c["kwargs"]
 
 
-def test_the_old_arithmetic_would_fail_the_recording(monkeypatch):
-    """Without the fused rescale (row_sum *= scale as its own FMUL, as the twin did before)
-    the emulator misses bits of rows that visit two or more K/V blocks: the replay can fail."""
+def test_an_unfused_rescale_would_fail_the_recording(monkeypatch):
+    """Without the fused rescale (row_sum *= scale as its own FMUL) the emulator misses bits of
+    rows that visit two or more K/V blocks: the replay can fail."""
     from simulator.flash import softmax as sm
     from simulator.numerics import fmul
 

@@ -1,5 +1,6 @@
-"""A non-editable install: the wheel holds the CUDA kernels and the recorded data, and the
-installed package finds them inside itself, not in the repository.
+"""A non-editable install: the wheel holds the CUDA kernels (the top-level ``kernels/``, installed
+as ``simulator/kernels/``) and the recorded data, and the installed package finds them inside
+itself, not in the repository.
 
 The wheel is built offline (``pip wheel --no-deps --no-build-isolation --no-index``) from a copy
 of the tree with the environment's own setuptools, which must read the project's metadata
@@ -14,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "simulator"
+KERNELS = REPO / "kernels"
 
 
 def _setuptools_version() -> tuple[int, ...]:
@@ -31,12 +34,38 @@ def _setuptools_version() -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
 
 
+def _sources() -> list[str]:
+    """Every CUDA source and resource file under kernels/, relative to it (``probes/mma.cu``)."""
+    return sorted(p.relative_to(KERNELS).as_posix() for p in KERNELS.rglob("*")
+                  if p.suffix in (".cu", ".json") and p.is_file())
+
+
 def _shipped() -> set[str]:
-    """What the wheel must hold: the kernel sources and their resource file, the probes, and
-    every file under simulator/data/."""
-    kernels = [p for p in (PACKAGE / "kernels").rglob("*") if p.suffix in (".cu", ".json")]
-    data = [p for p in (PACKAGE / "data").rglob("*") if "__pycache__" not in p.parts]
-    return {p.relative_to(REPO).as_posix() for p in kernels + data if p.is_file()}
+    """What the wheel must hold: the kernel sources and their resource file, the probes (under
+    simulator/kernels/), and every file under simulator/data/."""
+    data = [p for p in (PACKAGE / "data").rglob("*") if "__pycache__" not in p.parts and p.is_file()]
+    return ({f"simulator/kernels/{rel}" for rel in _sources()}
+            | {p.relative_to(REPO).as_posix() for p in data})
+
+
+def test_a_checkout_reads_the_top_level_kernels():
+    from simulator.device import runtime
+
+    assert runtime.KERNELS_DIR == KERNELS
+    assert {"fa3_forward.cu", "fa3_backward.cu", "fa3_forward.resources.json",
+            "probes/numerics.cu"} <= set(_sources())
+
+
+def test_the_package_list_is_whole():
+    """pyproject.toml lists the packages (a package mapped to another folder is not found by
+    packages.find): every folder of simulator/ with an __init__.py is listed, and kernels/ is
+    mapped to simulator.kernels."""
+    from setuptools import find_packages
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert sorted(config["packages"]) == sorted([*find_packages(str(REPO), include=["simulator*"]),
+                                                 "simulator.kernels"])
+    assert config["package-dir"] == {"simulator.kernels": "kernels"}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +77,7 @@ def wheel(tmp_path_factory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
     shutil.copytree(PACKAGE, src / "simulator", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(KERNELS, src / "kernels")
     out = tmp_path_factory.mktemp("wheel")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                         "--no-index", "-q", "-w", str(out), str(src)],
@@ -61,9 +91,11 @@ def test_the_wheel_holds_the_kernels_and_the_data(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
     shipped = _shipped()
-    assert {"simulator/kernels/fa3_forward.cu", "simulator/kernels/probes/numerics.cu",
+    assert {"simulator/kernels/fa3_forward.cu", "simulator/kernels/fa3_backward.cu",
+            "simulator/kernels/fa3_forward.resources.json", "simulator/kernels/probes/numerics.cu",
             "simulator/data/device/MANIFEST.json", "simulator/data/inputs/minilm.npz"} <= shipped
     assert not shipped - names, sorted(shipped - names)[:10]
+    assert not any(n.startswith("kernels/") for n in names), "kernels/ must install inside simulator/"
 
 
 def test_the_installed_package_finds_its_kernels_and_data_in_itself(wheel, tmp_path):
@@ -72,27 +104,30 @@ def test_the_installed_package_finds_its_kernels_and_data_in_itself(wheel, tmp_p
                         "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     probe = """
-import json, simulator
-from simulator.device import runtime
+import json, sys, simulator
+from simulator.device import backward, forward, runtime
+from simulator.measure import softcap_sass
 from simulator.run import workload
 from simulator import io
 print(json.dumps({"package": simulator.__file__, "kernels": str(runtime.KERNELS_DIR),
-                  "forward": runtime.source_sha256("fa3_forward.cu"),
-                  "probe": runtime.source_sha256("probes/mma.cu"),
+                  "softcap_probe": str(softcap_sass.PROBE),
+                  "sha256": {rel: runtime.source_sha256(rel) for rel in sys.argv[1:]},
+                  "launchers": [forward.KERNEL, backward.KERNEL],
                   "embedded": str(workload.EMBEDDED), "device_data": str(io.DEVICE_DATA_DIR),
                   "manifest": sorted(io.read_manifest(io.DEVICE_DATA_DIR))[:3]}))
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path, env=env)
+    r = subprocess.run([sys.executable, "-c", probe, *_sources()], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    for key in ("package", "kernels", "embedded", "device_data"):
+    for key in ("package", "kernels", "softcap_probe", "embedded", "device_data"):
         assert Path(got[key]).resolve().is_relative_to(target.resolve()), (key, got[key])
         assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got[key])
     from simulator.device import runtime
 
-    assert got["forward"] == runtime.source_sha256("fa3_forward.cu")
-    assert got["probe"] == runtime.source_sha256("probes/mma.cu")
+    assert Path(got["kernels"]) == target.resolve() / "simulator" / "kernels"
+    assert set(got["launchers"]) <= set(got["sha256"])
+    assert got["sha256"] == {rel: runtime.source_sha256(rel) for rel in _sources()}
     assert got["manifest"]

@@ -24,7 +24,7 @@ def test_report_provenance(recorded):
     report, digests = recorded
     assert report["device"]["gpu"] == "NVIDIA H200"
     assert report["kernel_sha256"] == source_sha256(ev.KERNEL), (
-        "simulator/kernels/probes/mma.cu changed since the recorded validation: " + ev.REGENERATE)
+        "kernels/probes/mma.cu changed since the recorded validation: " + ev.REGENERATE)
     for name in PROBES:
         assert report[name]["outputs"] >= 10_000_000
         assert digests[name].shape == (report[name]["blocks"], 16)

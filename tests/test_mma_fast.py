@@ -157,3 +157,32 @@ def test_c_below_the_window_takes_blas_and_equals_per_term_model(monkeypatch):
     _per_term_only(monkeypatch)
     want = mma.gemm(A, B, c, instruction=inst)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_per_term_model_turns_the_blas_path_off_for_a_block_and_thread(monkeypatch):
+    import threading
+
+    from simulator import engine
+
+    p = mma.PARAMS[("wgmma", "bf16")]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 32)).astype(BF16)
+    b = rng.standard_normal((32, 64)).astype(BF16)
+    with engine.use_engine("numpy"):
+        want = mma.gemm(a, b, instruction="wgmma.m64n64k16.f32.bf16.bf16")
+        seen = []
+        with fast.per_term_model():
+            assert not fast.preferred(p)
+            worker = threading.Thread(target=lambda: seen.append(fast.preferred(p)))
+            worker.start()
+            worker.join()
+
+            def blas_path(*args):
+                raise AssertionError("the BLAS path ran inside per_term_model()")
+
+            monkeypatch.setattr(fast, "fused_step", blas_path)
+            got = mma.gemm(a, b, instruction="wgmma.m64n64k16.f32.bf16.bf16")
+        monkeypatch.undo()
+    assert seen == [True]  # another thread keeps the default
+    assert fast.preferred(p)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -254,7 +254,7 @@ def test_table_checksums_are_recorded_and_match_the_whole():
 
 
 def test_recordings_belong_to_the_current_probe_kernel():
-    """simulator/kernels/probes/mufu.cu changed => re-run `python -m simulator calibrate` on a GPU."""
+    """kernels/probes/mufu.cu changed => re-run `python -m simulator calibrate` on a GPU."""
     from simulator.device.runtime import source_sha256
 
     want = source_sha256("probes/mufu.cu")

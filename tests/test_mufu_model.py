@@ -1,10 +1,10 @@
 """The MUFU model object, its lazily loaded tables and its fast ex2 path.
 
-The ex2 and lg2 cores were restructured for speed and memory (one gather into the combined ex2
-table with the range checks folded into two reductions; lg2's rounded-to-odd L computed per
-element instead of a float64 table). These tests hold them to the straightforward formulation
-they replaced, on a dense structured sample of every sign and exponent (each call on one
-binade pair, so the in-range, flush and clamping paths all run), bit for bit.
+The ex2 and lg2 cores are shaped for speed and memory (one gather into the combined ex2 table,
+the range checks folded into two reductions; lg2's rounded-to-odd L computed per element, no
+float64 table). These tests hold them to a straightforward formulation of the same rules, on a
+dense structured sample of every sign and exponent (each call on one binade pair, so the
+in-range, flush and clamping paths all run), bit for bit.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _binade(sign: int, e: int) -> np.ndarray:
 
 
 def _ex2_straightforward(x: np.ndarray, t: dict) -> np.ndarray:
-    """MUFU.EX2 (ftz) as first written: clamp, fixed point, split, one gather, flush, NaN."""
+    """MUFU.EX2 (ftz) step by step: clamp, fixed point, split, one gather, flush, NaN."""
     ex2c = t["ex2c"]  # [lo] = ex2_pos[lo], [2^23 | lo] = 2 ex2_neg[2^23 - lo] (lo > 0)
     f = np.fmin(x, np.float32(128.0))
     f = np.fmax(f, np.float32(-130.0))

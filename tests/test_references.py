@@ -16,8 +16,8 @@ def _tracked(*patterns: str) -> list[Path]:
     return sorted({p for pattern in patterns for p in ROOT.glob(pattern) if p.is_file()})
 
 
-READ_BY_USERS = [p for p in _tracked("README.md", "docs/*.md", "notebooks/*.py", "notebooks/*.ipynb",
-                                     "simulator/**/*.py", "simulator/kernels/**/*.cu", "scripts/*",
+READ_BY_USERS = [p for p in _tracked("README.md", "docs/*.md", "notebooks/src/*.py", "notebooks/*.ipynb",
+                                     "simulator/**/*.py", "kernels/**/*.cu", "scripts/*",
                                      "tests/*.py", "benchmarks/*.py", ".ci/*")
                  if p.resolve() != Path(__file__).resolve()]
 # a path into a folder outside the repository, or a numbered section of a document it does not hold
@@ -37,7 +37,7 @@ def test_forward_md_holds_the_sections_the_notebooks_cite():
                 (ROOT / "docs" / "forward.md").read_text(encoding="utf-8").splitlines()
                 if line.startswith("## ")}
     cited = set()
-    for path in _tracked("notebooks/*.py", "docs/notebooks.md"):
+    for path in _tracked("notebooks/src/*.py", "docs/notebooks.md"):
         text = path.read_text(encoding="utf-8").replace("\n# ", " ")
         cited |= set(re.findall(r'forward\.md,? "([^"]+)"', text))
     assert cited, "no docs/forward.md section cited by title"

@@ -29,7 +29,7 @@ def runs():
 def test_recorded_on_the_current_kernel():
     assert META["device"]["gpu"] == "NVIDIA H200"
     assert META["kernel_sha256"] == source_sha256("fa3_forward.cu"), (
-        "simulator/kernels/fa3_forward.cu changed: re-record with `" + REGEN)
+        "kernels/fa3_forward.cu changed: re-record with `" + REGEN)
     assert set(META["cases"]) == set(CASES)
 
 

@@ -111,9 +111,9 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     np.savez(files["missing_k"], q=x, v=x)
     files["garbage"].write_text("not an archive")
     np.savez(files["head_dim"], q=x[..., :20], k=x[..., :20], v=x[..., :20])
-    files["heads0"] = tmp_path / "heads0.npz"               # no head at all (was IndexError)
+    files["heads0"] = tmp_path / "heads0.npz"               # no head at all
     np.savez(files["heads0"], q=x[:, :, :0], k=x[:, :, :0], v=x[:, :, :0])
-    files["descales"] = tmp_path / "descales.npz"           # wrong shape (was broadcast_to)
+    files["descales"] = tmp_path / "descales.npz"           # descales of the wrong shape
     np.savez(files["descales"], q=x, k=x, v=x, q_descale=np.ones((3, 5), np.float32),
              k_descale=np.ones((1, 2), np.float32), v_descale=np.ones((1, 2), np.float32))
     files["seqlens"] = tmp_path / "seqlens.npz"
@@ -254,7 +254,7 @@ def _one_line_exit_2(r, needle: str) -> None:
 
 
 def test_output_paths_are_checked_before_any_work(tmp_path):
-    """A bad --plot used to fail after the whole run (the .npz written, the plot lost); the
+    """A bad --plot fails before the run: no .npz written, no plot lost after the work; the
     folders the write would create are created for the test only."""
     out = tmp_path / "a" / "b" / "run.npz"
     r = _run("--out", str(out), "--plot", str(tmp_path / "c" / "x.xyz"))
@@ -290,7 +290,7 @@ def test_check_output_path_really_writes(tmp_path, monkeypatch):
 
 
 def test_no_key_at_all_runs(tmp_path):
-    """seqlen_k = 0 used to exit 3 (the reference's empty reductions)."""
+    """seqlen_k = 0 runs (the reference's reductions over no key are handled)."""
     x = np.random.default_rng(3).standard_normal((1, 8, 2, 32)).astype(np.float32)
     np.savez(tmp_path / "nokeys.npz", q=x, k=x[:, :0], v=x[:, :0])
     out = tmp_path / "o.npz"
@@ -535,7 +535,7 @@ def _main(capsys, *args) -> tuple[int, str]:
     ("1", "--heads: KV head 0 of 2"),
 ])
 def test_heads_with_grouped_kv_heads(tmp_path, capsys, heads, note):
-    """--heads on a GQA input used to be refused; each chosen head's bits are the full run's."""
+    """--heads on a GQA input runs; each chosen head's bits are the full run's."""
     src = _gqa_file(tmp_path)
     _main(capsys, "--input", src, "--out", tmp_path / "full.npz")
     _, text = _main(capsys, "--input", src, "--heads", heads, "--out", tmp_path / "part.npz")
@@ -604,15 +604,15 @@ def _embedded_arrays() -> dict:
 
 @pytest.mark.parametrize("key, value, want, given", [
     ("format", np.array(b"fa3sim-inputs/1"), "the string 'fa3sim-inputs/1'",
-     "'fa3sim-inputs/1' (bytes)"),                                  # was np.bytes_(b'...')
+     "'fa3sim-inputs/1' (bytes)"),
     ("format", np.array(["a", "b"]), "the string 'fa3sim-inputs/1'", "strings [2]"),
-    ("layers", np.array(["a", "b", "c"]), "integers [L]", "strings [3]"),  # was int() ValueError
-    ("layers", np.array([0.5, 2.0, 5.0]), "integers [L]", "float64 [3]"),  # was read as 0, 2, 5
+    ("layers", np.array(["a", "b", "c"]), "integers [L]", "strings [3]"),
+    ("layers", np.array([0.5, 2.0, 5.0]), "integers [L]", "float64 [3]"),  # not truncated to 0, 2, 5
     ("layers", np.array([0, 0, 5]), "distinct layer numbers >= 0", "[0, 0, 5]"),
-    ("default_layer", np.array([2, 5]), "one integer", "int64 [2]"),       # was TypeError
-    ("default_layer", np.array(7), "one of the layers [0, 2, 5]", "7"),  # was "--layer 7"
+    ("default_layer", np.array([2, 5]), "one integer", "int64 [2]"),
+    ("default_layer", np.array(7), "one of the layers [0, 2, 5]", "7"),
     ("q_bf16", np.zeros((3, 4, 147, 12, 32), np.float32), "uint16 (the bf16 bit patterns)",
-     "float32 [3, 4, 147, 12, 32]"),                                # was read as other bits
+     "float32 [3, 4, 147, 12, 32]"),                                # not viewed as bf16 bits
     ("q_bf16", np.zeros((4, 147, 12, 32), np.uint16), "5 dimensions [3 layers, batch, seqlen",
      "uint16 [4, 147, 12, 32]"),
     ("k_e4m3", np.zeros((3, 4, 147, 12, 32), np.uint16), "uint8 (the e4m3 bit patterns)",

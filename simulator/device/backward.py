@@ -35,10 +35,6 @@ def smem_bytes(kblock_m: int, kblock_n: int, kernel_head_dim: int) -> int:
     return 2 * (2 * (kblock_m + kblock_n) * kernel_head_dim + 2 * kblock_m * kblock_n)
 
 
-def _f32_bits(x) -> np.uint32:
-    return np.asarray(x, dtype=np.float32).reshape(()).view(np.uint32)[()]
-
-
 def _padded(x: np.ndarray, kd: int) -> np.ndarray:
     """[B, S, H, d] 16-bit values as uint16 bits with zero columns up to ``kd``."""
     out = np.zeros(x.shape[:-1] + (kd,), np.uint16)
@@ -106,13 +102,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     if smem > MAX_SMEM_BYTES:
         raise ValueError(f"q: kernel head dim {kd} with {cfg.tiles.describe()} needs {smem} bytes "
                          f"of shared memory, more than {MAX_SMEM_BYTES}")
-    if smem > 48 * 1024:
-        try:
-            fn.max_dynamic_shared_size_bytes = smem
-        except AttributeError:  # a bare cupy.cuda.function.Function
-            cupy.cuda.driver.funcSetAttribute(
-                fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-    consts = (_f32_bits(cfg.scale_log2), _f32_bits(cfg.softcap_val), _f32_bits(cfg.softmax_scale))
+    runtime.allow_dynamic_smem(cupy, fn, smem)
+    consts = tuple(runtime.f32_bits(x) for x in (cfg.scale_log2, cfg.softcap_val, cfg.softmax_scale))
     trace_args, trace_buf, m_lo, steps = _trace_buffer(cupy, cfg, tracer)
     order = range(cfg.n_blocks - 1, -1, -1) if cfg.causal else range(cfg.n_blocks)  # dq_order
     for n in order:

@@ -100,10 +100,6 @@ def make_launch_config(q, k, v, **kwargs) -> LaunchConfig:
     return cfg
 
 
-def _f32_bits(x) -> np.uint32:
-    return np.asarray(x, dtype=np.float32).reshape(()).view(np.uint32)[()]
-
-
 def compile_kernel(options: tuple[str, ...]):
     """The compiled module of one configuration (cached per options; NVRTC through CuPy).
 
@@ -161,15 +157,6 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     return ForwardResult(out, lse, forward_trace.decode(raw, cfg, ctas))
 
 
-def _allow_smem(cupy, fn, nbytes: int) -> None:
-    """Opt the kernel in to ``nbytes`` of dynamic shared memory (above the 48 KiB default)."""
-    try:
-        fn.max_dynamic_shared_size_bytes = nbytes
-    except AttributeError:  # a bare cupy.cuda.function.Function
-        cupy.cuda.driver.funcSetAttribute(
-            fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
-
-
 def launch(cfg: LaunchConfig, q, k, v, trace_ctas=None):
     """Run the kernel for a validated :class:`LaunchConfig`; returns ``(out, lse)`` NumPy arrays,
     or ``(out, lse, raw)`` with ``trace_ctas`` (int array [T, 3] of ``(b, h, m_block)``): the
@@ -182,8 +169,7 @@ def launch(cfg: LaunchConfig, q, k, v, trace_ctas=None):
     traced = trace_ctas is not None
     options = cfg.options + (("-DFA_TRACE=1",) if traced else ())
     fn = compile_kernel(options).get_function(KERNEL_NAME)
-    if cfg.smem_bytes > 48 * 1024:
-        _allow_smem(cupy, fn, cfg.smem_bytes)
+    runtime.allow_dynamic_smem(cupy, fn, cfg.smem_bytes)
     bits = np.uint8 if cfg.elem_bytes == 1 else np.uint16
     dq, dk, dv = (cupy.asarray(_pad_head_dim(x, cfg.kernel_head_dim).view(bits)) for x in (q, k, v))
     out = cupy.full((cfg.batch, cfg.seqlen_q, cfg.heads, cfg.kernel_head_dim), 0xFFFF,
@@ -193,7 +179,7 @@ def launch(cfg: LaunchConfig, q, k, v, trace_ctas=None):
             cupy.asarray(cfg.q_descale), cupy.asarray(cfg.k_descale), cupy.asarray(cfg.v_descale),
             np.int32(cfg.seqlen_q), np.int32(cfg.seqlen_k), np.int32(cfg.heads),
             np.int32(cfg.heads_kv), np.int32(cfg.window[0]), np.int32(cfg.window[1]),
-            _f32_bits(cfg.consts["scale_log2"]), _f32_bits(cfg.consts["softcap_val"]))
+            runtime.f32_bits(cfg.consts["scale_log2"]), runtime.f32_bits(cfg.consts["softcap_val"]))
     if traced:
         ctas = np.asarray(trace_ctas, dtype=np.int32).reshape(-1, 3)
         slots = forward_trace.slots_per_cta(cfg, ctas)

@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from ..flash.forward import _cta_groups
+from ..flash.forward import cta_groups
 from ..flash.masks import block_range
 from ..trace import STEPS, Event, Trace
 
@@ -142,7 +142,7 @@ def decode(raw: np.ndarray, cfg, ctas) -> Trace:
 
     Per CTA the kernel already writes the emulator's event order (slot = position). Across
     CTAs the emulator runs CTAs with the same K/V block range as one group, in the order of
-    ``simulator.flash.forward._cta_groups`` (first appearance over batch, m_block; inside a
+    ``simulator.flash.forward.cta_groups`` (first appearance over batch, m_block; inside a
     group by batch, m_block, head), and records a step for every traced CTA of the group before
     the next step; the events are merged the same way.
 
@@ -155,7 +155,7 @@ def decode(raw: np.ndarray, cfg, ctas) -> Trace:
                for i, cta in enumerate(ctas)}
     trace = Trace()
     # traced launches run per-head tiles (flash.forward traces with pack_gqa=False), unsplit
-    for group in _cta_groups(dataclasses.replace(cfg, pack_gqa=False, splits=None)).values():
+    for group in cta_groups(dataclasses.replace(cfg, pack_gqa=False, splits=None)).values():
         sel = [tuple(int(c) for c in cta[:3]) for cta in group
                if tuple(int(c) for c in cta[:3]) in per_cta]
         if not sel:

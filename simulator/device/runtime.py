@@ -1,7 +1,8 @@
 """CuPy plumbing: availability checks, NVRTC module cache, provenance of a device run.
 
-Kernels live in the package's ``simulator/kernels/`` folder (package data, so an installed
-wheel has the device twin too) and are compiled with NVRTC through ``cupy.RawModule`` for
+Kernels live in the repository's top-level ``kernels/`` folder; the wheel installs them as the
+package data ``simulator/kernels/`` (pyproject.toml's ``package-dir``), so an installed package has
+the device twin too. They are compiled with NVRTC through ``cupy.RawModule`` for
 ``sm_90a`` with ``--use_fast_math`` (FlashAttention-3's flags), unless a caller passes other
 options.
 """
@@ -15,7 +16,18 @@ import platform
 import subprocess
 from pathlib import Path
 
-KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
+import numpy as np
+
+
+def _kernels_dir() -> Path:
+    """The folder holding the CUDA sources: ``simulator/kernels/`` inside an installed package,
+    else the checkout's top-level ``kernels/`` beside ``simulator/``."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "kernels"
+    return installed if (installed / "fa3_forward.cu").is_file() else package.parent / "kernels"
+
+
+KERNELS_DIR = _kernels_dir()
 DEFAULT_OPTIONS = ("-arch=sm_90a", "--use_fast_math", "-std=c++17")
 INSTALL_HINT = ".venv/bin/pip install -e '.[gpu]' in the repository (installs cupy-cuda13x)"
 
@@ -56,7 +68,7 @@ def require_gpu():
 
 
 def kernel_source(relpath: str) -> str:
-    """Text of a kernel source under ``simulator/kernels/`` (e.g. ``"probes/numerics.cu"``)."""
+    """Text of a kernel source under :data:`KERNELS_DIR` (e.g. ``"probes/numerics.cu"``)."""
     path = KERNELS_DIR / relpath
     if not path.is_file():
         raise FileNotFoundError(f"kernel source not found: {path}")
@@ -70,7 +82,7 @@ def source_sha256(relpath: str) -> str:
 
 @functools.lru_cache(maxsize=32)
 def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
-    """Compile ``simulator/kernels/<relpath>`` with NVRTC once per (source, options) and return
+    """Compile ``kernels/<relpath>`` with NVRTC once per (source, options) and return
     the module.
 
     Raises:
@@ -83,9 +95,32 @@ def load_module(relpath: str, options: tuple[str, ...] = DEFAULT_OPTIONS):
         module = cupy.RawModule(code=src, options=options, backend="nvrtc")
         module.compile()
     except cupy.cuda.compiler.CompileException as exc:
-        raise RuntimeError(f"NVRTC failed to compile simulator/kernels/{relpath}:\n"
+        raise RuntimeError(f"NVRTC failed to compile {KERNELS_DIR / relpath}:\n"
                            f"{exc.get_message()}") from exc
     return module
+
+
+#: dynamic shared memory a kernel may use without opting in (CUDA's default per block)
+DEFAULT_DYNAMIC_SMEM = 48 * 1024
+
+
+def allow_dynamic_smem(cupy, fn, nbytes: int) -> None:
+    """Opt the kernel function ``fn`` (a ``cupy.RawModule`` function) in to ``nbytes`` of
+    dynamic shared memory, as a launch above :data:`DEFAULT_DYNAMIC_SMEM` needs
+    (``cudaFuncAttributeMaxDynamicSharedMemorySize``); nothing to do at or below it."""
+    if nbytes <= DEFAULT_DYNAMIC_SMEM:
+        return
+    try:
+        fn.max_dynamic_shared_size_bytes = nbytes
+    except AttributeError:  # a bare cupy.cuda.function.Function
+        cupy.cuda.driver.funcSetAttribute(
+            fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+
+
+def f32_bits(x) -> np.uint32:
+    """The uint32 bits of ``x`` rounded to float32: how a kernel's float argument is passed
+    (the launchers hand float32 constants as bits, so no host rounding can differ)."""
+    return np.asarray(x, dtype=np.float32).reshape(()).view(np.uint32)[()]
 
 
 def device_info() -> dict:

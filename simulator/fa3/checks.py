@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..flash import chunks
+from ..flash.config import input_format
 from ..flash.constants import host_constants
-from ..flash.forward import DTYPES
 from ..numerics.bits import is_int
 from .arrays import to_numpy
 
@@ -64,7 +64,7 @@ def int_array(x, name: str, length: int | None = None) -> np.ndarray | None:
 
 def check_fmt(q) -> str:
     """The format name of ``q``'s dtype ("bf16", "f16", "e4m3"); ValueError for another."""
-    fmt = DTYPES.get(q.dtype)
+    fmt = input_format(q.dtype)
     if fmt is None:
         raise ValueError(f"q: expected dtype bfloat16, float16 or float8_e4m3fn, got {q.dtype}")
     return fmt

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import flash
+from ..flash.config import input_format
 from ..flash.dispatch import fa3_dispatch
-from ..flash.forward import DTYPES
 from ..flash.masks import chunk_window, fa3_window, kernel_flags, normalize_window
 from .combine import combine
 from .splits import get_num_splits
@@ -74,7 +74,7 @@ def output_dtype(dt: np.dtype) -> np.dtype:
     kernels write bf16), else ``dt``."""
     import ml_dtypes  # noqa: PLC0415
 
-    return np.dtype(ml_dtypes.bfloat16) if DTYPES[dt] == "e4m3" else np.dtype(dt)
+    return np.dtype(ml_dtypes.bfloat16) if input_format(dt) == "e4m3" else np.dtype(dt)
 
 
 def run_forward(q, k, v, kw: dict, splits, partials: list | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..flash.config import DTYPES
+from ..flash.config import input_format
 from ..flash.dispatch import round_up_headdim, round_up_headdimv, should_pack_gqa, tile_size_fwd_sm90
 from ..numerics.bits import is_int
 from .checks import check_bool, check_int
@@ -22,14 +22,11 @@ _ELEMENT_SIZE = {"bf16": 2, "f16": 2, "e4m3": 1}
 def _fmt(dtype) -> str:
     if isinstance(dtype, str) and dtype in _ELEMENT_SIZE:
         return dtype
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt not in DTYPES:
+    fmt = input_format(dtype)
+    if fmt is None:
         raise ValueError(f"dtype: expected 'bf16', 'f16' or 'e4m3' (or the matching NumPy / ml_dtypes "
                          f"dtype), got {dtype!r}")
-    return DTYPES[dt]
+    return fmt
 
 
 # ---- split ranges (hopper/block.h) -------------------------------------------------------------------

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine, mma
-from ..numerics import FORMATS, convert, fadd, ffma, fmul, fsub
+from ..numerics import convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2, tanh
 from . import chunks
 from .backward_trace import make_tracer
-from .config import ARCHS
+from .config import ARCHS, input_format
 from .constants import host_constants
 from .dispatch import kernel_head_dim
 from .grid import ceil_div, pad_rows, trunc_div
@@ -46,7 +46,8 @@ from .spread import ordered_sum, sum_bounds
 _LOG2E_F32 = np.float32(np.log2(np.e))  # float(M_LOG2E), 0x3fb8aa3b
 _NEG_INF = np.float32(-np.inf)
 #: the input dtypes FA3's backward takes (mha_bwd: fp16 and bf16)
-DTYPES = {FORMATS[name].dtype: name for name in ("bf16", "f16")}
+#: the input formats FA3's backward takes (hopper/flash_api.cpp's mha_bwd: no FP8)
+BACKWARD_FORMATS = ("bf16", "f16")
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,8 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
         if not isinstance(x, np.ndarray) or x.ndim != 4:
             raise ValueError(f"{name}: expected a 4-d numpy array [batch, seqlen, heads, head_dim], "
                              f"got {getattr(x, 'shape', type(x).__name__)}")
-    if q.dtype not in DTYPES:
+    fmt = input_format(q.dtype)
+    if fmt not in BACKWARD_FORMATS:
         raise ValueError(f"q: expected dtype bfloat16 or float16 (FA3's backward has no other), "
                          f"got {q.dtype}")
     for name, x in arrays.items():
@@ -236,7 +238,7 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
                          f"{tiles.kernel_head_dim} (mha_bwd: 'Deterministic backward not supported "
                          "for hdim 256')")
     kwin = (msk - 1 if win[0] < 0 else win[0], msq - 1 if win[1] < 0 else win[1])
-    return BackwardConfig(DTYPES[q.dtype], b, sq, sk, h, hk, d, win, kwin, is_causal, is_local,
+    return BackwardConfig(fmt, b, sq, sk, h, hk, d, win, kwin, is_causal, is_local,
                           tiles, consts["softmax_scale"], consts["scale_log2"],
                           consts["softcap_val"], bool(deterministic), arch)
 

@@ -19,10 +19,24 @@ from .constants import host_constants
 from .dispatch import Dispatch, check_head_dim, check_head_dim_v, fa3_dispatch, should_pack_gqa
 from .masks import chunk_window, fa3_window, kernel_flags, normalize_window
 
-#: the input dtypes FA3's forward takes, and their format names
-DTYPES = {FORMATS[name].dtype: name for name in ("bf16", "f16", "e4m3")}
+#: the formats of q, k, v FA3's forward takes (hopper/flash_api.cpp: bf16, fp16, e4m3); the one
+#: list the API, the CLI, the strategies and the replays read
+INPUT_FORMATS = ("bf16", "f16", "e4m3")
+#: format name -> NumPy dtype of those inputs (ml_dtypes.bfloat16, numpy.float16,
+#: ml_dtypes.float8_e4m3fn); :func:`input_format` goes the other way
+DTYPES = {name: FORMATS[name].dtype for name in INPUT_FORMATS}
+_FORMAT_OF = {dt: name for name, dt in DTYPES.items()}
 SCHEDULES = ("plain", "intra_wg_overlap")
 ARCHS = ("sm90", "ideal")
+
+
+def input_format(dtype) -> str | None:
+    """The format name (``"bf16"``, ``"f16"``, ``"e4m3"``) of a NumPy dtype FA3's forward takes
+    as input, or None for any other dtype or a value NumPy reads as no dtype."""
+    try:
+        return _FORMAT_OF.get(np.dtype(dtype))
+    except TypeError:
+        return None
 
 
 @dataclass
@@ -150,11 +164,11 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         if not isinstance(x, np.ndarray) or x.ndim != 4:
             got = x.shape if isinstance(x, np.ndarray) else type(x).__name__
             raise ValueError(f"{name}: expected a 4-d array [batch, seqlen, heads, head_dim], got {got}")
-        if x.dtype not in DTYPES:
+        if input_format(x.dtype) is None:
             raise ValueError(f"{name}: expected dtype bfloat16, float16 or float8_e4m3fn, got {x.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v: dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
-    fmt = DTYPES[q.dtype]
+    fmt = input_format(q.dtype)
     b, sq, h, d = q.shape
     bk, sk, hkv, dk = k.shape
     if bk != b or dk != d:

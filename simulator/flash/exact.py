@@ -237,7 +237,7 @@ def gemm(a, b, c, instruction, exact: Exactness) -> np.ndarray:
         return mma.gemm(a, b, c, instruction=ins)
     a64, b64 = _f64(a), _f64(b)
     for k0 in range(0, a64.shape[-1], ins.k):  # the kernel's k-steps, as mma.gemm issues them
-        c = mma._chunked(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], c, ins.params)
+        c = mma.dot_add(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], c, ins.params)
     return c
 
 

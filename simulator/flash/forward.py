@@ -20,7 +20,6 @@ from ..numerics.mufu import tanh
 from ..trace import Trace
 from . import chunks
 from . import exact as _exact
-from .config import DTYPES as DTYPES  # re-exported: the input dtypes FA3 takes
 from .config import Config, ForwardResult, make_config
 from .constants import MAX_OFFSET
 from .grid import pad_rows
@@ -146,7 +145,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     parts = 1 if executor is None else chunks.workers(executor)
     size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
-    work = [(key, part) for key, ctas in _cta_groups(cfg).items()
+    work = [(key, part) for key, ctas in cta_groups(cfg).items()
             for part in chunks.split(ctas, size, parts)]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
     bar = chunks.Progress(progress, sum(visits))
@@ -250,9 +249,14 @@ def _padded_inputs(cfg: Config, q, k, v, qv=None):
     return qp, kp, vp, qvp
 
 
-def _cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
-    """CTAs ``(b, h, m_block)`` grouped by their K/V block range and which of those blocks
-    run with masking (and so with Check_inf)."""
+def cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
+    """The launch's CTAs grouped by the work they do: ``{(kv_range, masked): ctas}`` with
+    ``kv_range`` the ``(n_block_min, n_block_max)`` a CTA visits (hopper/block.h, per split),
+    ``masked`` its masking steps (:func:`simulator.flash.masks.masking_steps`: the blocks run
+    with masking and Check_inf) and ``ctas`` int64 [n, 4] rows ``(batch, head, m_block,
+    split)``, in order of first appearance over batch, then m_block (``head`` a KV head when
+    ``cfg.pack_gqa``). CTAs of one group run the same sequence of steps, so the forward
+    evaluates each group as one batch of tiles."""
     g = cfg.qhead_per_khead if cfg.pack_gqa else 1
     m_blocks = -(-cfg.seqlen_q * g // cfg.kblock_m)
     heads = cfg.heads_kv if cfg.pack_gqa else cfg.heads  # a packed tile belongs to a kv head
@@ -294,7 +298,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     qt = qp[b[:, None], rows, heads].reshape(len(ctas), W, 64, d)                  # [G, W, 64, d]
     qvt = None if qvp is None else qvp[b[:, None], rows, heads].reshape(len(ctas), W, 64, dv)
     scale_log2, softcap_val, final_scale = (_exact.cta_scales(cfg, b, hkv) if exact is not None
-                                            and exact.ffma else _cta_scales(cfg, b, hkv))
+                                            and exact.ffma else cta_scales(cfg, b, hkv))
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
                    MAX_OFFSET[cfg.fmt], cfg.arch, exact)
     view = rowcol_view(f"m64n{N}k16")
@@ -370,8 +374,12 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse, exact)
 
 
-def _cta_scales(cfg: Config, b, hkv):
-    """Per-CTA float32 scale_log2, softcap_val and final_scale after folding FP8 descales."""
+def cta_scales(cfg: Config, b, hkv):
+    """The float32 ``(scale_log2, softcap_val, final_scale)`` of each CTA, arrays [n] for the
+    CTAs of batch ``b`` [n] and KV head ``hkv`` [n]: the host constants, with e4m3's
+    ``q_descale * k_descale`` folded (FMUL, ftz) into softcap_val when softcap is on
+    (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp), else into scale_log2
+    (hopper/flash_fwd_kernel_sm90.h), and ``v_descale`` as the final scale."""
     c = cfg.consts
     qk = fmul(cfg.q_descale[b, hkv], cfg.k_descale[b, hkv], ftz=True)
     scale_log2 = np.full(len(b), c["scale_log2"], dtype=np.float32)

@@ -22,9 +22,7 @@ import math
 
 import numpy as np
 
-from ..numerics.cvt import FORMATS
-
-DTYPES = {name: FORMATS[name].dtype for name in ("bf16", "f16", "e4m3")}
+from .config import DTYPES
 
 
 class InputStream:

@@ -36,13 +36,6 @@ def normalize_window(causal: bool, window) -> tuple[int, int]:
     return left, right
 
 
-def clamp_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
-    """A window side at least ``seqlen_q + seqlen_k`` wide excludes nothing: make it unbounded
-    (-1), so that no index arithmetic sees huge values."""
-    span = seqlen_q + seqlen_k
-    return tuple(-1 if w >= span else w for w in window)
-
-
 def fa3_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
     """FA3's window normalisation (``mha_fwd``): a left side of at least ``seqlen_k - 1`` or a
     right side of at least ``seqlen_q - 1`` excludes nothing and becomes -1 (unbounded).

@@ -39,7 +39,7 @@ from ..numerics import fadd, fmax, fmin, require_float32
 from ..numerics.bits import reject_subclass, require_bool
 from .fragment import Fragment
 from .layouts import rowcol_view
-from .shuffle import FULL_MASK, _check_width, shfl_sync
+from .shuffle import FULL_MASK, check_width, shfl_sync
 from .threads import WARP_SIZE, WARPGROUP_SIZE, check_thread_axis
 
 _OPS = {"sum": fadd, "add": fadd, "max": fmax, "min": fmin}
@@ -86,7 +86,7 @@ def allreduce(x, op="sum", width: int = 4, *, axis: int = -2, ftz: bool = True) 
         TypeError: ``x`` not float32 (for the named operators) or an ndarray subclass (a
             masked array); ``width`` not an int; ``ftz`` not a bool.
     """
-    width = _check_width(width, (2, 4, 8, 16, 32))
+    width = check_width(width, (2, 4, 8, 16, 32))
     fn = resolve_op(op, ftz)
     reject_subclass("x", x)
     x = np.asarray(x)

@@ -73,7 +73,7 @@ def c_for_width(width: int, mode: str) -> int:
         TypeError: width not an int.
     """
     _check_mode(mode)
-    width = _check_width(width, (1, 2, 4, 8, 16, 32))
+    width = check_width(width, (1, 2, 4, 8, 16, 32))
     return ((WARP_SIZE - width) << 8) | (0 if mode == "up" else 0x1F)
 
 
@@ -83,7 +83,13 @@ def _check_mode(mode) -> str:
     return mode
 
 
-def _check_width(width, allowed: tuple[int, ...]) -> int:
+def check_width(width, allowed: tuple[int, ...]) -> int:
+    """``width`` as an int when it is one of ``allowed`` (ascending powers of two: the
+    ``width`` / ``c`` clamp of ``shfl.sync``, PTX ISA "shfl.sync"; a reduction's lane group).
+
+    Raises:
+        TypeError: ``width`` is not an int; ValueError: an int outside ``allowed``.
+    """
     lo, hi = allowed[0], allowed[-1]
     if not is_int(width):
         raise TypeError(f"width: expected an int (a power of two in {lo}..{hi}), got {width!r} "

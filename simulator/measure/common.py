@@ -61,7 +61,7 @@ def out_parser(name: str, description: str) -> argparse.ArgumentParser:
 
 def kernel_provenance(kernel: str) -> dict:
     """``{"kernel": "kernels/<kernel>", "kernel_sha256": ...}`` of a source under
-    ``simulator/kernels/`` (the SHA-256 the replays check against the file)."""
+    ``kernels/`` (the SHA-256 the replays check against the file)."""
     return {"kernel": f"kernels/{kernel}", "kernel_sha256": runtime.source_sha256(kernel)}
 
 

@@ -65,7 +65,7 @@ from ..replay.hw import (
 KERNEL_LAYOUTS = "probes/layouts.cu"
 KERNEL_SHUFFLE = "probes/shuffle.cu"
 WGMMA_N = tuple(range(8, 257, 8))
-DTYPES = {"bf16": 16, "e4m3": 32}  # element format -> K of the instruction
+INSTRUCTION_K = {"bf16": 16, "e4m3": 32}  # element format -> K of its wgmma
 RS_N = {"bf16": 16, "e4m3": 32}  # N of the A-in-registers probes (B = K x K identity)
 RANDOM_KEEP_N = (8, 16, 64, 136, 256)  # shapes whose random case is recorded in full
 DESCRIPTOR_VARIANTS = {  # physical image: K-adjacent core matrices 128 B apart, M/N-adjacent 256 B
@@ -97,7 +97,7 @@ def _wgmma_asm(instr: str, operands: str, tail: str, pred_operand: int) -> str:
 def render_wgmma_wrappers() -> str:
     """C++ text of every wgmma_ss_* / wgmma_rs_* probe kernel (the generated section)."""
     out = []
-    for fmt, k in DTYPES.items():
+    for fmt, k in INSTRUCTION_K.items():
         ab = f"{fmt}.{fmt}"
         ss_tail = "p, 1, 1, 0, 0" if fmt == "bf16" else "p, 1, 1"
         for n in WGMMA_N:
@@ -233,7 +233,7 @@ def _random_mismatches(d, a, b, dlay, rec: dict, prefix: str, keep=lambda x: x) 
 def probe_layouts(mod, cupy, rng, progress) -> tuple[dict, dict]:
     report, rec = {"wgmma_ss": {}, "wgmma_rs": {}, "mma_sync": {}}, {}
     good_variant = {}
-    for fmt, k in DTYPES.items():
+    for fmt, k in INSTRUCTION_K.items():
         for n in WGMMA_N:
             shape = f"m64n{n}k{k}"
             lay = accumulator_layout(shape)

@@ -46,7 +46,7 @@ from ..device.runtime import device_info, load_module, require_gpu, source_sha25
 from ..errors import OneLineParser
 from ..io import save_npz_atomic, write_json_atomic
 from ..mma.instructions import params_for
-from ..replay.mma_fp8 import _FMT, PARTS, input_sha256, make_tiles, record
+from ..replay.mma_fp8 import FP8_FIELDS, PARTS, input_sha256, make_tiles, record
 from ..replay.mma_probes import emulate_probe
 from .mma_probe import KERNEL, launch
 
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     ap = OneLineParser(prog="python -m simulator measure mma_fp8_sweep",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--fmt", choices=sorted(_FMT), default="e4m3")
+    ap.add_argument("--fmt", choices=sorted(FP8_FIELDS), default="e4m3")
     args = ap.parse_args(argv)
     cupy = require_gpu()
     module = load_module(KERNEL)

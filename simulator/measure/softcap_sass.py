@@ -1,4 +1,4 @@
-"""Compile the softcap backward's arithmetic (``simulator/kernels/probes/softcap_bwd.cu``) with
+"""Compile the softcap backward's arithmetic (``kernels/probes/softcap_bwd.cu``) with
 FA3's flags and record the SASS float instructions nvcc makes of it.
 
 Needs nvcc and cuobjdump (the device machine has both; no GPU is used)::
@@ -18,10 +18,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..device.runtime import KERNELS_DIR
 from ..io import write_json_atomic
 from .common import out_parser
 
-PROBE = Path(__file__).resolve().parents[1] / "kernels" / "probes" / "softcap_bwd.cu"
+PROBE = KERNELS_DIR / "probes" / "softcap_bwd.cu"
 #: hopper/setup.py's device flags that change arithmetic (-O3, --use_fast_math), for sm_90a
 FLAGS = ["-O3", "--use_fast_math", "-gencode=arch=compute_90a,code=sm_90a", "-cubin"]
 _FLOAT_OPS = re.compile(r"\b(FFMA|FMUL|FADD|MUFU)\S*\s+[^;]*;")

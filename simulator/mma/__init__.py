@@ -27,7 +27,7 @@ from ..numerics.bits import reject_subclass
 from .fused import FusedDotAdd, fused_dot_add
 from .instructions import EXACT, PARAMS, params_for
 
-__all__ = ["EXACT", "PARAMS", "Instruction", "gemm", "instruction_for", "mma_sync",
+__all__ = ["EXACT", "PARAMS", "Instruction", "dot_add", "gemm", "instruction_for", "mma_sync",
            "mma_sync_fragments", "parse", "wgmma", "wgmma_fragments"]
 
 _WGMMA_RE = re.compile(r"m64n([1-9]\d*)k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)")
@@ -134,8 +134,23 @@ def _accumulator(c, shape_mn: tuple[int, int]) -> np.ndarray:
     return c
 
 
-def _chunked(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
-    """fused_dot_add over broadcast leading axes, in row chunks to bound memory."""
+def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+    """``fused(a64 @ b64 + c)`` with the parameters ``p``: one instruction's k-steps
+    (:func:`simulator.mma.fused.fused_dot_add`) over broadcast leading axes, in row chunks
+    that bound the working memory (:data:`_TERMS_PER_CHUNK` terms).
+
+    Args:
+        a64: float64 [..., M, K] exact operand values (decoded bf16 / f16 / e4m3 / e5m2, or any
+            values the instruction's alignment and truncation then apply to, e.g. an unrounded P).
+        b64: float64 [..., K, N].
+        c: float32 [..., M, N] accumulator.
+        p: the instruction family's parameters (``Instruction.params``).
+    Returns:
+        float32 [..., M, N]; :func:`gemm` chains it over the k-steps of a longer K.
+    Raises:
+        ValueError: the leading (batch) shapes do not broadcast; ``p.k_steps`` does not cover K.
+    Source: the fused dot-add measured on the H200 (``simulator/data/device/mma_report.json``).
+    """
     try:
         lead = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2], c.shape[:-2])
     except ValueError:
@@ -163,7 +178,7 @@ def _one(kind: str, shape: str, A, B, C) -> np.ndarray:
     if b64.shape[-2:] != (ins.k, ins.n):
         raise ValueError(f"B: expected shape [..., {ins.k}, {ins.n}] for {shape}, got {B.shape}")
     c = _accumulator(C, (ins.m, ins.n))
-    return _chunked(a64, b64, c, ins.params)
+    return dot_add(a64, b64, c, ins.params)
 
 
 def wgmma(shape: str, A, B, C=None) -> np.ndarray:
@@ -256,7 +271,7 @@ def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.
         return engine.dot_add(A, B, d, ins.params, ins.k)  # decoded there; every k-step at once
     a64, b64 = _operand("A", A, ins.fmt), _operand("B", B, ins.fmt)
     for k0 in range(0, k, ins.k):  # the kernel's sequential k-steps (K / k of them)
-        d = _chunked(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], d, ins.params)
+        d = dot_add(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], d, ins.params)
     return d
 
 

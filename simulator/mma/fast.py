@@ -27,6 +27,9 @@ every recorded probe tile and on forward GEMMs).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 
 from .spec import FusedDotAdd, canonical_nan, round_to_float32, rz_to_float32
@@ -48,16 +51,30 @@ def supports(p: FusedDotAdd) -> bool:
     return (p.operand_bits > 0 and p.frac_bits - 2 * (p.operand_bits - 1) >= 0 and p.out_bits <= 24)
 
 
-#: False runs the per-term model everywhere (benchmarks/bench_flash.py compares the two)
-ENABLED = True
+_PER_TERM_ONLY = contextvars.ContextVar("per_term_only", default=False)
+
+
+@contextlib.contextmanager
+def per_term_model():
+    """``with per_term_model(): ...``: every fused step in the block runs the per-term model of
+    :mod:`simulator.mma.termloop`, the BLAS path off (same bits, slower): the reference side of
+    ``benchmarks/bench_mma.py`` and ``bench_flash.py``. Scoped to the calling thread (or task)
+    and restored on exit; the compiled engine (``simulator.engine``, taken for large calls
+    under ``"auto"``) does not consult it, so compare under ``engine.use_engine("numpy")``."""
+    token = _PER_TERM_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _PER_TERM_ONLY.reset(token)
 
 
 def preferred(p: FusedDotAdd) -> bool:
-    """Whether fused_dot_add uses :func:`fused_step` for ``p``: when :data:`ENABLED`, it applies
-    and the clean window ``L`` is at least 10 bits (bf16's 11). With f16's 5 and FP8's 7-9
-    most outputs of FlashAttention's GEMMs are not clean and the per-term loop measured as fast
-    or faster (forward, 1 x 512 x 4 heads x 128, 2-core EPYC)."""
-    return ENABLED and supports(p) and p.frac_bits - 2 * (p.operand_bits - 1) >= 10
+    """Whether fused_dot_add uses :func:`fused_step` for ``p``: it applies and the clean window
+    ``L`` is at least 10 bits (bf16's 11), outside a :func:`per_term_model` block. With f16's 5
+    and FP8's 7-9 most outputs of FlashAttention's GEMMs are not clean and the per-term loop
+    measured as fast or faster (forward, 1 x 512 x 4 heads x 128, 2-core EPYC)."""
+    return (not _PER_TERM_ONLY.get() and supports(p)
+            and p.frac_bits - 2 * (p.operand_bits - 1) >= 10)
 
 
 def weight_base(k: int) -> int:

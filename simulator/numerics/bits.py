@@ -93,12 +93,6 @@ def from_bits(u: np.ndarray) -> np.ndarray:
     return np.asarray(arr, order="C").view(np.float32)
 
 
-def is_subnormal(x: np.ndarray) -> np.ndarray:
-    """Boolean mask of nonzero float32 values whose biased exponent is 0."""
-    u = to_bits(x)
-    return ((u & EXP_MASK) == 0) & ((u & ~SIGN_MASK) != 0)
-
-
 def flush_subnormal(x: np.ndarray) -> np.ndarray:
     """Replace subnormal float32 values by zero of the same sign (the `.ftz` rule).
 

@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import mufu_data
-from .bits import CANONICAL_NAN_BITS, EXP_MASK, SIGN_MASK, from_bits, require_bool, require_float32
+from .bits import CANONICAL_NAN_BITS, SIGN_MASK, from_bits, require_bool, require_float32
 from .float32 import fadd, fmul
 from .mufu_ideal import ideal_ex2, ideal_lg2, ideal_rcp, ideal_tanh
 
@@ -511,4 +511,3 @@ FORMS = {
 __all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "MufuModel", "archs",
            "clear_models", "ex2", "exp2f_fast", "expf_fast", "lg2", "logf_fast", "model", "rcp",
            "recip_fast", "tanh"]
-_ = EXP_MASK  # re-exported constant kept for readers of the bit layout

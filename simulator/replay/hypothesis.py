@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 
-from ..numerics import FORMATS
+from ..flash.config import DTYPES
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -84,7 +84,7 @@ def pack_cases(cases: list[dict]) -> tuple[dict[str, np.ndarray], list[dict]]:
 def unpack_cases(arrays, meta: list[dict]) -> list[dict]:
     """Inverse of :func:`pack_cases`: q, k, v in their dtypes, kwargs, device O / LSE bits
     (``out_bits``, ``lse_bits``) and the extra JSON fields (``input_digest``, ``shard`` ...)."""
-    dtypes = {str(np.dtype(FORMATS[f].dtype)): np.dtype(FORMATS[f].dtype) for f in ("bf16", "f16", "e4m3")}
+    dtypes = {str(dt): dt for dt in DTYPES.values()}
     cases = []
     for j, m in enumerate(meta):
         dt = dtypes[m["dtype"]]

@@ -27,8 +27,9 @@ BLOCK = 64   # tiles per recorded digest
 HEAD = 256   # tiles whose raw D bits are recorded
 
 
-# per format: mantissa bits, largest normal exponent, smallest normal exponent
-_FMT = {"e4m3": (3, 8, -6), "e5m2": (2, 15, -14)}
+#: per FP8 format: (mantissa bits, largest normal exponent, smallest normal exponent), OCP FP8
+#: (e4m3 as ml_dtypes.float8_e4m3fn: no infinity, 448 the largest finite)
+FP8_FIELDS = {"e4m3": (3, 8, -6), "e5m2": (2, 15, -14)}
 
 
 def _to_bits(x: np.ndarray, fmt: str) -> np.ndarray:
@@ -46,7 +47,7 @@ def _sign(rng, shape):
 
 def pair_tiles(fmt: str, rng, reps: int = 8):
     """Part 0: A [T,16,32], B [T,32,8] float64, C zeros, kpos [T,3] for every ordered K pair."""
-    mbits, top, _ = _FMT[fmt]
+    mbits, top, _ = FP8_FIELDS[fmt]
     kb, ks = np.nonzero(~np.eye(32, dtype=bool))        # 992 ordered pairs
     kb, ks = np.repeat(kb, reps), np.repeat(ks, reps)
     t = kb.size
@@ -72,7 +73,7 @@ def pair_tiles(fmt: str, rng, reps: int = 8):
 
 def triple_tiles(fmt: str, rng, tiles: int = 2000):
     """Part 1: three nonzero products at random distinct K positions, wide gaps, C = 0."""
-    mbits, top, emin = _FMT[fmt]
+    mbits, top, emin = FP8_FIELDS[fmt]
     kpos = np.argsort(rng.random((tiles, 32)), axis=1)[:, :3]
     ti = np.arange(tiles)
     a = np.zeros((tiles, 16, 32))
@@ -99,7 +100,7 @@ def zero_tiles(fmt: str, rng, tiles: int = 64):
     Tile kinds (t % 4): 0 zeros only; 1, 2, 3 add v * w - v * w, with both products in step 1,
     both in step 2, or one in each step.
     """
-    mbits, top, _ = _FMT[fmt]
+    mbits, top, _ = FP8_FIELDS[fmt]
     rows, cols, ks = np.arange(16), np.arange(8), np.arange(32)
     neg_a = np.stack([np.ones(32, bool), np.zeros(32, bool), ks % 4 < 2, np.zeros(32, bool)])[rows % 4]
     neg_a = np.broadcast_to(neg_a, (tiles, 16, 32)) | ((rows % 4 == 3)[:, None]
@@ -130,9 +131,9 @@ def zero_tiles(fmt: str, rng, tiles: int = 64):
 
 def make_tiles(fmt: str, seed: int = 90):
     """All parts: A, B fp8 bits, C float32 bits, part [T] and kpos [T, 3]."""
-    if fmt not in _FMT:
-        raise ValueError(f"fmt: {fmt!r}; supported: {', '.join(_FMT)}")
-    rng = np.random.default_rng([seed, list(_FMT).index(fmt)])
+    if fmt not in FP8_FIELDS:
+        raise ValueError(f"fmt: {fmt!r}; supported: {', '.join(FP8_FIELDS)}")
+    rng = np.random.default_rng([seed, list(FP8_FIELDS).index(fmt)])
     parts = [pair_tiles(fmt, rng), triple_tiles(fmt, rng), zero_tiles(fmt, rng)]
     a = np.concatenate([p[0] for p in parts])
     b = np.concatenate([p[1] for p in parts])

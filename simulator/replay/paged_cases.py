@@ -30,9 +30,14 @@ from ..flash.inputs import attention_inputs
 HEAD_DIM = 128
 
 
-def _case(name, seed, dtype, batch, sq, h, hk, ps, pages_per_seq, *, extra_pages=3,
-          cache_seqlens=None, new=0, leftpad=None, batch_idx=None, batch_k=None, causal=False,
-          window=(-1, -1), num_splits=1) -> dict:
+def paged_case(name, seed, dtype, batch, sq, h, hk, ps, pages_per_seq, *, extra_pages=3,
+               cache_seqlens=None, new=0, leftpad=None, batch_idx=None, batch_k=None,
+               causal=False, window=(-1, -1), num_splits=1) -> dict:
+    """One frozen paged-KV case as the recorders and replays read it: ``batch`` sequences of
+    ``sq`` query rows, ``h`` / ``hk`` query / KV heads of head dim :data:`HEAD_DIM`, pages of
+    ``ps`` keys (0: a plain cache), ``pages_per_seq`` pages per cache sequence and
+    ``extra_pages`` unused ones in the pool; the keywords are
+    ``flash_attn_with_kvcache``'s (``new`` appended keys per sequence)."""
     batch_k = batch if batch_k is None else batch_k
     return {"name": name, "seed": seed, "dtype": dtype, "batch": batch, "seqlen_q": sq,
             "heads": h, "heads_kv": hk, "head_dim": HEAD_DIM, "page_size": ps,
@@ -82,7 +87,7 @@ def cases(seed: int = 20261203, count: int = 160) -> list[dict]:
             batch_idx = rng.sample(range(batch_k), batch)
         splits = rng.choice([1, 1, 2, 3, 8])
         dtype = "f16" if rng.random() < 0.3 else "bf16"
-        out.append(_case(f"paged{i}_ps{ps}_{'q1' if sq == 1 else f'q{sq}'}_h{h}-{hk}",
+        out.append(paged_case(f"paged{i}_ps{ps}_{'q1' if sq == 1 else f'q{sq}'}_h{h}-{hk}",
                          5000 + i, dtype, batch, sq, h, hk, ps, pages,
                          extra_pages=rng.randint(0, 4), cache_seqlens=lens, new=new,
                          leftpad=leftpad, batch_idx=batch_idx, batch_k=batch_k, causal=causal,
@@ -103,7 +108,7 @@ def tma_cases(start: int) -> list[dict]:
         b, sq, h, hk = shapes[i % len(shapes)]
         pages = max(1, -(-[500, 1500, 3000][i % 3] // ps))
         lens = None if i % 4 == 0 else [(pages * ps * (j + 2)) // (b + 2) for j in range(b)]
-        out.append(_case(f"paged{start + i}_tma_ps{ps}_q{sq}_h{h}-{hk}", 6000 + i,
+        out.append(paged_case(f"paged{start + i}_tma_ps{ps}_q{sq}_h{h}-{hk}", 6000 + i,
                          "f16" if i % 5 == 0 else "bf16", b, sq, h, hk, ps, pages,
                          cache_seqlens=lens, causal=causal, window=window,
                          num_splits=[1, 2, 4][i % 3]))

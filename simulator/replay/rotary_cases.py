@@ -40,7 +40,7 @@ def cases(seed: int = 20261204, count: int = 72) -> list[dict]:
         new = rng.choice([1, 2, 4, 16])
         sq = rng.choice([1, 1, 4, 16])
         lens = [rng.randint(0, cap - new) for _ in range(batch)]
-        case = paged_cases._case(  # noqa: SLF001  (the same case layout)
+        case = paged_cases.paged_case(  # the same case layout
             f"rotary{i}_d{rdim}_{'il' if interleaved else 'half'}_ps{ps}_q{sq}_n{new}", 7000 + i,
             "f16" if i % 3 == 0 else "bf16", batch, sq, h, hk, ps, pages,
             extra_pages=0 if ps == 0 else 2, cache_seqlens=lens, new=new, causal=causal,

@@ -17,6 +17,8 @@ message; :mod:`simulator.cli` turns them into exit code 2.
 """
 
 from ..errors import UsageError
+from ..flash.config import DTYPES
+from ..flash.config import INPUT_FORMATS as FORMATS
 from .command import DEFAULT_OUT, build_parser, main
 from .device import check_device, run_device, run_device_varlen
 from .emulation import emulate, forward_kwargs, reference_result, sequence_configs
@@ -25,9 +27,7 @@ from .plotting import PLOT_FORMATS, check_plot_path, plot
 from .report import default_trace_cta, idle_cta_note, step_choice, step_table, summary
 from .results import check_output_path, load_result, save_result
 from .workload import (
-    DTYPES,
     EMBEDDED,
-    FORMATS,
     Workload,
     check_embedded_sha256,
     check_shapes,

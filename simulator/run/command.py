@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EXIT_MISMATCH, EXIT_OK, UsageError
+from ..flash.config import INPUT_FORMATS as FORMATS
 from .backward import check_backward_args, report, run_backward
 from .device import check_device, run_device, run_device_varlen
 from .emulation import (
@@ -26,19 +27,19 @@ from .explain import explain, parse_row
 from .metrics import measure, measure_varlen, no_key_rows, no_key_rows_varlen
 from .plotting import PLOT_FORMATS, check_plot_path, plot
 from .report import (
-    _launch_of,
-    _plural,
-    _ranges,
-    _work_counts,
     default_trace_cta,
     idle_cta_note,
+    launch_of,
+    plural,
+    ranges,
     step_choice,
     step_table,
     summary,
+    work_counts,
     wrap_line,
 )
 from .results import check_output_path, save_result
-from .workload import FORMATS, is_varlen, load_workload, select_heads, varlen_lengths
+from .workload import is_varlen, load_workload, select_heads, varlen_lengths
 
 DEFAULT_OUT = "out/run.npz"
 
@@ -295,7 +296,7 @@ def main(argv: list[str]) -> int:
         m_blocks = -(-(seq_cfgs[c[0]] if seq_cfgs and c[0] < batch else cfg).seqlen_q // cfg.kblock_m)
         if c[0] >= batch or c[1] not in work.heads or c[2] >= m_blocks:
             raise UsageError(f"--trace-cta {','.join(map(str, c))}: out of range; batch 0..{batch - 1}"
-                             f", heads {_ranges(work.heads).replace('-', '..')}, m_block 0..{m_blocks - 1}"
+                             f", heads {ranges(work.heads).replace('-', '..')}, m_block 0..{m_blocks - 1}"
                              + (f" (sequence {c[0]})" if seq_cfgs and c[0] < batch else ""))
     if not 0 <= args.plot_batch < batch:
         raise UsageError(f"--plot-batch: expected 0..{batch - 1}, got {args.plot_batch}")
@@ -320,7 +321,7 @@ def main(argv: list[str]) -> int:
     # ex2 (softmax), rcp (finalize), lg2 (LSE), tanh with a softcap
     mufu.model("sm90").resolve(("ex2", "rcp", "lg2") + (("tanh",) if args.softcap else ()))
     t1 = time.perf_counter()
-    visits = _work_counts(seq_cfgs or cfg)[1]
+    visits = work_counts(seq_cfgs or cfg)[1]
     warning = slow_run_warning(seq_cfgs or cfg, visits, args.workers)
     if warning:
         _note(warning)
@@ -345,7 +346,7 @@ def main(argv: list[str]) -> int:
     times = {"setup": t1 - t0, "emulate": t2 - t1, "reference": t3 - t2}
     # the text is printed after the result file is written: a closed stdout must not cost it
     lines = [summary(work, cfg, m, times, forward_calls(work, kwargs), seq_cfgs)]
-    idle = {c: idle_cta_note(*_launch_of(cfg, seq_cfgs, c), name=c) for c in trace_ctas
+    idle = {c: idle_cta_note(*launch_of(cfg, seq_cfgs, c), name=c) for c in trace_ctas
             if not trace.for_cta(c)}
     lines += [w for note in idle.values() if note for w in wrap_line(f"trace     {note}")]
     if args.step:
@@ -392,7 +393,7 @@ def main(argv: list[str]) -> int:
     print("\n".join(wrap_line(
         f"wrote     {out_path}: out, lse, ref_out, ref_lse, "
         f"{'dout, dq, dk, dv, ' if grads is not None else ''}params, trace of "
-        f"{_plural(len(trace.ctas()), 'CTA')} ({_plural(len(trace), 'event')}); read it with "
+        f"{plural(len(trace.ctas()), 'CTA')} ({plural(len(trace), 'event')}); read it with "
         f"simulator.run.load_result")))
     if plot_path is not None:
         print(f"wrote     {plot_path}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
-from .emulation import _one_sequence
-from .report import _f, _plural
+from .emulation import one_sequence
+from .report import f32_text, plural
 from .workload import Workload, varlen_lengths
 
 
@@ -89,13 +89,13 @@ def run_device_varlen(work: Workload, kwargs: dict, out, lse) -> tuple[bool, str
         rep_o = compare.diff(e_out, got["out"], labels=("emulator", "library"))
         rep_l = compare.diff(e_lse, got["lse"], labels=("emulator", "library"))
         lines += ["library   flash_attn_varlen_func, one launch of "
-                  f"{_plural(B, 'sequence')}", f"          O:   {rep_o}", f"          LSE: {rep_l}"]
+                  f"{plural(B, 'sequence')}", f"          O:   {rep_o}", f"          LSE: {rep_l}"]
         same = rep_o.identical and rep_l.identical
     else:
         lines.append(f"library   not run: {why}")
     t_out, t_lse = [], []
     for b in range(B):
-        a = _one_sequence(work, kwargs, b)
+        a = one_sequence(work, kwargs, b)
         kw = {n: x for n, x in a["kw"].items() if not n.startswith("max_seqlen")}
         try:
             r = device_forward.forward(a["q"], a["k"], a["v"], **kw)
@@ -136,8 +136,8 @@ def _first_divergence(work, kwargs, out, lse, d_out, d_lse, trace, trace_ctas, k
     b, h, r = (int(i) for i in np.argwhere(bad_rows)[0])
     cta = (b, h, r // kblock_m)
     where = (f"CTA (batch {b}, head {work.heads[h]}, m_block {cta[2]}), row {r}: O "
-             f"{_hex(out[b, r, h])} vs {_hex(d_out[b, r, h])}, LSE {_f(lse[b, h, r])} vs "
-             f"{_f(d_lse[b, h, r])}")
+             f"{_hex(out[b, r, h])} vs {_hex(d_out[b, r, h])}, LSE {f32_text(lse[b, h, r])} vs "
+             f"{f32_text(d_lse[b, h, r])}")
     emu = trace.for_cta((b, work.heads[h], cta[2])) if trace is not None else []
     if not emu:
         return where + f" (rerun with --trace-cta {b},{work.heads[h]},{cta[2]} for the step)"

@@ -44,7 +44,7 @@ def descales_of(kwargs: dict, b: int, kv_heads: slice, batch: int, heads_kv: int
     return out
 
 
-def _one_sequence(work: Workload, kwargs: dict, b: int, hs=slice(None), ks=slice(None)) -> dict:
+def one_sequence(work: Workload, kwargs: dict, b: int, hs=slice(None), ks=slice(None)) -> dict:
     """Arguments of sequence ``b`` of a varlen workload (query heads ``hs``, KV heads ``ks``)
     as one launch of :func:`simulator.flash.forward`: its rows and keys, the launch's
     max_seqlen_q / k."""
@@ -63,7 +63,7 @@ def sequence_configs(work: Workload, kwargs: dict) -> list:
 
     out = []
     for b in range(work.q.shape[0]):
-        a = _one_sequence(work, kwargs, b)
+        a = one_sequence(work, kwargs, b)
         out.append(make_config(a["q"], a["k"], a["v"], **a["kw"]))
     return out
 
@@ -107,14 +107,14 @@ def _emulate_varlen(work: Workload, kwargs: dict, local, **how):
 
     rows, keys = varlen_lengths(work)
     if not _uses_tiles(kwargs):
-        kw = _one_sequence(work, kwargs, 0)["kw"]  # the launch's scalars and max_seqlen
+        kw = one_sequence(work, kwargs, 0)["kw"]  # the launch's scalars and max_seqlen
         kw.update({n: kwargs[n] for n in _DESCALES if kwargs.get(n) is not None})
         return _varlen_call(work.q, work.k, work.v, kw, rows, keys, local, **how)
     B, S, H, _ = work.q.shape
     out = lse = None
     trace = Trace()
     for b in range(B):
-        a = _one_sequence(work, kwargs, b)
+        a = one_sequence(work, kwargs, b)
         mine = [(0, h, m) for (bb, h, m) in local if bb == b]
         r = forward(a["q"], a["k"], a["v"], **a["kw"], trace=mine or None, **how)
         if out is None:
@@ -143,7 +143,7 @@ def _trace_slices(work: Workload, kwargs: dict, local) -> list:
         hs, ks = slice(kv * g, (kv + 1) * g), slice(kv, kv + 1)
         mine = sorted({(0, h - kv * g, m) for (bb, h, m) in local if bb == b and h // g == kv})
         if is_varlen(work):
-            a = _one_sequence(work, kwargs, b, hs, ks)
+            a = one_sequence(work, kwargs, b, hs, ks)
             if _uses_tiles(kwargs):
                 trace = forward(a["q"], a["k"], a["v"], **a["kw"], trace=mine).trace
             else:
@@ -245,7 +245,7 @@ def reference_result(work: Workload, kwargs: dict, causal: bool):
         out, lse = np.zeros((B, S, H, work.v.shape[-1])), np.full((B, H, S), -np.inf)
         try:
             for b in range(B):
-                a = _one_sequence(work, kwargs, b)
+                a = one_sequence(work, kwargs, b)
                 kw = {n: x for n, x in a["kw"].items() if not n.startswith("max_seqlen")}
                 o, l_ = reference(a["q"], a["k"], a["v"], **kw)
                 out[b, : a["q"].shape[1]], lse[b, :, : a["q"].shape[1]] = o[0], l_[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UsageError
-from .emulation import _one_sequence
+from .emulation import one_sequence
 from .report import wrap_line
 from .workload import Workload, is_varlen, varlen_lengths
 
@@ -60,7 +60,7 @@ def explain(work: Workload, kwargs: dict, row: tuple[int, ...]) -> str:
 
     b, i, m = _locate(work, row)
     if is_varlen(work):
-        a = _one_sequence(work, kwargs, b)
+        a = one_sequence(work, kwargs, b)
         q, k, v, kw, where = a["q"], a["k"], a["v"], a["kw"], (0, i, m)
     else:
         q, k, v, kw, where = work.q, work.k, work.v, kwargs, (b, i, m)

@@ -13,7 +13,8 @@ from ..errors import UsageError
 from .workload import Workload, varlen_lengths
 
 
-def _f(x) -> str:
+def f32_text(x) -> str:
+    """``x`` rounded to float32, printed as NumPy prints a float32 (shortest round trip)."""
     return str(np.float32(x))
 
 
@@ -31,7 +32,7 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int, seq_cfgs=No
     if len(heads) == work.heads_total:
         head_text = f"all {H} heads" if H > 1 else "1 head"
     else:
-        head_text = f"head{'s' if len(heads) > 1 else ''} {_ranges(heads)} of {work.heads_total}"
+        head_text = f"head{'s' if len(heads) > 1 else ''} {ranges(heads)} of {work.heads_total}"
     if seq_cfgs is not None:
         rows, keys = varlen_lengths(work)
         cu = np.concatenate([[0], np.cumsum(rows)]).tolist()
@@ -50,7 +51,7 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int, seq_cfgs=No
     win = cfg.window
     mask = ("causal" if win == (-1, 0) else "no mask" if win == (-1, -1)
             else f"window ({win[0]}, {win[1]})")
-    lines.append(f"params    softmax_scale {_f(scale)}{f' (1/sqrt({d}))' if default else ''}, "
+    lines.append(f"params    softmax_scale {f32_text(scale)}{f' (1/sqrt({d}))' if default else ''}, "
                  f"{mask}, softcap {cfg.softcap:g}, kBlockM x kBlockN {cfg.kblock_m} x {cfg.kblock_n}, "
                  f"{cfg.schedule}")
     disp = cfg.dispatch
@@ -58,13 +59,14 @@ def summary(work: Workload, cfg, m: dict, times: dict, n_calls: int, seq_cfgs=No
     lines.append(f"dispatch  {'FA3' if own else 'overridden; FA3 would run'}: {disp.describe()}")
     if work.descales:
         dq = work.descales["q_descale"]
-        lines.append(f"          descales q [{_f(dq.min())} .. {_f(dq.max())}], k "
-                     f"[{_f(work.descales['k_descale'].min())} .. "
-                     f"{_f(work.descales['k_descale'].max())}], v [{_f(work.descales['v_descale'].min())}"
-                     f" .. {_f(work.descales['v_descale'].max())}]")
-    ctas, visits = _work_counts(cfg if seq_cfgs is None else seq_cfgs)
-    lines.append(f"work      {_plural(ctas, 'CTA')}, {_plural(visits, 'K/V block visit')}, "
-                 f"{_plural(n_calls, 'forward call')}")
+        lines.append(f"          descales q [{f32_text(dq.min())} .. {f32_text(dq.max())}], k "
+                     f"[{f32_text(work.descales['k_descale'].min())} .. "
+                     f"{f32_text(work.descales['k_descale'].max())}], "
+                     f"v [{f32_text(work.descales['v_descale'].min())} .. "
+                     f"{f32_text(work.descales['v_descale'].max())}]")
+    ctas, visits = work_counts(cfg if seq_cfgs is None else seq_cfgs)
+    lines.append(f"work      {plural(ctas, 'CTA')}, {plural(visits, 'K/V block visit')}, "
+                 f"{plural(n_calls, 'forward call')}")
     lines += _error_lines(m, out_fmt, heads)
     lines.append(f"time      emulation {times['emulate']:.1f} s (+ {times['setup']:.1f} s loading the "
                  f"MUFU tables), reference {times['reference']:.2f} s")
@@ -129,7 +131,7 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
     lines.append("          max ulp per head: " + " ".join(
         f"{heads[i]}:{'n/a' if x is None else format(x, '.2g')}" for i, x in enumerate(per)))
     n = m["rows_no_key"]
-    text = (f"masked    {n:,} of {_plural(m['rows'], 'row')} {'sees' if n == 1 else 'see'} no "
+    text = (f"masked    {n:,} of {plural(m['rows'], 'row')} {'sees' if n == 1 else 'see'} no "
             f"key")
     if n:
         bad_lse = n - m["rows_no_key_lse_neginf"]
@@ -140,7 +142,7 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
             text += (f": but the emulator's LSE is not -inf on {bad_lse:,} and its O not zero on "
                      f"{bad_out:,} of them")
     if m["rows_with_keys_lse_neginf"]:
-        text += (f"; the emulator's LSE is -inf on {_plural(m['rows_with_keys_lse_neginf'], 'row')} that "
+        text += (f"; the emulator's LSE is -inf on {plural(m['rows_with_keys_lse_neginf'], 'row')} that "
                  f"see keys")
     lines.append(text)
     lines.append(f"nonfinite O: {m['out_nan']} NaN, {m['out_inf']} inf; LSE: {m['lse_nan']} NaN, "
@@ -153,12 +155,13 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
     return lines
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     """``1 CTA``, ``2 CTAs``, ``1,024 events``."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def _ranges(xs: list[int]) -> str:
+def ranges(xs: list[int]) -> str:
+    """Ascending ints as runs: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"``."""
     parts, i = [], 0
     while i < len(xs):
         j = i
@@ -169,12 +172,12 @@ def _ranges(xs: list[int]) -> str:
     return ",".join(parts)
 
 
-def _work_counts(cfg) -> tuple[int, int]:
+def work_counts(cfg) -> tuple[int, int]:
     """(CTAs, K/V block visits) of a launch (a list: the sequences of a varlen launch)."""
     from ..flash.masks import block_range
 
     if isinstance(cfg, list):
-        counts = [_work_counts(c) for c in cfg]
+        counts = [work_counts(c) for c in cfg]
         return sum(c for c, _ in counts), sum(v for _, v in counts)
     m_blocks = -(-cfg.seqlen_q // cfg.kblock_m)
     visits = 0
@@ -214,7 +217,7 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
            f"{g0 + row_of[1]}]; row_sum is thread-local until finalize; frag = the thread's first " \
            f"two elements of row {g0 + row_of[0]}: columns 2t, 2t+1 of the tile)"
     if any(pad):
-        head += (f"\n(pad) marks a padding row: past the sequence's {_plural(int(rows), 'query row')}, "
+        head += (f"\n(pad) marks a padding row: past the sequence's {plural(int(rows), 'query row')}, "
                  "not a row of the input; the kernel computes it and writes nothing of it")
     table = [("step", "n", "thread", "row_max", "row_sum", "scores_scale", "lse", "frag")]
     for e in events:
@@ -222,14 +225,14 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
             def pair(name, e=e, t=t):
                 if name not in e.data:
                     return "."
-                return ", ".join(_f(v) + (" (pad)" if p else "")
+                return ", ".join(f32_text(v) + (" (pad)" if p else "")
                                  for v, p in zip(np.ravel(e.data[name][w, t])[:2], pad, strict=False))
             frag = "."
             for name in ("acc_s", "acc_o"):
                 if name in e.data:
                     f = e.data[name][w, t]
                     vr = rowcol_view(f"m64n{f.shape[-1] * 2}k16")
-                    frag = f"{name} " + ", ".join(_f(f[r]) for r in vr.reg[0, :2]) + (
+                    frag = f"{name} " + ", ".join(f32_text(f[r]) for r in vr.reg[0, :2]) + (
                         " (pad)" if pad[0] else "")
             table.append((e.step if i == 0 else "", "" if e.n_block is None or i else
                           str(e.n_block), str(int(w * 128 + t)), pair("row_max"), pair("row_sum"),
@@ -288,7 +291,7 @@ def first_busy_cta(cfg, ctas) -> tuple[int, int, int] | None:
     return None
 
 
-def _launch_of(cfg, seq_cfgs, cta):
+def launch_of(cfg, seq_cfgs, cta):
     """(config, CTA) of the launch a CTA belongs to: a varlen sequence's own (batch index 0)."""
     if not seq_cfgs:
         return cfg, cta

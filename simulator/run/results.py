@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UsageError
-from .workload import DTYPES
+from ..flash.config import DTYPES
 
 
 def _kind(st: os.stat_result) -> str:

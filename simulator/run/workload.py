@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RecordedDataError, UsageError
-from ..numerics.cvt import FORMATS as FORMATS_BY_NAME
+from ..flash.config import DTYPES
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "inputs" / "minilm.npz"
 
@@ -26,12 +26,6 @@ BUNDLE_FORMAT = "fa3sim-inputs/1"
 
 #: how to regenerate an extracted input, as plain text (messages quote no Markdown)
 EXTRACT = "python scripts/extract_minilm.py (see its docstring)"
-
-
-FORMATS = ("bf16", "f16", "e4m3")
-
-
-DTYPES = {name: FORMATS_BY_NAME[name].dtype for name in FORMATS}
 
 
 @dataclass

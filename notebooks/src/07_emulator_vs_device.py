@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
+#     formats: ipynb,src//py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -17,7 +17,7 @@
 # # 7. Emulator against the device: recorded H200 traces, and finding a first divergence
 #
 # The emulator claims to be the H200's forward **bit for bit**, not just close to it. The
-# CUDA twin `simulator/kernels/fa3_forward.cu`, built with `-DFA_TRACE=1`, stores every thread's state
+# CUDA twin `kernels/fa3_forward.cu`, built with `-DFA_TRACE=1`, stores every thread's state
 # after each step of the mainloop (docs/forward.md, "One block `n`": `qk_gemm`, `mask`,
 # `max_get_scale`, `online_softmax`, `rescale_o`, `pv_gemm`, then `finalize` and the
 # epilogue) for a few chosen CTAs; `simulator.device.forward_trace.decode` turns such a dump

@@ -1,0 +1,84 @@
+"""Reference solutions of the exercises in :mod:`simulator.exercises.puzzles` (look last).
+
+Each is written from the sequence its exercise states (docs/forward.md, docs/combine.md), with
+the public float32 instructions of :mod:`simulator.numerics` and the warp model of
+:mod:`simulator.hw`, and passes ``simulator.exercises.check`` against the H200's recordings.
+The exercise module never imports this one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hw import shfl_xor
+from ..numerics import fadd, ffma, fmax, fmul, fsub
+from ..numerics.bits import flush_subnormal
+from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2, rcp
+
+_NEG_INF = np.float32(-np.inf)
+_ZERO = np.float32(0.0)
+
+
+def _quad_butterfly(x: np.ndarray, op) -> np.ndarray:
+    """``Allreduce<4>``: offsets 2 then 1, the own value as the first operand."""
+    for lane_mask in (2, 1):
+        x = op(x, shfl_xor(x, lane_mask, axis=-2), ftz=True)
+    return x
+
+
+def reduce_max(scores, row_max):
+    """Exercise 1 (see :func:`simulator.exercises.puzzles.reduce_max`)."""
+    m = scores[..., 0] if row_max is None else fmax(row_max, scores[..., 0], ftz=True)
+    for ni in range(1, scores.shape[-1]):  # the column order is the instruction order
+        m = fmax(m, scores[..., ni], ftz=True)
+    return _quad_butterfly(m, fmax)
+
+
+def online_rescale(scores, row_max_prev, row_max, row_sum_prev, acc_o, scale_log2):
+    """Exercise 2 (see :func:`simulator.exercises.puzzles.online_rescale`)."""
+    empty = row_max == _NEG_INF
+    cur = np.where(empty, _ZERO, row_max)
+    scores_scale = ex2(fmul(fsub(row_max_prev, cur, ftz=True), scale_log2, ftz=True))
+    max_scaled = np.where(empty, _ZERO, fmul(row_max, scale_log2, ftz=True))
+    p = ex2(ffma(scores, scale_log2, -max_scaled[..., None], ftz=True))
+    row_sum = ffma(scores_scale, row_sum_prev, p[..., 0], ftz=True)
+    for ni in range(1, p.shape[-1]):
+        row_sum = fadd(row_sum, p[..., ni], ftz=True)
+    return scores_scale, p, row_sum, fmul(acc_o, scores_scale[..., None], ftz=True)
+
+
+def fp8_exp2(scores, row_max, scale_log2):
+    """Exercise 3 (see :func:`simulator.exercises.puzzles.fp8_exp2`)."""
+    max_scaled = ffma(row_max, scale_log2, np.float32(-8), ftz=True)
+    max_scaled = np.where(row_max == _NEG_INF, _ZERO, max_scaled)
+    return ex2(ffma(scores, scale_log2, -max_scaled[..., None], ftz=True))
+
+
+def combine(lse, o, allreduce):
+    """Exercise 4 (see :func:`simulator.exercises.puzzles.combine`)."""
+    m = allreduce(lse, "max")
+    cur = np.where(m == _NEG_INF, _ZERO, m)
+    e = ex2(fmul(fsub(lse, cur, ftz=True), LOG2E_F32, ftz=True))
+    total = allreduce(e, "sum")
+    lse_out = ffma(lg2(total), LN2_F32, m, ftz=True)
+    nonzero = (flush_subnormal(total) != _ZERO) & ~np.isnan(total)
+    inv = np.where(nonzero, rcp(np.where(nonzero, total, np.float32(1))), _ZERO)
+    w = fmul(e, inv, ftz=True)
+    out = np.zeros(o.shape[1:], dtype=np.float32)
+    for s in range(o.shape[0]):  # in split order: each FFMA rounds
+        take = flush_subnormal(w[s]) > _ZERO
+        out[take] = ffma(w[s][take, None], o[s][take], out[take], ftz=True)
+    return out, lse_out
+
+
+def finalize(row_max, row_sum, scale_log2, max_offset, final_scale):
+    """Exercise 5 (see :func:`simulator.exercises.puzzles.finalize`)."""
+    total = _quad_butterfly(row_sum, fadd)
+    empty = (total == 0) | np.isnan(total)
+    inv = np.where(empty, _ZERO, rcp(np.where(empty, np.float32(1), total)))
+    scores_scale = fmul(inv, final_scale, ftz=True)
+    scaled = fmul(total, np.float32(2.0 ** -max_offset), ftz=True) if max_offset else total
+    empty = (scaled == 0) | np.isnan(scaled)
+    log_sum = fmul(lg2(np.where(empty, np.float32(1), scaled)), LN2_F32, ftz=True)
+    lse = ffma(row_max, fmul(scale_log2, LN2_F32, ftz=True), log_sum, ftz=True)
+    return total, scores_scale, np.where(empty, _NEG_INF, lse).astype(np.float32)
