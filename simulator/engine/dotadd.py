@@ -91,10 +91,9 @@ def _exponent_of(x, emin):
     return _INF_EXP if ex == 0x7FF else e
 
 
-# int16 codes of the operand exponents, for the exponent pass of gemm_rows (16 lanes per 256-bit
-# vector instead of 4 alongside the float64 sum): the exponent itself (operand exponents lie in
-# [-1074, 1023], floored at the format's emin), _CODE_ZERO for a zero (any sum with a finite
-# exponent stays below _CODE_NONE), _CODE_INF for inf / NaN (any sum with it, a zero's
+# int16 codes of the operand exponents for gemm_rows' exponent pass (16 lanes per 256-bit
+# vector): the exponent (in [-1074, 1023], floored at emin), _CODE_ZERO for a zero (a sum with a
+# finite exponent stays below _CODE_NONE), _CODE_INF for inf / NaN (a sum with it, a zero's
 # included, reaches _CODE_SPECIAL). Sums of two codes fit int16.
 _CODE_ZERO = -8192
 _CODE_INF = 12288
@@ -250,15 +249,15 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     return _round(total / scale, out_round, out_bits)
 
 
-# The vector path below: one output column per iteration of the j loop, the block's K loop
-# (a constant trip count) unrolled inside it, so that the compiler vectorises over the columns
-# with every output's exponent maximum and fixed-point sum in registers. It writes one array
-# only (more stores stop the vectoriser): the result, or NaN for an output the cast does not
-# give (non-finite terms, an exact zero sum, a result below 2^-126), which :func:`_fix`
-# recomputes with :func:`_column`; a true NaN result is always such an output. Each term is
-# truncated by its conversion to int64 (toward zero, exact: below 2^(frac_bits + 2)) and
-# summed in int64; in a flagged output's lanes (inf / NaN terms, garbage scales) the
-# conversions may be out of range, and those lanes' sums are never used.
+# The vector path below, per k-step and row of outputs: an exponent pass over the int16 codes
+# into ``emax`` [N], then a sum pass with one output column per iteration of the j loop and the
+# block's K loop (a constant trip count) unrolled inside it, so that LLVM vectorises both over
+# the columns. Both index 16-position slices of the operands (no negative-index wraparound in
+# the loops). The sum pass writes one array (more stores stop the vectoriser): the result, or
+# NaN for an output the cast does not give (non-finite terms, an exact zero sum, a result below
+# 2^-126), which :func:`_fix` recomputes; a true NaN result is always such an output. Each term
+# is truncated by its conversion to int64 (toward zero, exact: below 2^(frac_bits + 2)) and
+# summed in int64; in a flagged output's lanes the conversions may be out of range, unused.
 @numba.njit(inline="always")
 def _c_term(cv):
     """C as float64 and its exponent floor(log2|c|) (exact for float32 subnormals, _NO_EXP
@@ -288,9 +287,6 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
     return flag, (mark if flag else np.float32(x))
 
 
-# The exponent pass runs first, over the int16 codes, into ``emax`` [N] int16; then the sum pass
-# reads each output's largest exponent from it. Both index 16-position slices of the operands,
-# so that no index needs numba's negative-index wraparound inside the loops.
 @numba.njit(**_JIT)
 def _emax16(hrow, hb2, k0, emax):
     """``emax[j]`` = the largest code sum over the 16 positions from k0."""
