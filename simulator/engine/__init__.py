@@ -29,9 +29,9 @@ import threading
 
 import numpy as np
 
-__all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "dot_add", "ex2_ffma_rows",
-           "get_engine",
-           "mark_compiled", "numba_dot_add", "numba_softmax", "set_engine", "set_threads",
+__all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "dot_add",
+           "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
+           "set_engine", "set_threads",
            "softmax_exp2", "softmax_row_max", "softmax_row_sum", "softmax_scale_rows",
            "use_engine", "wants_numba"]
 
@@ -247,6 +247,9 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
         arch: the MUFU model, ``"sm90"`` (the verified table) or ``"ideal"``.
     Returns:
         float32 of x's shape, the NumPy model's bits.
+    Raises:
+        TypeError: an array ``scale`` or ``neg`` that is not float32 (scalars are taken as
+            float32).
     """
     from ..numerics.mufu import ex2, model
 
