@@ -109,36 +109,20 @@ def ffma_ftz(a, b, c):
     return _ftz(r)
 
 
-@numba.njit(inline="always")
-def _ftz_sel(x):
-    """:func:`_ftz` as a select (no branch, so that loops over it vectorise)."""
-    return np.float32(math.copysign(0.0, x)) if (x != 0.0) & (abs(x) < _FLT_MIN) else x
-
-
-@numba.njit(inline="always")
-def _ffma_common(a, b, c):
-    """:func:`ffma_ftz` where its repair does not apply, without branches: (result, rare);
-    ``rare`` marks the sums :func:`ffma_ftz` must settle (a float32 midpoint in the float64
-    sum's bits, or a sum below 2^-125), whose result here is not used."""
-    ps = np.float64(_ftz_sel(a)) * np.float64(_ftz_sel(b))
-    s = ps + np.float64(_ftz_sel(c))
-    bits = _bits64(s)
-    mag = bits & _ABS64
-    rare = ((bits & _LOW29) == _HALF29) | ((mag != 0) & (mag < _TINY_BITS64))
-    return _ftz_sel(np.float32(s)), rare
-
-
 @numba.njit(inline="always", **_JIT)
 def _ex2_split(x):
     """MUFU.EX2's fixed-point split of one float32 (``MufuModel._ex2_core``): (table index,
-    exponent increment); index -1 (increment 0) for NaN. Selects only, so that loops over it
-    vectorise."""
-    g = np.float32(0.0) if x != x else x
-    g = np.float32(128.0) if g > np.float32(128.0) else g  # +inf and huge: 128 gives +inf
-    g = np.float32(-130.0) if g < np.float32(-130.0) else g
+    exponent increment); index -1 for NaN."""
+    if x != x:
+        return -1, 0
+    g = x
+    if g > np.float32(128.0):  # +inf and huge: clamped (128 gives exactly +inf)
+        g = np.float32(128.0)
+    if g < np.float32(-130.0):
+        g = np.float32(-130.0)
     f = np.int64(np.int32(g * np.float32(2.0**23)))  # float32 product, truncated
     hi = f & ~0x7FFFFF  # floor(f / 2^23) << 23
-    return (-1 if x != x else ((hi >> 8) & 0x800000) | (f ^ hi)), hi
+    return ((hi >> 8) & 0x800000) | (f ^ hi), hi
 
 
 @numba.njit(inline="always", **_JIT)
@@ -202,10 +186,8 @@ def scaled_exp2(scores, scale, neg_max, table, use_table, out, out_bits):
     ``use_table``; otherwise only the FFMA (the caller applies its MUFU model).
 
     scores [R, T, nrow, ncol]; scale, neg_max [R, T, nrow] (neg_max = -max_scaled); writes
-    ``out`` (``out_bits`` its uint32 view) of the scores' shape. With the table, the FFMA and
-    MUFU.EX2's split run branch-free (vectorised) with :func:`_ffma_common`, the rare sums
-    marked (index -2) and settled one at a time by :func:`ffma_ftz` in the second loop, where
-    the table reads of a batch entry run, so that many are in flight at once."""
+    ``out`` (``out_bits`` its uint32 view) of the scores' shape. The table reads of a batch
+    entry run in a loop of their own, so that many are in flight at once."""
     rows, threads, nrow, ncol = scores.shape
     per = threads * nrow * ncol
     for r in prange(rows):
@@ -218,28 +200,17 @@ def scaled_exp2(scores, scale, neg_max, table, use_table, out, out_bits):
                 sc = scale[r, t, mi]
                 nm = neg_max[r, t, mi]
                 base = (t * nrow + mi) * ncol
-                if use_table:  # branch-free: vectorised; the rare sums marked by index -2
-                    for ni in range(ncol):
-                        x, rare = _ffma_common(scores[r, t, mi, ni], sc, nm)
-                        ix, h = _ex2_split(x)
-                        idx[base + ni] = -2 if rare else ix
-                        hi[base + ni] = h
-                else:
-                    for ni in range(ncol):
-                        x = ffma_ftz(scores[r, t, mi, ni], sc, nm)
-                        if x != x:
-                            flat_bits[base + ni] = _CANONICAL_NAN
-                        else:
-                            flat[base + ni] = x
+                for ni in range(ncol):
+                    x = ffma_ftz(scores[r, t, mi, ni], sc, nm)
+                    if use_table:
+                        idx[base + ni], hi[base + ni] = _ex2_split(x)
+                    elif x != x:
+                        flat_bits[base + ni] = _CANONICAL_NAN
+                    else:
+                        flat[base + ni] = x
         if use_table:
             for e in range(per):
-                if idx[e] == -2:
-                    t = e // (nrow * ncol)
-                    mi = (e // ncol) % nrow
-                    x = ffma_ftz(scores[r, t, mi, e % ncol], scale[r, t, mi], neg_max[r, t, mi])
-                    flat_bits[e] = ex2_table_bits(x, table)
-                else:
-                    flat_bits[e] = _ex2_bits(idx[e], hi[e], table)
+                flat_bits[e] = _ex2_bits(idx[e], hi[e], table)
 
 
 @numba.njit(parallel=True, **_JIT)
