@@ -128,6 +128,10 @@ def test_ffma_midpoints_and_tiny_results():
         got = engine.softmax_exp2(a.reshape(1, -1, 1, 1), b.reshape(1, -1, 1), c.reshape(1, -1, 1),
                                   None)
     assert _same(want, got.reshape(-1))
+    with engine.use_engine("numba"):  # the same through MUFU.EX2 (the kernel's other path)
+        got = engine.softmax_exp2(a.reshape(1, -1, 1, 1), b.reshape(1, -1, 1), c.reshape(1, -1, 1),
+                                  model("sm90").ex2_table())
+    assert _same(ex2(want), got.reshape(-1))
 
 
 def test_max_handles_nan_and_signed_zeros_like_the_model():

@@ -29,8 +29,9 @@ import threading
 
 import numpy as np
 
-__all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "dot_add", "get_engine",
-           "mark_compiled", "numba_dot_add", "numba_softmax", "set_engine", "set_threads",
+__all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "dot_add",
+           "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
+           "set_engine", "set_threads",
            "softmax_exp2", "softmax_row_max", "softmax_row_sum", "softmax_scale_rows",
            "use_engine", "wants_numba"]
 
@@ -233,6 +234,33 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
     _launch(softmax.scaled_exp2, s4, _rows3(scale, lead), _rows3(neg_max, lead),
             table if use else _NO_TABLE, use, o4, o4.view(np.uint32))
     return out
+
+
+def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
+    """Compiled ``ex2(ffma(x, scale[..., None], neg[..., None], ftz=True), arch=arch)``
+    (FFMA.FTZ then MUFU.EX2, :func:`simulator.engine.softmax.scaled_exp2`): the backward's
+    ``P = ex2(S * scale_log2 - LSE_log2)``.
+
+    Args:
+        x: float32 ``[..., n]``.
+        scale, neg: float32, broadcasting against ``x.shape[:-1]`` (one value per row).
+        arch: the MUFU model, ``"sm90"`` (the verified table) or ``"ideal"``.
+    Returns:
+        float32 of x's shape, the NumPy model's bits.
+    Raises:
+        TypeError: an array ``scale`` or ``neg`` that is not float32 (scalars are taken as
+            float32).
+    """
+    from ..numerics.mufu import ex2, model
+
+    table = model(arch).ex2_table()
+    x2 = x if x.ndim >= 2 else x[None]
+    rows = np.ascontiguousarray(x2).reshape(x2.shape[:-1] + (1, x2.shape[-1]))
+    lead = x2.shape[:-1]
+    as_rows = [np.asarray(v, dtype=np.float32) if np.ndim(v) == 0 else v for v in (scale, neg)]
+    p = softmax_exp2(rows, *(np.broadcast_to(v, lead)[..., None] for v in as_rows), table)
+    p = p.reshape(x.shape)
+    return p if table is not None else ex2(p, arch=arch)
 
 
 def softmax_row_sum(p: np.ndarray, sum_scale, prev) -> np.ndarray:

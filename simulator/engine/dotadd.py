@@ -91,37 +91,51 @@ def _exponent_of(x, emin):
     return _INF_EXP if ex == 0x7FF else e
 
 
+# int16 codes of the operand exponents for gemm_rows' exponent pass (16 lanes per 256-bit
+# vector): the exponent (in [-1074, 1023], floored at emin), _CODE_ZERO for a zero (a sum with a
+# finite exponent stays below _CODE_NONE), _CODE_INF for inf / NaN (a sum with it, a zero's
+# included, reaches _CODE_SPECIAL). Sums of two codes fit int16.
+_CODE_ZERO = -8192
+_CODE_INF = 12288
+_CODE_SPECIAL = 4096
+_CODE_NONE = -4096
+
+
+@numba.njit(inline="always")
+def _exp_or_code(x, emin, coded):
+    """:func:`_exponent_of`, or its int16 code when ``coded``."""
+    e = _exponent_of(x, emin)
+    if coded:
+        return _CODE_ZERO if e == _NO_EXP else (_CODE_INF if e >= _SPECIAL else e)
+    return e
+
+
 @numba.njit(**_JIT)
-def _exponents(x, emin, out):
-    """:func:`_exponent_of` of a flat float64 array into int32 ``out``."""
+def _exponents(x, emin, coded, out):
+    """:func:`_exp_or_code` of a flat float64 array into ``out`` (int32, or int16 codes)."""
     for i in range(x.size):
-        out[i] = _exponent_of(x[i], emin)
+        out[i] = _exp_or_code(x[i], emin, coded)
 
 
 @numba.njit(**_JIT)
-def _decode_bf16(bits, emin, vals, exps):
-    """bf16 bit patterns [R, M, K] (uint16, any layout) to float64 ``vals`` and int32
-    ``exps`` [R, M, K]: the float32 of ``bits << 16`` (``simulator.numerics.to_float32``)."""
-    r_, m_, k_ = bits.shape
-    for r in range(r_):
-        for i in range(m_):
-            for k in range(k_):
-                x = np.float64(float32_of(np.int32(np.uint32(bits[r, i, k]) << 16)))
-                vals[r, i, k] = x
-                exps[r, i, k] = _exponent_of(x, emin)
+def _decode_bf16(bits, emin, coded, vals, exps):
+    """bf16 bit patterns (flat uint16) to float64 ``vals`` and ``exps`` (int32 exponents, or
+    int16 codes when ``coded``): the float32 of ``bits << 16``
+    (``simulator.numerics.to_float32``)."""
+    for i in range(bits.size):
+        x = np.float64(float32_of(np.int32(np.uint32(bits[i]) << 16)))
+        vals[i] = x
+        exps[i] = _exp_or_code(x, emin, coded)
 
 
 @numba.njit(**_JIT)
-def _decode_table(bits, table, emin, vals, exps):
+def _decode_table(bits, table, emin, coded, vals, exps):
     """:func:`_decode_bf16` for the other formats: ``table`` holds the float64 of every bit
     pattern."""
-    r_, m_, k_ = bits.shape
-    for r in range(r_):
-        for i in range(m_):
-            for k in range(k_):
-                x = table[bits[r, i, k]]
-                vals[r, i, k] = x
-                exps[r, i, k] = _exponent_of(x, emin)
+    for i in range(bits.size):
+        x = table[bits[i]]
+        vals[i] = x
+        exps[i] = _exp_or_code(x, emin, coded)
 
 
 @numba.njit(**_JIT)
@@ -201,7 +215,9 @@ def _signed_zero(a, bt, pos, k0, c):
 def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     """One output of a fused step, every case (the path of the outputs :func:`_block16` /
     :func:`_block32` flag): A row ``arow`` / ``erow``, B column ``j`` of ``b2`` / ``eb2``, K
-    positions k0..k1 - 1, float32 C ``c``. Returns float32 (NaN with any payload)."""
+    positions k0..k1 - 1, float32 C ``c``. Returns float32 (NaN with any payload). The
+    exponents may be int32 or the int16 codes of :func:`_exp_or_code`: the exponent pass runs
+    only when some term is nonzero and every one finite, where both give the same maximum."""
     c64 = np.float64(c)
     finite = math.isfinite(c64)
     zero = c64 == 0.0  # every term zero (then -0 only when every one is -0)
@@ -233,15 +249,15 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     return _round(total / scale, out_round, out_bits)
 
 
-# The vector path below: one output column per iteration of the j loop, the block's K loop
-# (a constant trip count) unrolled inside it, so that the compiler vectorises over the columns
-# with every output's exponent maximum and fixed-point sum in registers. It writes one array
-# only (more stores stop the vectoriser): the result, or NaN for an output the cast does not
-# give (non-finite terms, an exact zero sum, a result below 2^-126), which :func:`_fix`
-# recomputes with :func:`_column`; a true NaN result is always such an output. Each term is
-# truncated by its conversion to int64 (toward zero, exact: below 2^(frac_bits + 2)) and
-# summed in int64; in a flagged output's lanes (inf / NaN terms, garbage scales) the
-# conversions may be out of range, and those lanes' sums are never used.
+# The vector path below, per k-step and row of outputs: an exponent pass over the int16 codes
+# into ``emax`` [N], then a sum pass with one output column per iteration of the j loop and the
+# block's K loop (a constant trip count) unrolled inside it, so that LLVM vectorises both over
+# the columns. Both index 16-position slices of the operands (no negative-index wraparound in
+# the loops). The sum pass writes one array (more stores stop the vectoriser): the result, or
+# NaN for an output the cast does not give (non-finite terms, an exact zero sum, a result below
+# 2^-126), which :func:`_fix` recomputes; a true NaN result is always such an output. Each term
+# is truncated by its conversion to int64 (toward zero, exact: below 2^(frac_bits + 2)) and
+# summed in int64; in a flagged output's lanes the conversions may be out of range, unused.
 @numba.njit(inline="always")
 def _c_term(cv):
     """C as float64 and its exponent floor(log2|c|) (exact for float32 subnormals, _NO_EXP
@@ -272,60 +288,71 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
 
 
 @numba.njit(**_JIT)
-def _block16(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny):
-    """One fused step of K = 16 positions from k0 for a row of outputs: C ``d``, result into
-    ``dn`` (NaN where flagged); returns the count of flagged outputs."""
+def _emax16(hrow, hb2, k0, emax):
+    """``emax[j]`` = the largest code sum over the 16 positions from k0."""
+    hk, hbk = hrow[k0:k0 + 16], hb2[k0:k0 + 16]
+    for j in range(emax.size):
+        e = np.int16(hk[0] + hbk[0, j])
+        for t in range(1, 16):
+            e = max(e, np.int16(hk[t] + hbk[t, j]))
+        emax[j] = e
+
+
+@numba.njit(**_JIT)
+def _emax16_more(hrow, hb2, k0, emax):
+    """:func:`_emax16` continuing ``emax`` (the second half of K = 32)."""
+    hk, hbk = hrow[k0:k0 + 16], hb2[k0:k0 + 16]
+    for j in range(emax.size):
+        e = emax[j]
+        for t in range(16):
+            e = max(e, np.int16(hk[t] + hbk[t, j]))
+        emax[j] = e
+
+
+@numba.njit(inline="always")
+def _largest(code, c_exp):
+    """E of an output: its products' largest code sum (as an exponent, _NO_EXP or _INF_EXP)
+    and C's exponent."""
+    e = np.int32(code)
+    e = _NO_EXP if e < _CODE_NONE else (_INF_EXP if e >= _CODE_SPECIAL else e)
+    return max(e, c_exp)
+
+
+@numba.njit(**_JIT)
+def _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
+    """One fused step of K = 16 positions from k0 for a row of outputs (their product
+    exponents in ``emax``, :func:`_emax16`): C ``d``, result into ``dn`` (NaN where flagged);
+    returns the count of flagged outputs."""
+    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     flagged = 0
     for j in range(d.size):
-        c64, e = _c_term(d[j])
-        for t in range(16):
-            e = max(e, erow[k0 + t] + eb2[k0 + t, j])
-        e, scale = _scale(e, frac_bits)
+        c64, ec = _c_term(d[j])
+        e, scale = _scale(_largest(emax[j], ec), frac_bits)
         tot = np.int64(c64 * scale)
         for t in range(16):
-            tot += np.int64(arow[k0 + t] * b2[k0 + t, j] * scale)
+            tot += np.int64(ak[t] * bk[t, j] * scale)
         flag, r = _finish(tot, e, c64, frac_bits, keep, tiny)
         dn[j] = r
         flagged += flag
     return flagged
 
 
-# K = 32 (FP8 wgmma) in passes of 16 positions (a loop of 32 is not unrolled, so not
-# vectorised over the columns): the exponent maximum over both halves first, then the sums.
 @numba.njit(**_JIT)
-def _emax16(erow, eb2, k0, emax):
-    for j in range(emax.size):
-        e = emax[j]
-        for t in range(16):
-            e = max(e, erow[k0 + t] + eb2[k0 + t, j])
-        emax[j] = e
-
-
-@numba.njit(**_JIT)
-def _sum16(arow, b2, k0, scale, tot):
-    for j in range(tot.size):
-        s = tot[j]
-        for t in range(16):
-            s += np.int64(arow[k0 + t] * b2[k0 + t, j] * scale[j])
-        tot[j] = s
-
-
-@numba.njit(**_JIT)
-def _block32(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny, emax, scale, tot):
-    """:func:`_block16` for K = 32 positions; ``emax``, ``scale``, ``tot`` [N] int64,
-    float64, int64 scratch."""
-    for j in range(d.size):
-        emax[j] = _c_term(d[j])[1]
-    _emax16(erow, eb2, k0, emax)
-    _emax16(erow, eb2, k0 + 16, emax)
-    for j in range(d.size):
-        emax[j], scale[j] = _scale(emax[j], frac_bits)
-        tot[j] = np.int64(np.float64(d[j]) * scale[j])
-    _sum16(arow, b2, k0, scale, tot)
-    _sum16(arow, b2, k0 + 16, scale, tot)
+def _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
+    """:func:`_block16` for K = 32 positions (FP8 wgmma), two unrolled loops of 16 (a loop
+    of 32 is not unrolled, so not vectorised over the columns)."""
+    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
+    ak2, bk2 = arow[k0 + 16:k0 + 32], b2[k0 + 16:k0 + 32]
     flagged = 0
     for j in range(d.size):
-        flag, r = _finish(tot[j], emax[j], np.float64(d[j]), frac_bits, keep, tiny)
+        c64, ec = _c_term(d[j])
+        e, scale = _scale(_largest(emax[j], ec), frac_bits)
+        tot = np.int64(c64 * scale)
+        for t in range(16):
+            tot += np.int64(ak[t] * bk[t, j] * scale)
+        for t in range(16):
+            tot += np.int64(ak2[t] * bk2[t, j] * scale)
+        flag, r = _finish(tot, e, c64, frac_bits, keep, tiny)
         dn[j] = r
         flagged += flag
     return flagged
@@ -357,13 +384,14 @@ def _zero_sum(arow, b2, j, k0, k1, c):
 
 
 @numba.njit(parallel=True, **_JIT)
-def gemm_rows(a, ea, ia, b, eb, ib, c, ic, kblock, frac_bits, out_round, out_bits, out,
+def gemm_rows(a, ha, ia, b, hb, ib, c, ic, kblock, frac_bits, out_round, out_bits, out,
               out_bits_view):
-    """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float64 / ea
-    int32 exponents (_NO_EXP zeros, _INF_EXP inf / NaN), b [Rb, K, N] / eb, c [Rc, M, N]
-    float32; ia / ib / ic map each output batch entry r to its operand entries. K runs in
-    blocks of ``kblock`` (16 or 32), each one fused step with C inside the sum. Writes float32
-    ``out`` [R, M, N] (``out_bits_view`` its uint32 view, for the canonical NaN)."""
+    """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float64 / ha
+    the int16 codes of their exponents (:func:`_exp_or_code`), b [Rb, K, N] / hb, c
+    [Rc, M, N] float32; ia / ib / ic map each
+    output batch entry r to its operand entries. K runs in blocks of ``kblock`` (16 or 32),
+    each one fused step with C inside the sum. Writes float32 ``out`` [R, M, N]
+    (``out_bits_view`` its uint32 view, for the canonical NaN)."""
     rows, m, n = out.shape
     nblk = a.shape[2] // kblock
     # RZ clears the float64 bits below the kept ones (the cast to float32 is then exact)
@@ -374,20 +402,20 @@ def gemm_rows(a, ea, ia, b, eb, ib, c, ic, kblock, frac_bits, out_round, out_bit
         r = ri // m
         i = ri - r * m
         ar, br = ia[r], ib[r]
-        arow, erow, b2, eb2 = a[ar, i], ea[ar, i], b[br], eb[br]
+        arow, hrow, b2, hb2 = a[ar, i], ha[ar, i], b[br], hb[br]
         d = c[ic[r], i].copy()
         dn = np.empty(n, dtype=np.float32)
-        emax, tot = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        scale = np.empty(n, dtype=np.float64)
+        emax = np.empty(n, dtype=np.int16)
         for blk in range(nblk):
             k0 = blk * kblock
+            _emax16(hrow, hb2, k0, emax)
             if kblock == 16:
-                flagged = _block16(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny)
+                flagged = _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             else:
-                flagged = _block32(arow, erow, b2, eb2, k0, d, dn, frac_bits, keep, tiny,
-                                   emax, scale, tot)
+                _emax16_more(hrow, hb2, k0 + 16, emax)
+                flagged = _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             if flagged:
-                _fix(arow, erow, b2, eb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
+                _fix(arow, hrow, b2, hb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
                      out_bits)
             d, dn = dn, d
         for j in range(n):
@@ -444,9 +472,9 @@ def _flat3(x: np.ndarray, rows: int, dtype) -> np.ndarray:
     return x if x.flags.writeable else x.copy()
 
 
-def _exps(x: np.ndarray, emin: int) -> np.ndarray:
-    out = np.empty(x.shape, dtype=np.int32)
-    _exponents(x.reshape(-1), emin, out.reshape(-1))
+def _exps(x: np.ndarray, emin: int, coded: bool = False) -> np.ndarray:
+    out = np.empty(x.shape, dtype=np.int16 if coded else np.int32)
+    _exponents(x.reshape(-1), emin, coded, out.reshape(-1))
     return out
 
 
@@ -480,20 +508,24 @@ def _values_table(dtype) -> np.ndarray:
     return table
 
 
-def _operand3(x: np.ndarray, rows: int, emin: int):
-    """An operand as C-contiguous float64 values [rows, ., .] and their int32 exponents:
-    ``x`` float64 (exact values) or a narrow format's array (decoded here, one pass)."""
+def _operand3(x: np.ndarray, rows: int, emin: int, coded: bool = False):
+    """An operand as C-contiguous float64 values [rows, ., .] and their int32 exponents (int16
+    codes with ``coded``): ``x`` float64 (exact values) or a narrow format's array (decoded
+    here, one pass)."""
     if x.dtype == np.float64:
         x3 = _flat3(x, rows, np.float64)
-        return x3, _exps(x3, emin)
+        return x3, _exps(x3, emin, coded)
     uint = np.uint8 if x.dtype.itemsize == 1 else np.uint16
-    bits = x.view(uint).reshape((rows,) + x.shape[-2:])
+    # a C-ordered copy of the bits first (a transposed operand: strided reads stop the
+    # decode loop's vectorisation), then one flat pass
+    bits = np.ascontiguousarray(x.view(uint)).reshape((rows,) + x.shape[-2:])
     vals = np.empty(bits.shape, dtype=np.float64)
-    exps = np.empty(bits.shape, dtype=np.int32)
+    exps = np.empty(bits.shape, dtype=np.int16 if coded else np.int32)
+    flat = (bits.reshape(-1), emin, coded, vals.reshape(-1), exps.reshape(-1))
     if x.dtype.name == "bfloat16":
-        _decode_bf16(bits, emin, vals, exps)
+        _decode_bf16(*flat)
     else:
-        _decode_table(bits, _values_table(x.dtype), emin, vals, exps)
+        _decode_table(flat[0], _values_table(x.dtype), *flat[1:])
     return vals, exps
 
 
@@ -538,8 +570,6 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     ra = int(np.prod(a64.shape[:-2], dtype=np.int64))
     rb = int(np.prod(b64.shape[:-2], dtype=np.int64))
     rc = int(np.prod(c.shape[:-2], dtype=np.int64))
-    a3, ea3 = _operand3(a64, ra, p.emin)
-    b3, eb3 = _operand3(b64, rb, p.emin)
     c3 = _flat3(c, rc, np.float32)
     ia = _batch_index(a64.shape[:-2], lead)
     ib = _batch_index(b64.shape[:-2], lead)
@@ -547,9 +577,13 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     o3 = out.reshape(rows, m, n)
     out_round = _RZ if p.out_round == "rz" else _RN
     if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
-        gemm_rows(a3, ea3, ia, b3, eb3, ib, c3, ic, kblock, p.frac_bits, out_round, p.out_bits,
+        a3, ha3 = _operand3(a64, ra, p.emin, coded=True)
+        b3, hb3 = _operand3(b64, rb, p.emin, coded=True)
+        gemm_rows(a3, ha3, ia, b3, hb3, ib, c3, ic, kblock, p.frac_bits, out_round, p.out_bits,
                   o3, o3.view(np.uint32))
         return out
+    a3, ea3 = _operand3(a64, ra, p.emin)
+    b3, eb3 = _operand3(b64, rb, p.emin)
     if steps.shape[0] == 0:
         steps = np.arange(kblock, dtype=np.int64)[None, :]
     bt = np.ascontiguousarray(np.swapaxes(b3, 1, 2))

@@ -84,7 +84,7 @@ def fmul_ftz(a, b):
     return _ftz(r)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def ffma_ftz(a, b, c):
     """``fma.rn.ftz.f32`` (FFMA.FTZ): ``simulator.numerics.float32.ffma`` on one element."""
     a = _ftz(a)
@@ -152,23 +152,26 @@ def row_max(scores, prev, first, out, out_bits):
     """``quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=first), "max")``.
 
     scores [R, T, nrow, ncol], prev [R, T, nrow] (ignored when ``first``); writes ``out``
-    [R, T, nrow] (``out_bits`` its uint32 view, for the canonical NaN)."""
+    [R, T, nrow] (``out_bits`` its uint32 view, for the canonical NaN). The threads' column
+    chains run side by side (the inner loop over threads)."""
     rows, threads, nrow, ncol = scores.shape
-    quads = threads // 4
-    for rq in prange(rows * quads):
-        r = rq // quads
-        t0 = (rq - r * quads) * 4
-        v = np.empty(4, dtype=np.float32)
+    for rm in prange(rows * nrow):
+        r = rm // nrow
+        mi = rm - r * nrow
+        acc = np.empty(threads, dtype=np.float32)
+        if first:
+            for t in range(threads):
+                acc[t] = scores[r, t, mi, 0]
+        else:
+            for t in range(threads):
+                acc[t] = fmax_ftz(prev[r, t, mi], scores[r, t, mi, 0])
+        for ni in range(1, ncol):
+            for t in range(threads):
+                acc[t] = fmax_ftz(acc[t], scores[r, t, mi, ni])
         w = np.empty(4, dtype=np.float32)
-        for mi in range(nrow):
-            for lane in range(4):
-                t = t0 + lane
-                acc = scores[r, t, mi, 0] if first else fmax_ftz(prev[r, t, mi], scores[r, t, mi, 0])
-                for ni in range(1, ncol):
-                    acc = fmax_ftz(acc, scores[r, t, mi, ni])
-                v[lane] = acc
+        for t0 in range(0, threads, 4):
             for lane in range(4):  # offset 2, then offset 1: own value first
-                w[lane] = fmax_ftz(v[lane], v[lane ^ 2])
+                w[lane] = fmax_ftz(acc[t0 + lane], acc[t0 + (lane ^ 2)])
             for lane in range(4):
                 x = fmax_ftz(w[lane], w[lane ^ 1])
                 if x != x:
@@ -214,22 +217,28 @@ def scaled_exp2(scores, scale, neg_max, table, use_table, out, out_bits):
 def row_sums(p, sum_scale, prev, first, out, out_bits):
     """Thread-local row_sum of ``online_softmax``: ``p[0] + p[1] + ...`` (FADD.FTZ in column
     order, the first column copied) when ``first``, else ``ffma(sum_scale, prev, p[0]) + p[1]
-    + ...``. p [R, T, nrow, ncol]; sum_scale, prev [R, T, nrow]; writes ``out`` [R, T, nrow]."""
+    + ...``. p [R, T, nrow, ncol]; sum_scale, prev [R, T, nrow]; writes ``out`` [R, T, nrow].
+    The threads' independent chains run side by side (the inner loop over threads), so that
+    one chain's latency does not serialise the kernel."""
     rows, threads, nrow, ncol = p.shape
-    for rt in prange(rows * threads):
-        r = rt // threads
-        t = rt - r * threads
-        for mi in range(nrow):
-            if first:
-                acc = p[r, t, mi, 0]
-            else:
-                acc = ffma_ftz(sum_scale[r, t, mi], prev[r, t, mi], p[r, t, mi, 0])
-            for ni in range(1, ncol):
-                acc = fadd_ftz(acc, p[r, t, mi, ni])
-            if acc != acc:
+    for rm in prange(rows * nrow):
+        r = rm // nrow
+        mi = rm - r * nrow
+        acc = np.empty(threads, dtype=np.float32)
+        if first:
+            for t in range(threads):
+                acc[t] = p[r, t, mi, 0]
+        else:
+            for t in range(threads):
+                acc[t] = ffma_ftz(sum_scale[r, t, mi], prev[r, t, mi], p[r, t, mi, 0])
+        for ni in range(1, ncol):
+            for t in range(threads):
+                acc[t] = fadd_ftz(acc[t], p[r, t, mi, ni])
+        for t in range(threads):
+            if acc[t] != acc[t]:
                 out_bits[r, t, mi] = _CANONICAL_NAN
             else:
-                out[r, t, mi] = acc
+                out[r, t, mi] = acc[t]
 
 
 @numba.njit(parallel=True, **_JIT)

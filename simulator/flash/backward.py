@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import mma
+from .. import engine, mma
 from ..numerics import convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2, tanh
 from . import chunks
@@ -512,7 +512,10 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         s = np.where(ok, s, _NEG_INF)
         row = tile + job[0] - r0                       # the (b, h) row in dpsum / lse_log2
         lse_m = lse_log2[row][:, r]                                                     # [A, M]
-        p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
+        if engine.numba_softmax(s, rowcol=False):  # P: the compiled twin (simulator.engine)
+            p = engine.ex2_ffma_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.arch)
+        else:
+            p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
         ds = fmul(p, fsub(dp, dpsum[row][:, r][..., None], ftz=True), ftz=True)
         if dtanh is not None:
             ds = fmul(ds, dtanh, ftz=True)

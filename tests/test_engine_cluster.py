@@ -1,0 +1,84 @@
+"""The dask helper of the engine (simulator/engine/cluster.py): worker processes start without
+dask's MALLOC_TRIM_THRESHOLD_ (which halves the compiled engine's speed), with the thread counts
+and engine asked for."""
+
+import os
+
+import pytest
+
+from simulator.engine import cluster
+
+
+def test_dask_config_drops_malloc_trim_and_sets_threads_and_engine():
+    cfg = cluster.dask_config(threads=3, engine="numba")
+    pre = cfg["distributed.nanny.pre-spawn-environ"]
+    assert "MALLOC_TRIM_THRESHOLD_" in pre and pre["MALLOC_TRIM_THRESHOLD_"] is None
+    assert pre["OMP_NUM_THREADS"] == pre["OPENBLAS_NUM_THREADS"] == pre["MKL_NUM_THREADS"] == "3"
+    assert cfg["distributed.nanny.environ"] == {"NUMBA_NUM_THREADS": "3", "SIMULATOR_ENGINE": "numba"}
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(threads=0), "threads"), (dict(threads=True), "threads"),
+                                           (dict(threads=1.0), "threads"), (dict(engine="fast"), "engine")])
+def test_dask_config_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cluster.dask_config(**kwargs)
+
+
+def test_dask_default_sets_malloc_trim_and_the_helper_removes_it():
+    dask = pytest.importorskip("dask")
+    pytest.importorskip("distributed")
+    from distributed.nanny import _get_env_variables
+
+    key = "distributed.nanny.pre-spawn-environ"
+    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:  # dask reads the client's environment first
+        assert "MALLOC_TRIM_THRESHOLD_" in _get_env_variables(key)  # what the helper is for
+    with dask.config.set(cluster.dask_config()):
+        assert "MALLOC_TRIM_THRESHOLD_" not in _get_env_variables(key)
+
+
+def test_local_cluster_workers_start_without_malloc_trim(monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    # an earlier dask cluster of this process leaves dask's value in os.environ
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    names = ("MALLOC_TRIM_THRESHOLD_", "SIMULATOR_ENGINE", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
+    before = os.environ.get("SIMULATOR_ENGINE")
+    with cluster.local_cluster(1, threads=2, engine="numpy", dashboard_address=None) as lc, \
+            distributed.Client(lc) as client:
+        seen = list(client.run(lambda: {n: os.environ.get(n) for n in names}).values())
+    assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "SIMULATOR_ENGINE": "numpy",
+                     "NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}]
+    assert os.environ.get("SIMULATOR_ENGINE") == before  # the engine is set inside workers only
+
+
+def test_local_cluster_warns_about_an_inherited_value(monkeypatch):
+    pytest.importorskip("distributed")
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    with pytest.warns(RuntimeWarning, match="MALLOC_TRIM_THRESHOLD_=65536"):
+        cluster.local_cluster(1, dashboard_address=None).close()
+    with pytest.raises(ValueError, match="n_workers"):
+        cluster.local_cluster(0)
+
+
+def test_forward_by_heads_gives_the_serial_bits():
+    distributed = pytest.importorskip("distributed")
+    import ml_dtypes
+    import numpy as np
+
+    from simulator import flash
+
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 200, 6, 64)).astype(ml_dtypes.bfloat16)
+    k, v = (rng.standard_normal((2, 260, 3, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    serial = flash.forward(q, k, v, causal=True)
+    with cluster.local_cluster(1, engine="numpy", dashboard_address=None) as lc, \
+            distributed.Client(lc) as client:
+        for per in (None, 2):
+            got = cluster.forward_by_heads(client, q, k, v, causal=True, kv_heads_per_task=per)
+            assert np.array_equal(got.out.view(np.uint16), serial.out.view(np.uint16))
+            assert np.array_equal(got.lse.view(np.uint32), serial.lse.view(np.uint32))
+        with pytest.raises(ValueError, match="executor"):
+            cluster.forward_by_heads(client, q, k, v, executor=object())
+        with pytest.raises(ValueError, match="kv_heads_per_task"):
+            cluster.forward_by_heads(client, q, k, v, kv_heads_per_task=0)
+        with pytest.raises(ValueError, match="group"):
+            cluster.forward_by_heads(client, q[:, :, :5], k, v)
