@@ -333,3 +333,27 @@ def test_a_function_that_writes_its_inputs_changes_no_later_check(number):
 
     assert exercises.check(number, in_place).passed
     assert exercises.check(number, solution).passed
+
+
+@pytest.mark.parametrize(("body", "code", "says"), [
+    ("def reduce_max(scores, row_max)\n    pass\n", 2, "syn.py line 1 does not import: SyntaxError"),
+    ("import not_a_module_here\n", 2, "line 1 does not import: ModuleNotFoundError"),
+    ("import sys\nsys.exit(0)\n", 2, "does not import: SystemExit: 0"),
+    ("def reduce_max(scores, row_max):\n    raise ValueError('mine')\n", 1,
+     "FAIL, your function raised ValueError: mine"),
+    ("def reduce_max(scores, row_max):\n    raise SystemExit(0)\n", 1,
+     "FAIL, your function raised SystemExit: 0"),
+    ("def reduce_max(scores, row_max):\n    raise KeyboardInterrupt\n", 130, "interrupted"),
+])
+def test_command_line_file_that_fails(tmp_path, capsys, body, code, says):
+    """A FILE that does not import is a usage error (2, one line naming it), never a PASS; an
+    exception of the reader's function is a FAIL (1) with its traceback, not a usage error."""
+    from simulator.exercises.__main__ import main
+
+    attempt = tmp_path / "syn.py"
+    attempt.write_text(body)
+    assert main(["check", "1", str(attempt)]) == code
+    out, err = capsys.readouterr()
+    assert says in out + err
+    if code == 2:
+        assert err.count("\n") == 1 and "Traceback" not in err
