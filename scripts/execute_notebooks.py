@@ -38,7 +38,7 @@ def sources(names: list[str]) -> list[Path]:
     with one of ``names`` (``"04"``, ``"12_exp2_vs_expf"``, a path to the source or its .ipynb).
 
     Raises:
-        SystemExit: a name matches no source (the message lists the sources).
+        ValueError: a name matches no source (the message lists the sources).
     """
     every = sorted(SOURCE_DIR.glob("[0-9][0-9]_*.py"))
     if not names:
@@ -48,7 +48,7 @@ def sources(names: list[str]) -> list[Path]:
         stem = Path(name).stem
         hits = [p for p in every if p.stem == stem or p.stem.startswith(stem + "_")]
         if not hits:
-            raise SystemExit(f"error: no notebook source matches {name!r}; sources: "
+            raise ValueError(f"no notebook source matches {name!r}; sources: "
                              + ", ".join(p.stem for p in every))
         chosen += [p for p in hits if p not in chosen]
     return chosen
@@ -131,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 30 <= args.dpi <= 300:
         ap.error(f"--dpi must lie in 30..300, got {args.dpi}")
-    chosen = sources(args.names)
+    if args.timeout < 1:
+        ap.error(f"--timeout must be at least 1 second, got {args.timeout}")
+    try:  # a usage error (2), not the exit code 1 of a stale or failing notebook
+        chosen = sources(args.names)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.check:
         reasons = [r for r in map(stale_reason, chosen) if r]
         print("\n".join(reasons) if reasons else f"{len(chosen)} notebooks current")

@@ -180,6 +180,10 @@ def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsy
     spec.loader.exec_module(script)
     assert script.sources([]) == SOURCES and script.PAIRING == PAIRING
     assert [p.stem[:2] for p in script.sources(["04"])] == ["04"]
-    with pytest.raises(SystemExit, match="no notebook source matches 'nope'"):
+    with pytest.raises(ValueError, match="no notebook source matches 'nope'"):
         script.sources(["nope"])
     assert script.main(["--check"]) == 0, capsys.readouterr().out
+    for bad in (["--check", "99"], ["--timeout", "0", "04"]):  # usage errors, not "stale" (1)
+        with pytest.raises(SystemExit) as exit_:
+            script.main(bad)
+        assert exit_.value.code == 2, bad
