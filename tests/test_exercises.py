@@ -357,3 +357,15 @@ def test_command_line_file_that_fails(tmp_path, capsys, body, code, says):
     assert says in out + err
     if code == 2:
         assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_command_line_usage_error_names_the_module(capsys):
+    """argparse's one-line error names ``simulator.exercises check``, not ``.exercises check``
+    (the main command line's prefix cut from another module's name)."""
+    from simulator.exercises.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "9", "--solution"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.startswith("error: simulator.exercises check: argument number: invalid choice: 9")
