@@ -182,3 +182,15 @@ def test_the_module_docstring_recipe_runs_as_written():
             test()
     finally:
         settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))  # tests/conftest.py
+
+
+@pytest.mark.parametrize("make", [sst.fa3_func_calls, sst.fa3_varlen_calls, sst.fa3_kvcache_calls,
+                                  sst.fa3_calls, sst.attention_inputs])
+@pytest.mark.parametrize("dtype", ["fp8", ""])
+def test_an_unknown_dtype_is_named(make, dtype):
+    """dtype="fp8" raised KeyError 'fp8' (attention_inputs) or named ``fmt``, an argument the
+    caller never gave; "" was taken as None (a drawn format)."""
+    with pytest.raises(ValueError, match=rf"dtype: expected None or one of bf16, f16, e4m3, got {dtype!r}"):
+        make(dtype=dtype).example()
+    with pytest.raises(ValueError, match="fmt: expected one of bf16, f16, e4m3, got 'fp8'"):
+        sst.block_params("fp8").example()
