@@ -60,17 +60,20 @@ def ipynb_of(source: Path) -> Path:
 
 
 def stale_reason(source: Path) -> str | None:
-    """Why the committed ``.ipynb`` of ``source`` is stale (missing, other cells than the
-    source, a code cell never executed), or None when it is current."""
+    """Why the committed ``.ipynb`` of ``source`` is stale (missing, unreadable, other cells
+    than the source, a code cell never executed), or None when it is current."""
     import jupytext  # noqa: PLC0415
     import nbformat  # noqa: PLC0415
 
     path = ipynb_of(source)
     if not path.is_file():
         return f"{path.name} is missing"
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+        got = [(c.cell_type, c.source) for c in nb.cells]
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a merge's conflict markers
+        return f"{path.name} is not a readable notebook ({type(exc).__name__}: {str(exc)[:80]})"
     want = [(c.cell_type, c.source) for c in jupytext.read(source).cells]
-    got = [(c.cell_type, c.source) for c in nb.cells]
     if got != want:
         first = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w),
                      min(len(got), len(want)))

@@ -170,7 +170,8 @@ def test_every_notebook_starts_and_ends_through_simulator_notebook():
 
 
 @needs_jupytext
-def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsys):
+def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsys, tmp_path,
+                                                                           monkeypatch):
     """scripts/execute_notebooks.py (which writes the committed .ipynb) covers every source,
     picks one by number, refuses an unknown name, and its --check agrees with the tests above."""
     import importlib.util as iu
@@ -187,3 +188,7 @@ def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsy
         with pytest.raises(SystemExit) as exit_:
             script.main(bad)
         assert exit_.value.code == 2, bad
+    broken = tmp_path / SOURCES[0].with_suffix(".ipynb").name  # conflict markers of a merge
+    broken.write_text("<<<<<<< HEAD\n{}\n=======\n{}\n>>>>>>> other\n")
+    monkeypatch.setattr(script, "NOTEBOOK_DIR", tmp_path)
+    assert script.stale_reason(SOURCES[0]).startswith(f"{broken.name} is not a readable notebook")
