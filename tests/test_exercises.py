@@ -369,3 +369,9 @@ def test_command_line_usage_error_names_the_module(capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert err.startswith("error: simulator.exercises check: argument number: invalid choice: 9")
+
+
+def test_a_wrong_return_of_finalize_names_it_like_the_other_exercises():
+    r = exercises.check(5, lambda *a: (*solutions.finalize(*a)[:2], None))
+    assert not r.passed
+    assert "lse (3rd returned): expected a float32 array of shape (1, 128, 2), got NoneType" in str(r)

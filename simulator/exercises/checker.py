@@ -220,8 +220,9 @@ def _ex5_outputs(fn):
                 res = _unpack("finalize's return", _call(
                     fn, last_max.data["row_max"], last_sum.data["row_sum"], case.scale_log2[cta],
                     case.max_offset, case.final_scale[cta]), 3)
-                out[i] = {name: _float32(f"{name} ({k + 1}. returned)", res[k], rows)
-                          for k, name in enumerate(("row_sum", "scores_scale", "lse"))}
+                names = ("row_sum", "scores_scale", "lse")
+                out[i] = {name: _float32(f"{name} ({('1st', '2nd', '3rd')[k]} returned)", res[k], rows)
+                          for k, name in enumerate(names)}
         return out
     return outputs
 
