@@ -4,6 +4,7 @@ and engine asked for."""
 
 import os
 
+import numpy as np
 import pytest
 
 from simulator.engine import cluster
@@ -112,3 +113,44 @@ def test_forward_by_heads_checks_the_whole_call_before_slicing_heads():
         assert np.array_equal(got.lse.view(np.uint32), serial.lse.view(np.uint32))
     with pytest.raises(ValueError, match="client: expected a running"):
         cluster.forward_by_heads(client, q, k, v)
+
+
+def test_forward_by_heads_scatters_each_array_under_a_key_of_its_own():
+    """dask names scattered data by its content unless hash=False: equal slices of two calls
+    then share one key, and releasing the first call's futures lost the second's data
+    ("lost dependencies", seen under load). Every scatter must pass hash=False, and the small
+    keyword dict travels inside the task, not as scattered data."""
+    import ml_dtypes
+
+    from simulator import flash
+
+    class Inline:
+        """A client stand-in that runs tasks at once and records every scatter."""
+
+        def __init__(self):
+            self.scatters = []
+
+        def scheduler_info(self):
+            return {"workers": {"w0": {}}}
+
+        def scatter(self, data, **kw):
+            self.scatters.append((data, kw))
+            return list(data)
+
+        def submit(self, fn, *args, **kw):
+            return fn(*args)
+
+        def gather(self, futures):
+            return futures
+
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((1, 40, 2, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    client = Inline()
+    got = cluster.forward_by_heads(client, q, k, v, causal=True, kv_heads_per_task=1)
+    want = flash.forward(q, k, v, causal=True)
+    assert np.array_equal(got.out.view(np.uint16), want.out.view(np.uint16))
+    assert np.array_equal(got.lse.view(np.uint32), want.lse.view(np.uint32))
+    assert len(client.scatters) == 2
+    for data, kw in client.scatters:
+        assert kw.get("hash") is False, kw
+        assert all(isinstance(x, np.ndarray) for x in data), [type(x).__name__ for x in data]

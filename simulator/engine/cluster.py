@@ -159,11 +159,13 @@ def forward_by_heads(client, q, k, v, *, kv_heads_per_task: int | None = None, *
         for name in ("q_descale", "k_descale", "v_descale"):
             if kw.get(name) is not None and np.ndim(kw[name]) == 2:
                 kw[name] = np.asarray(kw[name])[:, j0:j1]
-        # scattered first: large arrays inside a task's graph make dask warn and slow down
+        # the arrays scattered first (large arrays inside a task's graph make dask warn and slow
+        # down), each under a key of its own: with dask's content hashing, equal slices of two
+        # calls share one key, and releasing the first call's futures loses the second's data
         data = client.scatter([np.ascontiguousarray(q[:, :, j0 * g: j1 * g]),
                                np.ascontiguousarray(k[:, :, j0:j1]),
-                               np.ascontiguousarray(v[:, :, j0:j1]), kw])
-        futures.append(client.submit(_heads_task, *data, pure=False))
+                               np.ascontiguousarray(v[:, :, j0:j1])], hash=False)
+        futures.append(client.submit(_heads_task, *data, kw, pure=False))
     parts = client.gather(futures)
     return ForwardResult(np.concatenate([o for o, _ in parts], axis=2),
                          np.concatenate([s for _, s in parts], axis=1))
