@@ -310,6 +310,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     # each thread-row element's flat position in a warpgroup's 64 x N tile: a take along one
     # axis gives the [G, W, 128, 2, N/4] scores C-ordered (the kernels read rows in place)
     flat = view.row[:, :, None] * N + view.col[:, None, :]
+    to_rowcol = np.argsort(flat.reshape(-1))  # the take that undoes it: row / col form to matrix
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
     tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
@@ -351,10 +352,16 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
         tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
                     scores_scale=scores_scale)
         p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
-        p_mat = np.empty(s.shape, dtype=p.dtype)
-        p_mat.reshape(s.shape[:-2] + (-1,))[..., flat] = p
-        tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
-        p_cvt = convert(p_mat, cfg.fmt) if exact is None else _exact.p_operand(p_mat, cfg.fmt, exact)
+        if exact is None and not tracer.sel:  # converted in the threads' order, then put in
+            # matrix order by a take of the narrow bits (cheaper than a float32 scatter)
+            p_cvt = np.take(convert(p, cfg.fmt).reshape(len(ctas), W, -1), to_rowcol,
+                            axis=-1).reshape(s.shape)
+        else:
+            p_mat = np.empty(s.shape, dtype=p.dtype)
+            p_mat.reshape(s.shape[:-2] + (-1,))[..., flat] = p
+            tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
+            p_cvt = convert(p_mat, cfg.fmt) if exact is None else \
+                _exact.p_operand(p_mat, cfg.fmt, exact)
         scale_rows = view.row_values(scores_scale)
         if cfg.schedule == "plain":
             acc_o = _rescale(tracer, n, acc_o, scale_rows, exact)
