@@ -27,6 +27,7 @@ from .masks import allowed, block_range, masking_steps
 from .softmax import Softmax, rescale_o
 
 _NEG_INF = np.float32(-np.inf)
+_NEG_ZERO = np.float32(-0.0)
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
@@ -332,7 +333,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
         keys = n * N + np.arange(N)
         kt = _kv_block(kp, bu, hu, keys, kv_of, qk if fast[0] else None, transpose=True)
         vt = _kv_block(vp, bu, hu, keys, kv_of, pv if fast[1] else None)
-        s = _gemm_wg(qt, kt, None, qk, exact, (len(ctas), W, 64, N))
+        s = _gemm_wg(qt, kt, np.broadcast_to(_NEG_ZERO, (len(ctas), W, 64, N)), qk, exact)
         tracer.frag("qk_gemm", n, acc_s=s)
         if qvt is not None:  # HasQv: the same accumulator, V's columns as the reduction axis
             s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, exact)
@@ -440,17 +441,17 @@ def _kv_block(xp, bu, hu, keys, kv_of, instruction, transpose=False):
     return engine.decode_operand(x, instruction.params, kv_of)
 
 
-def _gemm_wg(a, b, c, instruction, exact=None, shape=None):
+def _gemm_wg(a, b, c, instruction, exact=None):
     """Every warpgroup's GEMM of a CTA: a [G, W, 64, K] (each warpgroup's rows), b [G, K, N]
-    (shared by the CTA's warpgroups), c [G, W, 64, N], or None for a -0 accumulator of
-    ``shape`` (zero_init: the first k-step adds to -0). The W warpgroups are stacked along M
-    (rows of different warpgroups never meet in a GEMM), so B is not repeated per warpgroup.
-    ``a`` and ``b`` may be operands decoded once (``engine.decode_operand``: a [G, W * 64,
-    K], b read through its index); then the compiled engine evaluates it."""
+    (shared by the CTA's warpgroups), c [G, W, 64, N] (zero_init: a broadcast -0, read-only).
+    The W warpgroups are stacked along M (rows of different warpgroups never meet in a GEMM),
+    so B is not repeated per warpgroup. ``a`` and ``b`` may be operands decoded once
+    (``engine.decode_operand``: a [G, W * 64, K], b read through its index); then the
+    compiled engine evaluates it."""
     if not isinstance(b, np.ndarray):
-        return _gemm_decoded(a, b, c, instruction, shape)
-    if c is None:
-        c = np.full(shape, -0.0, dtype=np.float32)
+        return _gemm_decoded(a, b, c, instruction)
+    if not c.flags.writeable:
+        c = np.array(c)
     g, w, m, _ = a.shape
     d = mma.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1), instruction=instruction) \
         if exact is None else _exact.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1),
@@ -458,19 +459,19 @@ def _gemm_wg(a, b, c, instruction, exact=None, shape=None):
     return d.reshape(c.shape)
 
 
-def _gemm_decoded(a, b, c, instruction, shape):
+def _gemm_decoded(a, b, c, instruction):
     """:func:`_gemm_wg` through ``engine.dot_add_decoded``: ``a`` decoded or [G, W, 64, K]
-    (decoded here), ``b`` decoded; a None ``c`` is one -0 accumulator read by every CTA."""
-    out_shape = shape if c is None else c.shape
-    g, w, m, n = out_shape
+    (decoded here), ``b`` decoded; a ``c`` broadcast over the CTAs (zero_init's -0) is one
+    accumulator read by every CTA."""
+    g, w, m, n = c.shape
     if isinstance(a, np.ndarray):
         a = engine.decode_operand(a.reshape(g, w * m, -1), instruction.params)
-    if c is None:
-        c3, c_index = np.full((1, w * m, n), -0.0, dtype=np.float32), np.zeros(g, np.int64)
+    if c.strides[0] == 0:
+        c3, c_index = np.array(c[:1]).reshape(1, w * m, n), np.zeros(g, np.int64)
     else:
         c3, c_index = c.reshape(g, w * m, n), None
     d = engine.dot_add_decoded(a, b, c3, instruction.params, instruction.k, c_index)
-    return d.reshape(out_shape)
+    return d.reshape(c.shape)
 
 
 def _pv(tracer, n, acc_o, p_cvt, vt, instruction, exact=None):
