@@ -239,3 +239,87 @@ def test_engines_agree_on_drawn_float64_operands(family):
         with engine.use_engine("numba"):
             got = fused_dot_add(a, b, c, ins.params)
         assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+def _random_bits(rng, fmt, shape):
+    """Narrow operands of random bit patterns: every exponent, subnormals, zeros, inf / NaN."""
+    bits = rng.integers(0, 1 << (8 * np.dtype(UINTS[fmt]).itemsize), size=shape)
+    return bits.astype(UINTS[fmt]).view(DTYPES[fmt])
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.startswith("wgmma")])
+def test_decoded_operands_give_the_gemm_bits(family):
+    """Operands decoded once and read through indices (``engine.decode_operand``,
+    ``engine.dot_add_decoded``: the forward's K / V shared by the CTAs of a kv head, Q by its
+    K/V blocks, one -0 C read by every entry) give ``mma.gemm``'s bits on the operands each
+    batch entry reads, on random bit patterns."""
+    ins = mma.instruction_for(family)
+    fmt = family.split(".")[-1]
+    rng = np.random.default_rng(11)
+    a = _random_bits(rng, fmt, (3, 64, 4 * ins.k))
+    b = _random_bits(rng, fmt, (2, 4 * ins.k, 56))
+    c = np.full((1, 64, 56), -0.0, dtype=np.float32)
+    ia, ib, ic = np.array([2, 0, 1, 2, 1]), np.array([1, 1, 0, 0, 1]), np.zeros(5, np.int64)
+    with engine.use_engine("numpy"):
+        with np.errstate(all="ignore"):
+            want = mma.gemm(a[ia], b[ib], c[ic], instruction=ins)
+    got = engine.dot_add_decoded(engine.decode_operand(a, ins.params, ia),
+                                 engine.decode_operand(b, ins.params, ib), c, ins.params, ins.k, ic)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    c2 = _random_bits(rng, fmt, (5, 64, 56)).astype(np.float32)  # C of its own per entry
+    with engine.use_engine("numpy"):
+        with np.errstate(all="ignore"):
+            want = mma.gemm(a[ia], b[ib], c2, instruction=ins)
+    got = engine.dot_add_decoded(engine.decode_operand(a, ins.params, ia),
+                                 engine.decode_operand(b, ins.params, ib), c2, ins.params, ins.k)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_decoded_operands_refuse_bad_arguments():
+    ins = mma.instruction_for("wgmma.m64n64k16.f32.bf16.bf16")
+    a = np.zeros((2, 64, 32), dtype=ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match="^x: expected an operand"):
+        engine.decode_operand(a[0], ins.params)
+    with pytest.raises(ValueError, match="^index: expected entries of"):
+        engine.decode_operand(a, ins.params, np.array([0, 2]))
+    da = engine.decode_operand(a, ins.params)
+    db = engine.decode_operand(np.zeros((1, 32, 8), dtype=ml_dtypes.bfloat16), ins.params, [0, 0])
+    c = np.zeros((2, 64, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="^a, b, c: shapes"):
+        engine.dot_add_decoded(da, db, c[:, :, :4], ins.params, ins.k)
+    with pytest.raises(ValueError, match="^a, b, c_index: batch entries"):
+        engine.dot_add_decoded(da, engine.decode_operand(db.vals, ins.params, [0]), c,
+                               ins.params, ins.k)
+    with pytest.raises(ValueError, match="^c_index: expected entries"):
+        engine.dot_add_decoded(da, db, c, ins.params, ins.k, np.array([0, 2]))
+    sync = mma.instruction_for("mma_sync.m16n8k32.f32.e4m3.e4m3.f32")
+    with pytest.raises(ValueError, match="^p, kblock: not one fused step"):
+        engine.dot_add_decoded(da, db, c, sync.params, sync.k)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_on_decoded_operands_gives_the_numpy_bits(fmt, causal, monkeypatch):
+    """The forward's compiled hand-over (Q decoded once per group of CTAs, each K/V block once
+    per distinct (batch, kv head), read by every CTA of the group through an index): O and LSE
+    bits of the NumPy engine, with GQA (4 heads on 2 kv heads), 2 batches of different
+    seqlens_k, several m_blocks per group (shared K/V blocks) and inputs with large values."""
+    from simulator import flash
+
+    rng = np.random.default_rng(5)
+    scale = 1.0 if fmt == "e4m3" else 60.0
+    q, k, v = ((rng.standard_normal((2, 300, h, 64)) * scale).astype(DTYPES[fmt])
+               for h in (4, 2, 2))
+    kw = dict(causal=causal, seqlens_k=np.array([300, 170]), pack_gqa=False)
+    with engine.use_engine("numpy"):
+        want = flash.forward(q, k, v, **kw)
+    calls = []
+    real = engine.dot_add_decoded
+    monkeypatch.setattr(engine, "dot_add_decoded",
+                        lambda a, b, *args: calls.append(len(np.unique(b.index)) < b.index.size)
+                        or real(a, b, *args))
+    with engine.use_engine("numba"):
+        got = flash.forward(q, k, v, **kw)
+    assert calls and (causal or any(calls))  # the hand-over ran; K/V blocks shared by CTAs
+    assert np.array_equal(np.asarray(got.out).view(np.uint16), np.asarray(want.out).view(np.uint16))
+    assert np.array_equal(got.lse.view(np.uint32), want.lse.view(np.uint32))

@@ -29,7 +29,9 @@ import threading
 
 import numpy as np
 
-__all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "dot_add",
+__all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "decode_operand",
+           "dot_add", "dot_add_decoded",
+           "numba_dot_add_decoded",
            "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
            "set_engine", "set_threads",
            "softmax_exp2", "softmax_row_max", "softmax_row_sum", "softmax_scale_rows",
@@ -143,6 +145,17 @@ def numba_dot_add(p, work: int) -> bool:
     return dotadd.supports(p)
 
 
+def numba_dot_add_decoded(p, kblock: int, work: int) -> bool:
+    """Whether a dot-add of ``work`` products with parameters ``p`` and k = ``kblock`` should
+    run compiled on operands decoded once (:func:`decode_operand`, :func:`dot_add_decoded`):
+    :func:`numba_dot_add`, and one fused step per k-block (every wgmma family)."""
+    if not numba_dot_add(p, work):
+        return False
+    from . import operands
+
+    return operands.supports(p, kblock)
+
+
 def dot_add(a64, b64, c, p, kblock: int):
     """The compiled chained fused dot-add (:func:`simulator.engine.dotadd.gemm`): A [..., M, K]
     and B [..., K, N] as float64 exact values or as the narrow operands (bf16, f16, e4m3,
@@ -156,6 +169,36 @@ def dot_add(a64, b64, c, p, kblock: int):
 
     with _CALL_LOCK:  # numba's fork-safe workqueue pool takes one parallel launch at a time
         out = dotadd.gemm(a64, b64, c, p, kblock)
+    mark_compiled("dotadd")
+    return out
+
+
+def decode_operand(x: np.ndarray, p, index=None):
+    """A GEMM operand decoded once for :func:`dot_add_decoded`
+    (:func:`simulator.engine.operands.decode`): ``x`` [R, rows, cols] narrow or float64,
+    ``p`` the instruction's ``FusedDotAdd``, ``index`` [B] the entry each batch entry of the
+    GEMM reads (default all R in order).
+
+    Raises:
+        ValueError: as :func:`simulator.engine.operands.decode`.
+    """
+    from . import operands
+
+    return operands.decode(x, p, index)
+
+
+def dot_add_decoded(a, b, c: np.ndarray, p, kblock: int, c_index=None) -> np.ndarray:
+    """:func:`dot_add` on operands decoded once (:func:`decode_operand`), each batch entry
+    reading the entries its index names (:func:`simulator.engine.operands.gemm`): float32
+    [R, M, N] with :func:`dot_add`'s bits.
+
+    Raises:
+        ValueError: as :func:`simulator.engine.operands.gemm`.
+    """
+    from . import operands
+
+    with _CALL_LOCK:  # numba's fork-safe workqueue pool takes one parallel launch at a time
+        out = operands.gemm(a, b, c, p, kblock, c_index)
     mark_compiled("dotadd")
     return out
 

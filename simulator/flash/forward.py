@@ -13,7 +13,7 @@ from concurrent.futures import as_completed
 
 import numpy as np
 
-from .. import mma
+from .. import engine, mma
 from ..hw import accumulator_layout, rowcol_view
 from ..numerics import convert, fmul, format_of
 from ..numerics.mufu import tanh
@@ -27,6 +27,7 @@ from .masks import allowed, block_range, masking_steps
 from .softmax import Softmax, rescale_o
 
 _NEG_INF = np.float32(-np.inf)
+_NEG_ZERO = np.float32(-0.0)
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
@@ -310,22 +311,29 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     # each thread-row element's flat position in a warpgroup's 64 x N tile: a take along one
     # axis gives the [G, W, 128, 2, N/4] scores C-ordered (the kernels read rows in place)
     flat = view.row[:, :, None] * N + view.col[:, None, :]
+    to_rowcol = np.argsort(flat.reshape(-1))  # the take that undoes it: row / col form to matrix
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
     tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
     qk = mma.parse("wgmma", f"m64n{N}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}")
     # a V head dim over 256 runs as m64n256 instructions side by side (columns are independent)
     pv = mma.parse("wgmma", f"m64n{min(dv, 256)}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}")
+    # the compiled engine's hand-over: Q decoded once per group, each K/V block once per
+    # distinct (batch, kv head) of the group, not once per CTA and block (same bits)
+    fast = _decoded_gemms(cfg, qt, qvt, qk, pv, exact)
+    kv_pairs, kv_of = np.unique(b * cfg.heads_kv + hkv, return_inverse=True)
+    bu, hu = kv_pairs // cfg.heads_kv, kv_pairs % cfg.heads_kv
+    if fast[0]:
+        qt = engine.decode_operand(qt.reshape(len(ctas), W * 64, d), qk.params)
     grow = rows.reshape(len(ctas), W, 64)                                          # global rows
     acc_o = np.zeros((len(ctas), W, 64, dv), dtype=np.float32)
     pending = None  # (P, V, scores_scale) of the previous block, for the overlapped schedule
     prev_scale = None
     for step, n in enumerate(range(n_max - 1, n_min - 1, -1)):
         keys = n * N + np.arange(N)
-        kt = kp[b[:, None], keys[None, :], hkv[:, None]]                            # [G, N, d]
-        vt = vp[b[:, None], keys[None, :], hkv[:, None]]
-        s = _gemm_wg(qt, np.swapaxes(kt, -1, -2), np.full((len(ctas), W, 64, N), -0.0,
-                     dtype=np.float32), qk, exact)
+        kt = _kv_block(kp, bu, hu, keys, kv_of, qk if fast[0] else None, transpose=True)
+        vt = _kv_block(vp, bu, hu, keys, kv_of, pv if fast[1] else None)
+        s = _gemm_wg(qt, kt, np.broadcast_to(_NEG_ZERO, (len(ctas), W, 64, N)), qk, exact)
         tracer.frag("qk_gemm", n, acc_s=s)
         if qvt is not None:  # HasQv: the same accumulator, V's columns as the reduction axis
             s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, exact)
@@ -345,10 +353,16 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
         tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
                     scores_scale=scores_scale)
         p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
-        p_mat = np.empty(s.shape, dtype=p.dtype)
-        p_mat.reshape(s.shape[:-2] + (-1,))[..., flat] = p
-        tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
-        p_cvt = convert(p_mat, cfg.fmt) if exact is None else _exact.p_operand(p_mat, cfg.fmt, exact)
+        if exact is None and not tracer.sel:  # converted in the threads' order, then put in
+            # matrix order by a take of the narrow bits (cheaper than a float32 scatter)
+            p_cvt = np.take(convert(p, cfg.fmt).reshape(len(ctas), W, -1), to_rowcol,
+                            axis=-1).reshape(s.shape)
+        else:
+            p_mat = np.empty(s.shape, dtype=p.dtype)
+            p_mat.reshape(s.shape[:-2] + (-1,))[..., flat] = p
+            tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
+            p_cvt = convert(p_mat, cfg.fmt) if exact is None else \
+                _exact.p_operand(p_mat, cfg.fmt, exact)
         scale_rows = view.row_values(scores_scale)
         if cfg.schedule == "plain":
             acc_o = _rescale(tracer, n, acc_o, scale_rows, exact)
@@ -403,14 +417,60 @@ def _rescale(tracer, n, acc_o, scale_rows, exact=None):
     return acc_o
 
 
+def _decoded_gemms(cfg: Config, qt, qvt, qk, pv, exact) -> tuple[bool, bool]:
+    """Whether the group's QK^T and PV GEMMs run compiled on operands decoded once
+    (``engine.numba_dot_add_decoded``, for the work each call has): without ``exact``, qv,
+    or a V head dim over 256."""
+    if exact is not None or qvt is not None or cfg.kernel_head_dim_v > 256:
+        return False, False
+    work = qt.size * cfg.kblock_n  # G x kBlockM rows, times N x d (QK^T) or d_v x N (PV)
+    return (engine.numba_dot_add_decoded(qk.params, qk.k, work),
+            engine.numba_dot_add_decoded(pv.params, pv.k,
+                                         work // cfg.kernel_head_dim * cfg.kernel_head_dim_v))
+
+
+def _kv_block(xp, bu, hu, keys, kv_of, instruction, transpose=False):
+    """The block ``keys`` of K or V for every CTA of a group: gathered for the distinct
+    (batch ``bu``, kv head ``hu``) pairs, then [G, N, d] (``[G, d, N]`` with ``transpose``) by
+    ``kv_of``, or, for the compiled engine (``instruction`` given), decoded once per pair and
+    read through ``kv_of`` (``engine.decode_operand``)."""
+    x = xp[bu[:, None], keys[None, :], hu[:, None]]                             # [U, N, d]
+    x = np.swapaxes(x, -1, -2) if transpose else x
+    if instruction is None:
+        return x[kv_of]
+    return engine.decode_operand(x, instruction.params, kv_of)
+
+
 def _gemm_wg(a, b, c, instruction, exact=None):
     """Every warpgroup's GEMM of a CTA: a [G, W, 64, K] (each warpgroup's rows), b [G, K, N]
-    (shared by the CTA's warpgroups), c [G, W, 64, N]. The W warpgroups are stacked along M
-    (rows of different warpgroups never meet in a GEMM), so B is not repeated per warpgroup."""
+    (shared by the CTA's warpgroups), c [G, W, 64, N] (zero_init: a broadcast -0, read-only).
+    The W warpgroups are stacked along M (rows of different warpgroups never meet in a GEMM),
+    so B is not repeated per warpgroup. ``a`` and ``b`` may be operands decoded once
+    (``engine.decode_operand``: a [G, W * 64, K], b read through its index); then the
+    compiled engine evaluates it."""
+    if not isinstance(b, np.ndarray):
+        return _gemm_decoded(a, b, c, instruction)
+    if not c.flags.writeable:
+        c = np.array(c)
     g, w, m, _ = a.shape
     d = mma.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1), instruction=instruction) \
         if exact is None else _exact.gemm(a.reshape(g, w * m, -1), b, c.reshape(g, w * m, -1),
                                           instruction, exact)
+    return d.reshape(c.shape)
+
+
+def _gemm_decoded(a, b, c, instruction):
+    """:func:`_gemm_wg` through ``engine.dot_add_decoded``: ``a`` decoded or [G, W, 64, K]
+    (decoded here), ``b`` decoded; a ``c`` broadcast over the CTAs (zero_init's -0) is one
+    accumulator read by every CTA."""
+    g, w, m, n = c.shape
+    if isinstance(a, np.ndarray):
+        a = engine.decode_operand(a.reshape(g, w * m, -1), instruction.params)
+    if c.strides[0] == 0:
+        c3, c_index = np.array(c[:1]).reshape(1, w * m, n), np.zeros(g, np.int64)
+    else:
+        c3, c_index = c.reshape(g, w * m, n), None
+    d = engine.dot_add_decoded(a, b, c3, instruction.params, instruction.k, c_index)
     return d.reshape(c.shape)
 
 
