@@ -132,6 +132,29 @@ def test_the_error_headline_is_relative_to_the_row_and_the_raw_ulp_max_comes_las
     assert "e+03" not in per_head
 
 
+def test_the_headline_row_reads_in_explains_order(capsys, tmp_path):
+    """The summary names its worst row as batch, head, row (the LSE line's order and that of
+    ``--explain B,H,M``), so the numbers can be typed into ``--explain`` as they are printed,
+    and that row's budget has the headline's error."""
+    import re
+
+    from simulator import run
+
+    out = tmp_path / "o.npz"
+    text = "\n".join(_lines(capsys, ["run", "--no-progress", "--out", str(out)]))
+    m = run.load_result(out)["params"]["metrics"]
+    where = re.search(r"of the row max \|ref\| \(batch (\d+), head (\d+), row (\d+), dim \d+\)",
+                      text)
+    assert where is not None, text
+    b, h, r = (int(g) for g in where.groups())
+    rb, rr, rh, _ = m["out_worst_row_rel"]
+    assert (b, h, r) == (rb, rh, rr)
+    explained = "\n".join(_lines(capsys, ["run", "--no-progress", "--explain", f"{b},{h},{r}"]))
+    assert f"error budget of row (batch {b}, head {h}, query {r})" in explained
+    emulator = next(line for line in explained.splitlines() if line.startswith("emulator"))
+    assert float(emulator.split()[-2]) == pytest.approx(m["out_max_row_rel"], rel=1e-2)
+
+
 def test_row_scaled_metrics_on_a_small_case():
     """measure's row-relative error and the ulp maximum over significant elements, by hand:
     a row [1, 2^-10] with errors of 1 ulp at 1 (2^-7) and 8 ulp at 2^-10."""
