@@ -29,12 +29,24 @@ _FLOATS = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat
            np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)}
 
 
+def _dtypes_differ(what, a: np.ndarray, b: np.ndarray) -> ValueError:
+    """The error for two dtypes; where one side is float64 (``flash.reference``'s output), it
+    says how to get float64 attention in the other's format (a plain ``astype`` to bfloat16
+    rounds twice, through float32: ``simulator.flash.exact.round_once``)."""
+    text = f"{what[0]}, {what[1]}: dtypes differ ({a.dtype} vs {b.dtype})"
+    if np.float64 in (a.dtype, b.dtype):
+        text += ("; diff compares two arrays of one format bit for bit: for float64 attention "
+                 "rounded once to the output's format, run flash.forward(..., "
+                 "exact=flash.Exactness.all(o_rounding=False))")
+    return ValueError(text)
+
+
 def _check_pair(a, b, what=("a", "b")) -> tuple[np.ndarray, np.ndarray]:
     for name, x in zip(what, (a, b), strict=True):
         reject_subclass(name, x, ValueError)
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype != b.dtype:
-        raise ValueError(f"{what[0]}, {what[1]}: dtypes differ ({a.dtype} vs {b.dtype})")
+        raise _dtypes_differ(what, a, b)
     if a.shape != b.shape:
         raise ValueError(f"{what[0]}, {what[1]}: shapes differ ({a.shape} vs {b.shape})")
     if a.dtype not in _FLOATS:
