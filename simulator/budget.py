@@ -58,7 +58,8 @@ class Budget:
     """The error budget of :func:`budget`: ``str()`` is a table under 100 columns.
 
     Attributes:
-        scope: what was measured (``"row (b, h, m)"``, ``"head (b, h)"`` or ``"call"``).
+        scope: what was measured (``"row (batch b, head h, query m)"``, ``"head (batch b,
+            head h)"`` or ``"call"``).
         fmt: the input format; elements: how many output elements the errors cover.
         total_max, total_mean: the emulator's relative error (every approximation on).
         exact_max: the error with every approximation exact (float64 round-off, ~1e-15).
@@ -244,5 +245,5 @@ def _slice(q, k, v, kwargs, cfg, b, h, m):
     args = (q[b: b + 1, :, hkv * g: (hkv + 1) * g], k[b: b + 1, :, hkv: hkv + 1],
             v[b: b + 1, :, hkv: hkv + 1], kw)
     if m is None:
-        return args, (0, slice(None), h - hkv * g), f"head (b={b}, h={h})"
-    return args, (0, m, h - hkv * g), f"row (b={b}, h={h}, m={m})"
+        return args, (0, slice(None), h - hkv * g), f"head (batch {b}, head {h})"
+    return args, (0, m, h - hkv * g), f"row (batch {b}, head {h}, query {m})"
