@@ -151,8 +151,8 @@ def test_the_error_headline_is_relative_to_the_row_and_the_raw_ulp_max_comes_las
 
 def test_the_headline_row_reads_in_explains_order(capsys, tmp_path):
     """The summary names its worst row as batch, head, row (the LSE line's order and that of
-    ``--explain B,H,M``), so the numbers can be typed into ``--explain`` as they are printed,
-    and that row's budget has the headline's error."""
+    ``--explain B,H,M``) and gives the ``--explain`` that splits its error; that row's budget
+    has the headline's error."""
     import re
 
     from simulator import run
@@ -166,6 +166,7 @@ def test_the_headline_row_reads_in_explains_order(capsys, tmp_path):
     b, h, r = (int(g) for g in where.groups())
     rb, rr, rh, _ = m["out_worst_row_rel"]
     assert (b, h, r) == (rb, rh, rr)
+    assert f"why: --explain {b},{h},{r} (same options)" in text  # the next step, spelt out
     explained = "\n".join(_lines(capsys, ["run", "--no-progress", "--explain", f"{b},{h},{r}"]))
     assert f"error budget of row (batch {b}, head {h}, query {r})" in explained
     emulator = next(line for line in explained.splitlines() if line.startswith("emulator"))

@@ -103,6 +103,8 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
         rb, rr, rh, rc = m["out_worst_row_rel"]
         lines.append(f"            max |error| {_percent(m['out_max_row_rel'])} of the row max "
                      f"|ref| (batch {rb}, head {heads[rh]}, row {rr}, dim {rc})")
+        lines.append(f"            why: --explain {rb},{heads[rh]},{rr} (same options) splits that row's "
+                     "error by approximation")
         lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
         lines.append(f"            in {out_fmt} ulps at the reference value: mean "
                      f"{m['out_mean_ulp']:.3g}, 99th percentile {m['out_p99_ulp']:.3g}")
