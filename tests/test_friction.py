@@ -31,6 +31,17 @@ def _figure_of_plot(monkeypatch, tmp_path, *args):
     return saved[0]
 
 
+def test_plot_raises_no_deprecation_warning(monkeypatch, tmp_path):
+    """run --plot through matplotlib's current colormap API: no (Pending)DeprecationWarning
+    in a user's log or test run."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("error", PendingDeprecationWarning)
+        _figure_of_plot(monkeypatch, tmp_path, "--heads", "0-1")
+
+
 def _overlap(a, b) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
