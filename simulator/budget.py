@@ -84,7 +84,8 @@ class Budget:
     def __str__(self) -> str:
         lines = [f"error budget of {self.scope}, {self.fmt}, {self.elements} output elements",
                  "errors |O - O_float64| relative to the row's max |O_float64|; alone: only this "
-                 "approximation,", "the rest exact; without: the emulator with this one exact",
+                 "approximation,", "the rest exact; share: of the summed alone means; without: the "
+                 "emulator with this one exact",
                  f"{'approximation':<36} {'alone max':>10} {'alone mean':>10} "
                  f"{'share':>6} {'without max':>11} {'without mean':>12}"]
         for p in self.parts:

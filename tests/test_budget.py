@@ -134,6 +134,7 @@ def test_budget_row_scope_and_flat_index():
     ref = reference(q, k, v)[0][0, 7, 2]
     assert by_tuple.total_max == bud.relative_error(forward(q, k, v).out[0, 7, 2], ref)[0]
     assert all(len(line) < 100 for line in str(by_tuple).splitlines())
+    assert "share: of the summed alone means" in str(by_tuple)  # the header says what share is
 
 
 def test_budget_argument_errors():
