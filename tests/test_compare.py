@@ -105,6 +105,7 @@ def test_first_divergence_prints_its_numbering_and_sides():
                           "warpgroup's 64 (row 81 of the CTA tile), column 11 of the head dim")
     lines = text.splitlines()
     assert f"  emulator = {d.a}" in lines and f"  H200     = {d.b}" in lines, text
+    assert max(len(line) for line in lines) < 100, text  # a 100-column terminal or notebook
     assert d.a != d.b and "a =" not in text and "b =" not in text
     assert "(1 of 8,192 elements of acc_o differ in this event)" in text
 
