@@ -5,7 +5,8 @@
 # over worker processes. No GPU is used; this workplace runs it on the H200 host for its
 # 16 CPU cores ($OUT; elsewhere out/device_verify/). Each topic writes verify_<topic>.json
 # (the rows of `verify --json`) and verify_<topic>.log; a topic cut by the time limit says so
-# in its log and has no JSON.
+# in its log and has no JSON. At the end verify_summary.json gathers them (rows, exit status,
+# wall time, peak RSS) and replaces the per-topic files.
 #   bash scripts/device_verify_session.sh [LIMIT_S]
 set -u -o pipefail
 : "${OUT:=out/device_verify}"
@@ -59,3 +60,5 @@ with open(tmp, "w") as f:
 os.replace(tmp, os.path.join(out, "verify_summary.json"))
 PY
 rm -f "$OUT"/verify_*.json.part
+# the summary holds every row: keep it alone (the device tool returns a few files)
+[ -s "$OUT/verify_summary.json" ] && rm -f "$OUT"/verify_[!s]*.json "$OUT"/verify_*.log

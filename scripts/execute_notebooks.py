@@ -38,7 +38,7 @@ def sources(names: list[str]) -> list[Path]:
     with one of ``names`` (``"04"``, ``"12_exp2_vs_expf"``, a path to the source or its .ipynb).
 
     Raises:
-        SystemExit: a name matches no source (the message lists the sources).
+        ValueError: a name matches no source (the message lists the sources).
     """
     every = sorted(SOURCE_DIR.glob("[0-9][0-9]_*.py"))
     if not names:
@@ -48,7 +48,7 @@ def sources(names: list[str]) -> list[Path]:
         stem = Path(name).stem
         hits = [p for p in every if p.stem == stem or p.stem.startswith(stem + "_")]
         if not hits:
-            raise SystemExit(f"error: no notebook source matches {name!r}; sources: "
+            raise ValueError(f"no notebook source matches {name!r}; sources: "
                              + ", ".join(p.stem for p in every))
         chosen += [p for p in hits if p not in chosen]
     return chosen
@@ -60,17 +60,20 @@ def ipynb_of(source: Path) -> Path:
 
 
 def stale_reason(source: Path) -> str | None:
-    """Why the committed ``.ipynb`` of ``source`` is stale (missing, other cells than the
-    source, a code cell never executed), or None when it is current."""
+    """Why the committed ``.ipynb`` of ``source`` is stale (missing, unreadable, other cells
+    than the source, a code cell never executed), or None when it is current."""
     import jupytext  # noqa: PLC0415
     import nbformat  # noqa: PLC0415
 
     path = ipynb_of(source)
     if not path.is_file():
         return f"{path.name} is missing"
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+        got = [(c.cell_type, c.source) for c in nb.cells]
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a merge's conflict markers
+        return f"{path.name} is not a readable notebook ({type(exc).__name__}: {str(exc)[:80]})"
     want = [(c.cell_type, c.source) for c in jupytext.read(source).cells]
-    got = [(c.cell_type, c.source) for c in nb.cells]
     if got != want:
         first = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w),
                      min(len(got), len(want)))
@@ -131,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 30 <= args.dpi <= 300:
         ap.error(f"--dpi must lie in 30..300, got {args.dpi}")
-    chosen = sources(args.names)
+    if args.timeout < 1:
+        ap.error(f"--timeout must be at least 1 second, got {args.timeout}")
+    try:  # a usage error (2), not the exit code 1 of a stale or failing notebook
+        chosen = sources(args.names)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.check:
         reasons = [r for r in map(stale_reason, chosen) if r]
         print("\n".join(reasons) if reasons else f"{len(chosen)} notebooks current")

@@ -82,6 +82,9 @@ class Budget:
         raise KeyError(f"{name}: not a part of this budget ({[p.name for p in self.parts]})")
 
     def __str__(self) -> str:
+        if not self.elements:
+            return (f"error budget of {self.scope}, {self.fmt}: no output element to compare\n"
+                    "(the float64 reference is NaN on every row: NaN or inf inputs)")
         lines = [f"error budget of {self.scope}, {self.fmt}, {self.elements} output elements",
                  "errors |O - O_float64| relative to the row's max |O_float64|; alone: only this "
                  "approximation,", "the rest exact; share: of the summed alone means; without: the "
@@ -148,7 +151,8 @@ def budget(q, k, v, *, row=None, head=None, **kwargs) -> Budget:
     for p in parts:
         p.share = p.alone_mean / total if total > 0 else 0.0
     parts.sort(key=lambda p: -p.alone_mean)
-    return Budget(scope, fmt, int(ref.size), total_max, total_mean, exact_max, parts)
+    compared = int(np.count_nonzero(~np.isnan(ref).any(axis=-1))) * ref.shape[-1]  # as measured
+    return Budget(scope, fmt, compared, total_max, total_mean, exact_max, parts)
 
 
 def relative_error(out, ref) -> tuple[float, float]:

@@ -31,7 +31,10 @@ class OneLineParser(argparse.ArgumentParser):
     (see `PROG --help`)``, with exit code 2 (argparse prints its usage block first)."""
 
     def error(self, message):
-        command = self.prog.removeprefix("python -m simulator").strip()
+        prog, main = self.prog, "python -m simulator"
+        # "python -m simulator run" -> "run"; another module's prog keeps its name
+        command = (prog[len(main):].strip() if prog == main or prog.startswith(main + " ")
+                   else prog.removeprefix("python -m "))
         print(f"error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)",
               file=sys.stderr, flush=True)
         raise SystemExit(EXIT_USAGE)

@@ -65,6 +65,13 @@ _EDGES = {
 }
 
 
+def _check_dtype(dtype, name: str = "dtype", optional: bool = True) -> None:
+    """Raises ValueError unless ``dtype`` is one of :data:`DTYPES` (or None, where drawn)."""
+    if not (optional and dtype is None) and not (isinstance(dtype, str) and dtype in DTYPES):
+        raise ValueError(f"{name}: expected {'None or ' if optional else ''}one of "
+                         f"{', '.join(DTYPES)}, got {dtype!r}")
+
+
 def score_values(*, allow_nan: bool = True, allow_inf: bool = True):
     """Single float32 logits: ordinary values, huge ones (1e4 .. 1e38), subnormals, +-0,
     and (optionally) +-inf and NaN."""
@@ -119,7 +126,12 @@ def masks(local: bool = True):
 
 
 def block_params(fmt: str = "bf16"):
-    """kblock_m, kblock_n and schedule values the kernel supports for ``fmt``."""
+    """kblock_m, kblock_n and schedule values the kernel supports for ``fmt``.
+
+    Raises:
+        ValueError: ``fmt`` is not one of bf16, f16, e4m3.
+    """
+    _check_dtype(fmt, "fmt", optional=False)
     step = 32 if fmt == "e4m3" else 16
     return st.fixed_dictionaries({
         "kblock_m": st.sampled_from([64, 128, 192]),
@@ -169,6 +181,7 @@ def attention_inputs(draw, dtype: str | None = None, max_batch: int = 2, max_seq
             ``simulator.measure.hypothesis_replay`` were drawn so, and their values do not
             shrink).
     """
+    _check_dtype(dtype)
     fmt = dtype or draw(st.sampled_from(list(DTYPES)))
     b = draw(st.integers(1, max_batch))
     sq = draw(st.integers(1, max_seqlen))
@@ -452,6 +465,7 @@ def fa3_func_calls(draw, dtype: str | None = None, max_batch: int = 2, max_seqle
     softcap, num_splits (1, 0 = FA3's heuristic, 2, 3), softmax_scale, pack_gqa, e4m3
     descales [batch, heads_kv]; ``return_attn_probs=True`` (run() returns out and
     softmax_lse)."""
+    _check_dtype(dtype)
     fmt = dtype or draw(st.sampled_from(list(DTYPES)))
     b = draw(st.integers(1, max_batch))
     sq, sk = draw(st.integers(1, max_seqlen)), draw(st.integers(1, max_seqlen))
@@ -474,6 +488,7 @@ def fa3_varlen_calls(draw, dtype: str | None = None, max_batch: int = 3, max_seq
     max_seqlen_k the longest sequences, in half the calls seqused_k int32 [batch] (0 to each
     sequence's keys); the keywords of :func:`fa3_func_calls` (num_splits 1 or 0: FA3's
     heuristic per sequence; pack_gqa None or True)."""
+    _check_dtype(dtype)
     fmt = dtype or draw(st.sampled_from(list(DTYPES)))
     b = draw(st.integers(1, max_batch))
     rows = draw(st.lists(st.integers(1, max_seqlen), min_size=b, max_size=b))
@@ -505,6 +520,7 @@ def fa3_kvcache_calls(draw, dtype: str | None = None, max_batch: int = 2, max_ca
     num_splits 0 (FA3's heuristic), 1, 2, 4 and pack_gqa None or True;
     ``return_softmax_lse=True``. run() appends into
     copies of the caches."""
+    _check_dtype(dtype)
     fmt = dtype or draw(st.sampled_from(("bf16", "f16")))
     b = draw(st.integers(1, max_batch))
     sq = draw(st.integers(1, max_seqlen_q))
@@ -528,7 +544,12 @@ def fa3_kvcache_calls(draw, dtype: str | None = None, max_batch: int = 2, max_ca
 
 def fa3_calls(dtype: str | None = None, head_dims=(64,), edge_values: bool = True):
     """Any of :func:`fa3_func_calls`, :func:`fa3_varlen_calls`, :func:`fa3_kvcache_calls`
-    (the KV cache in bf16 / f16 only: with ``dtype="e4m3"`` it is left out)."""
+    (the KV cache in bf16 / f16 only: with ``dtype="e4m3"`` it is left out).
+
+    Raises:
+        ValueError: ``dtype`` is not None or one of bf16, f16, e4m3.
+    """
+    _check_dtype(dtype)
     kinds = [fa3_func_calls(dtype, head_dims=head_dims, edge_values=edge_values),
              fa3_varlen_calls(dtype, head_dims=head_dims, edge_values=edge_values)]
     if dtype != "e4m3":

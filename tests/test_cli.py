@@ -218,3 +218,21 @@ def test_verify_help_names_every_topic():
     from simulator import cli, verify
 
     assert cli.VERIFY_TOPICS == tuple(verify.TOPICS)
+
+
+def test_measure_exp2_throughput_sass_names_the_missing_tool(tmp_path, capsys, monkeypatch):
+    """Without the CUDA toolkit ``--sass`` is one line naming what is missing and how to give
+    it (exit 2), not "[Errno 2] No such file or directory: '/x'"; nothing is written."""
+    from simulator import cli
+
+    monkeypatch.setenv("CUOBJDUMP", str(tmp_path / "no_cuobjdump"))
+    assert cli.main(["measure", "exp2_throughput", "--sass", "--out", str(tmp_path / "o"),
+                     "--nvcc", sys.executable]) == 2  # an executable: the disassembler is checked
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "CUOBJDUMP: expected the path of cuobjdump" in err
+    monkeypatch.delenv("CUOBJDUMP")
+    assert cli.main(["measure", "exp2_throughput", "--sass", "--out", str(tmp_path / "o"),
+                     "--nvcc", str(tmp_path / "no_nvcc")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--nvcc: expected the CUDA compiler" in err
+    assert not (tmp_path / "o").exists()

@@ -320,6 +320,65 @@ def test_command_line(tmp_path):
     assert missing.returncode == 2 and "no such file" in missing.stderr
 
 
+@pytest.mark.parametrize("number", sorted(exercises.EXERCISES))
+def test_a_function_that_writes_its_inputs_changes_no_later_check(number):
+    """The recordings are cached: a function that works in place on its arguments (after
+    computing the right answer) must leave every later check, its own included, unchanged."""
+    solution = getattr(solutions, exercises.EXERCISES[number].name)
+
+    def in_place(*args):
+        result = solution(*args)
+        for a in args:
+            if isinstance(a, np.ndarray):
+                a[...] = 1.0
+        return result
+
+    assert exercises.check(number, in_place).passed
+    assert exercises.check(number, solution).passed
+
+
+@pytest.mark.parametrize(("body", "code", "says"), [
+    ("def reduce_max(scores, row_max)\n    pass\n", 2, "syn.py line 1 does not import: SyntaxError"),
+    ("import not_a_module_here\n", 2, "line 1 does not import: ModuleNotFoundError"),
+    ("import sys\nsys.exit(0)\n", 2, "does not import: SystemExit: 0"),
+    ("def reduce_max(scores, row_max):\n    raise ValueError('mine')\n", 1,
+     "FAIL, your function raised ValueError: mine"),
+    ("def reduce_max(scores, row_max):\n    raise SystemExit(0)\n", 1,
+     "FAIL, your function raised SystemExit: 0"),
+    ("def reduce_max(scores, row_max):\n    raise KeyboardInterrupt\n", 130, "interrupted"),
+])
+def test_command_line_file_that_fails(tmp_path, capsys, body, code, says):
+    """A FILE that does not import is a usage error (2, one line naming it), never a PASS; an
+    exception of the reader's function is a FAIL (1) with its traceback, not a usage error."""
+    from simulator.exercises.__main__ import main
+
+    attempt = tmp_path / "syn.py"
+    attempt.write_text(body)
+    assert main(["check", "1", str(attempt)]) == code
+    out, err = capsys.readouterr()
+    assert says in out + err
+    if code == 2:
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_command_line_usage_error_names_the_module(capsys):
+    """argparse's one-line error names ``simulator.exercises check``, not ``.exercises check``
+    (the main command line's prefix cut from another module's name)."""
+    from simulator.exercises.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "9", "--solution"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.startswith("error: simulator.exercises check: argument number: invalid choice: 9")
+
+
+def test_a_wrong_return_of_finalize_names_it_like_the_other_exercises():
+    r = exercises.check(5, lambda *a: (*solutions.finalize(*a)[:2], None))
+    assert not r.passed
+    assert "lse (3rd returned): expected a float32 array of shape (1, 128, 2), got NoneType" in str(r)
+
+
 def test_the_list_says_how_to_start_and_fits_100_columns():
     """``python -m simulator.exercises`` alone is where a newcomer starts: besides the list it
     names the stubs' file and the command that checks an attempt."""

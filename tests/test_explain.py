@@ -87,3 +87,25 @@ def test_parse_row():
     for bad in ("1,2", "-1", "a", "1,2,3,4", ""):
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             parse_row(bad)
+
+
+def test_budget_of_a_row_with_an_inf_query_says_there_is_nothing_to_compare():
+    """A query row holding -inf gives NaN in the float64 reference: the budget compares no
+    element. It said "64 output elements" with every error 0 (as if exact), and the exact
+    tensor-core path printed numpy's "invalid value encountered in matmul"."""
+    import warnings
+
+    import ml_dtypes
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 16, 1, 32)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    q[0, 3] = -np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nan_row = budget.budget(q, k, v, row=(0, 0, 3))
+        assert budget.budget(q, k, v, row=(0, 0, 4)).elements == 32
+    assert nan_row.elements == 0
+    text = str(nan_row)
+    assert "no output element to compare" in text and "0.00e+00" not in text
+    assert max(map(len, text.splitlines())) < 100

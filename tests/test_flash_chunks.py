@@ -150,3 +150,27 @@ def test_workers_share_the_memory_budget():
     with _CountingPool(4) as pool, pytest.raises(MemoryError, match="times 4 chunks running at once"):
         flash.forward(q, k, v, executor=pool, memory_budget=fixed + 3 * per_cta)
     assert pool.sizes == []
+
+
+@pytest.mark.parametrize("stderr", ["closed", "no isatty"])
+def test_progress_true_into_a_closed_or_replaced_stderr_runs_the_call(monkeypatch, stderr):
+    """progress=True with a closed stderr (or one replaced by an object with no ``isatty``)
+    shows nothing; the call is not lost for its progress line."""
+    import io
+    import sys
+
+    err = io.StringIO()
+    if stderr == "closed":
+        err.close()
+    else:
+        err = type("Writer", (), {"write": lambda self, s: len(s), "flush": lambda self: None})()
+    q, k, v = _inputs(seed=4)
+    serial = flash.forward(q, k, v)
+    monkeypatch.setattr(sys, "stderr", err)
+    _same(serial, flash.forward(q, k, v, progress=True))
+
+
+def test_progress_of_a_numpy_bool_names_its_type():
+    q, k, v = _inputs()
+    with pytest.raises(TypeError, match=r"progress: expected None, a bool .* got numpy\.bool"):
+        flash.forward(q, k, v, progress=np.True_)

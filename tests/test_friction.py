@@ -202,6 +202,32 @@ def test_row_scaled_metrics_on_a_small_case():
     assert m["out_worst_row_max"] == 1.0 and m["per_head_max_ulp_significant"] == [1.0]
 
 
+def test_error_headline_on_zero_rows_prints_no_inf_and_no_spurious_place():
+    """A row whose reference is all zero (the emulator's not) has no scale: its headline gives
+    the absolute error there, not "inf%"; an output equal to the reference names no place."""
+    import warnings
+
+    import ml_dtypes
+    import numpy as np
+
+    from simulator import run
+    from simulator.run.report import _error_lines
+
+    ref = np.array([[1.0, 0.5], [0.0, 0.0]])[None, :, None, :]          # [B, S, H, d]
+    out = np.array([[1.0, 0.5], [2.0**-9, 0.0]], ml_dtypes.bfloat16)[None, :, None, :]
+    lse = np.zeros((1, 1, 2), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for o, says in ((out, "max |error| 0.00195 in a row whose reference is all zero "
+                                "(batch 0, head 0, row 1, dim 0)"),
+                        (ref.astype(ml_dtypes.bfloat16), "max |error| 0: every finite output "
+                                                         "equals the reference")):
+            lines = _error_lines(run.measure(o, lse, ref, lse.astype(np.float64), "bf16"),
+                                 "bf16", [0])
+            assert lines[1].strip() == says
+            assert not any("inf" in line or "nan" in line for line in lines[:2])
+
+
 class _Terminal(io.StringIO):
     """A stderr that says it is a terminal."""
 

@@ -170,7 +170,8 @@ def test_every_notebook_starts_and_ends_through_simulator_notebook():
 
 
 @needs_jupytext
-def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsys):
+def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsys, tmp_path,
+                                                                           monkeypatch):
     """scripts/execute_notebooks.py (which writes the committed .ipynb) covers every source,
     picks one by number, refuses an unknown name, and its --check agrees with the tests above."""
     import importlib.util as iu
@@ -180,6 +181,14 @@ def test_execute_notebooks_script_sees_every_source_and_finds_them_current(capsy
     spec.loader.exec_module(script)
     assert script.sources([]) == SOURCES and script.PAIRING == PAIRING
     assert [p.stem[:2] for p in script.sources(["04"])] == ["04"]
-    with pytest.raises(SystemExit, match="no notebook source matches 'nope'"):
+    with pytest.raises(ValueError, match="no notebook source matches 'nope'"):
         script.sources(["nope"])
     assert script.main(["--check"]) == 0, capsys.readouterr().out
+    for bad in (["--check", "99"], ["--timeout", "0", "04"]):  # usage errors, not "stale" (1)
+        with pytest.raises(SystemExit) as exit_:
+            script.main(bad)
+        assert exit_.value.code == 2, bad
+    broken = tmp_path / SOURCES[0].with_suffix(".ipynb").name  # conflict markers of a merge
+    broken.write_text("<<<<<<< HEAD\n{}\n=======\n{}\n>>>>>>> other\n")
+    monkeypatch.setattr(script, "NOTEBOOK_DIR", tmp_path)
+    assert script.stale_reason(SOURCES[0]).startswith(f"{broken.name} is not a readable notebook")

@@ -185,6 +185,18 @@ def test_the_module_docstring_recipe_runs_as_written():
         settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))  # tests/conftest.py
 
 
+@pytest.mark.parametrize("make", [sst.fa3_func_calls, sst.fa3_varlen_calls, sst.fa3_kvcache_calls,
+                                  sst.fa3_calls, sst.attention_inputs])
+@pytest.mark.parametrize("dtype", ["fp8", ""])
+def test_an_unknown_dtype_is_named(make, dtype):
+    """dtype="fp8" raised KeyError 'fp8' (attention_inputs) or named ``fmt``, an argument the
+    caller never gave; "" was taken as None (a drawn format)."""
+    with pytest.raises(ValueError, match=rf"dtype: expected None or one of bf16, f16, e4m3, got {dtype!r}"):
+        find(make(dtype=dtype), lambda _: True)
+    with pytest.raises(ValueError, match="fmt: expected one of bf16, f16, e4m3, got 'fp8'"):
+        find(sst.block_params("fp8"), lambda _: True)
+
+
 def test_the_properties_doc_example_runs_as_written():
     """docs/properties.md's property test in FA3's keywords (a keyword pinned with
     ``.filter``), run as a user pastes it into a test file: it passes on its 60 calls."""

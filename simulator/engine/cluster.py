@@ -109,16 +109,27 @@ def forward_by_heads(client, q, k, v, *, kv_heads_per_task: int | None = None, *
         ``flash.ForwardResult`` (out [batch, seqlen_q, heads, head_dim_v], lse
         [batch, heads, seqlen_q]).
     Raises:
-        ValueError: a refused argument, ``kv_heads_per_task`` not a positive int, or heads
-            that do not group over heads_kv; and what ``flash.forward`` raises, from the task.
+        ValueError: a refused argument, ``kv_heads_per_task`` not a positive int, a closed
+            ``client``, heads that do not group over heads_kv, or what ``flash.forward``'s
+            argument checks (:func:`simulator.flash.make_config`) refuse for the whole call.
+        TypeError: a keyword ``flash.forward`` does not take.
     """
-    from ..flash.config import ForwardResult
+    import inspect
 
+    from ..flash import forward
+    from ..flash.config import ForwardResult, make_config
+
+    unknown = sorted(set(kwargs) - set(inspect.signature(forward).parameters))
+    if unknown:
+        raise TypeError(f"forward_by_heads: unexpected keyword arguments {unknown} (not "
+                        "flash.forward's)")
     for name in ("executor", "trace", "num_splits"):
         if kwargs.get(name) is not None:
             raise ValueError(f"{name}: not with forward_by_heads (each task is a serial forward)")
-    if not (hasattr(client, "submit") and hasattr(client, "gather")):
-        raise ValueError(f"client: expected a distributed.Client, got {type(client).__name__}")
+    if isinstance(client, type) or not (hasattr(client, "submit") and hasattr(client, "gather")):
+        raise ValueError(f"client: expected a distributed.Client, got {client!r:.60}")
+    if getattr(client, "status", "running") in ("closing", "closed"):
+        raise ValueError(f"client: expected a running distributed.Client, got a {client.status} one")
     q, k, v = (np.asarray(x) for x in (q, k, v))
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v: expected [batch, seqlen, heads, head_dim] arrays, got shapes "
@@ -126,13 +137,19 @@ def forward_by_heads(client, q, k, v, *, kv_heads_per_task: int | None = None, *
     heads, hkv = q.shape[2], k.shape[2]
     if hkv < 1 or heads % hkv:
         raise ValueError(f"q, k: {heads} query heads do not group over {hkv} kv heads")
+    # the whole call's shapes, dtypes, descales and qv, checked here: a task sees only its slice
+    # of heads, where v's extra heads or a wider descale would be cut off without a word
+    params = inspect.signature(make_config).parameters
+    make_config(q, k, v, **{name: x for name, x in kwargs.items() if name in params})
     g = heads // hkv
     if kv_heads_per_task is None:
         workers = max(1, len(client.scheduler_info().get("workers", {})))
         kv_heads_per_task = -(-hkv // workers)
-    if isinstance(kv_heads_per_task, bool) or not isinstance(kv_heads_per_task, int) \
+    if isinstance(kv_heads_per_task, bool | np.bool_) or not isinstance(kv_heads_per_task,
+                                                                         int | np.integer) \
             or kv_heads_per_task < 1:
         raise ValueError(f"kv_heads_per_task: expected a positive int, got {kv_heads_per_task!r}")
+    kv_heads_per_task = int(kv_heads_per_task)
     futures = []
     for j0 in range(0, hkv, kv_heads_per_task):
         j1 = min(hkv, j0 + kv_heads_per_task)
@@ -142,11 +159,13 @@ def forward_by_heads(client, q, k, v, *, kv_heads_per_task: int | None = None, *
         for name in ("q_descale", "k_descale", "v_descale"):
             if kw.get(name) is not None and np.ndim(kw[name]) == 2:
                 kw[name] = np.asarray(kw[name])[:, j0:j1]
-        # scattered first: large arrays inside a task's graph make dask warn and slow down
+        # the arrays scattered first (large arrays inside a task's graph make dask warn and slow
+        # down), each under a key of its own: with dask's content hashing, equal slices of two
+        # calls share one key, and releasing the first call's futures loses the second's data
         data = client.scatter([np.ascontiguousarray(q[:, :, j0 * g: j1 * g]),
                                np.ascontiguousarray(k[:, :, j0:j1]),
-                               np.ascontiguousarray(v[:, :, j0:j1]), kw])
-        futures.append(client.submit(_heads_task, *data, pure=False))
+                               np.ascontiguousarray(v[:, :, j0:j1])], hash=False)
+        futures.append(client.submit(_heads_task, *data, kw, pure=False))
     parts = client.gather(futures)
     return ForwardResult(np.concatenate([o for o, _ in parts], axis=2),
                          np.concatenate([s for _, s in parts], axis=1))

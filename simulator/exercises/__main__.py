@@ -4,8 +4,9 @@
     python -m simulator.exercises check N FILE.py       # FILE.py defines the stub's function
     python -m simulator.exercises check N --solution    # the reference solution
 
-Exit codes (simulator.errors): 0 PASS, 1 FAIL (the first divergence is printed), 2 usage
-error (a missing file or function, an unknown exercise, missing recordings).
+Exit codes (simulator.errors): 0 PASS, 1 FAIL (the first divergence, or the traceback of an
+exception the function raised, is printed), 2 usage error (a missing file or function, a FILE
+that fails to import, an unknown exercise, missing recordings), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -13,10 +14,36 @@ from __future__ import annotations
 import importlib.util
 import sys
 import textwrap
+import traceback
 from pathlib import Path
 
-from ..errors import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, OneLineParser, RecordedDataError
+from ..errors import (
+    EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_USAGE,
+    OneLineParser,
+    RecordedDataError,
+)
 from . import EXERCISES, check
+
+
+class _Raised(Exception):
+    """The reader's function raised (its exception is the ``__cause__``)."""
+
+
+def _guarded(fn):
+    """``fn``, its exceptions told apart from the checker's own usage errors (a ValueError the
+    reader's code raises is a failing function, not a bad command line); NotImplementedError
+    passes through: it is the stub's own "fill me in"."""
+    def call(*args):
+        try:
+            return fn(*args)
+        except NotImplementedError:
+            raise
+        except (Exception, SystemExit) as exc:  # sys.exit(0) in the function is no PASS
+            raise _Raised from exc
+    return call
 
 
 def _load(path: str, name: str):
@@ -25,7 +52,15 @@ def _load(path: str, name: str):
         raise ValueError(f"FILE: no such file {path!r}")
     spec = importlib.util.spec_from_file_location(f"exercise_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:  # a FILE that does not import is the reader's input
+        where = next((f" line {f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__))
+                      if Path(f.filename).resolve() == file.resolve()), "")
+        text = str(exc)
+        if isinstance(exc, SyntaxError):  # no frame of FILE: the line is the exception's
+            where, text = f" line {exc.lineno}", exc.msg
+        raise ValueError(f"FILE: {path}{where} does not import: {type(exc).__name__}: {text}") from exc
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ValueError(f"FILE: {path} defines no function {name!r} (the stub's name)")
@@ -69,10 +104,19 @@ def main(argv=None) -> int:
             fn = getattr(solutions, name)
         else:
             fn = _load(args.file, name)
-        result = check(args.number, fn)
+        result = check(args.number, _guarded(fn))
+    except _Raised as exc:
+        user = exc.__cause__
+        traceback.print_exception(type(user), user, user.__traceback__.tb_next, file=sys.stderr)
+        print(f"exercise {args.number} ({name}): FAIL, your function raised "
+              f"{type(user).__name__}: {user}")
+        return EXIT_MISMATCH
     except (ValueError, RecordedDataError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(result)
     return EXIT_OK if result.passed else EXIT_MISMATCH
 

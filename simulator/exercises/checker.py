@@ -79,6 +79,12 @@ def _float32(what: str, value, shape: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
+def _call(fn, *args):
+    """``fn`` on copies of the array arguments: the recordings are cached, and a function that
+    works in place must not change what the next case (or the next check) is given."""
+    return fn(*(a.copy() if isinstance(a, np.ndarray) else a for a in args))
+
+
 def _unpack(what: str, value, count: int) -> tuple:
     if not isinstance(value, tuple | list) or len(value) != count:
         raise _BadReturn(f"{what}: expected a tuple of {count} arrays, got {type(value).__name__}"
@@ -141,7 +147,8 @@ def _ex1_trace_outputs(fn):
             for i, e in events:
                 if e.step == "max_get_scale":
                     scores = _scores_before(events, i, e.n_block)
-                    got = _float32("reduce_max's return", fn(scores, prev), e.data["row_max"].shape)
+                    got = _float32("reduce_max's return", _call(fn, scores, prev),
+                                   e.data["row_max"].shape)
                     out[i] = {"row_max": got}
                     prev = e.data["row_max"]
         return out
@@ -168,8 +175,8 @@ def _ex2_outputs(fn):
                 o_events = [e for i, e in events if i < ir and "acc_o" in e.data]
                 shape = case.device.events[ir].data["acc_o"].shape
                 acc_o = rowcol(o_events[-1].data["acc_o"] if o_events else np.zeros(shape, np.float32))
-                res = _unpack("online_rescale's return", fn(
-                    _scores_before(events, im, em.n_block), mgs[j - 1][1].data["row_max"],
+                res = _unpack("online_rescale's return", _call(
+                    fn, _scores_before(events, im, em.n_block), mgs[j - 1][1].data["row_max"],
                     em.data["row_max"], soft[j - 1][1].data["row_sum"], acc_o,
                     case.scale_log2[cta]), 4)
                 rows = em.data["row_max"].shape
@@ -193,7 +200,7 @@ def _ex3_outputs(fn):
                     row_max[e.n_block] = (e.data["row_max"], _scores_before(events, i, e.n_block))
                 elif e.step == "online_softmax":
                     rm, scores = row_max[e.n_block]
-                    p = _float32("fp8_exp2's return", fn(scores, rm, case.scale_log2[cta]),
+                    p = _float32("fp8_exp2's return", _call(fn, scores, rm, case.scale_log2[cta]),
                                  scores.shape)
                     out[i] = {"acc_s": fragment(p)}
         return out
@@ -210,11 +217,12 @@ def _ex5_outputs(fn):
                 last_max = [x for k, x in events if k < i and x.step == "max_get_scale"][-1]
                 last_sum = [x for k, x in events if k < i and x.step == "online_softmax"][-1]
                 rows = e.data["row_sum"].shape
-                res = _unpack("finalize's return", fn(
-                    last_max.data["row_max"], last_sum.data["row_sum"], case.scale_log2[cta],
+                res = _unpack("finalize's return", _call(
+                    fn, last_max.data["row_max"], last_sum.data["row_sum"], case.scale_log2[cta],
                     case.max_offset, case.final_scale[cta]), 3)
-                out[i] = {name: _float32(f"{name} ({k + 1}. returned)", res[k], rows)
-                          for k, name in enumerate(("row_sum", "scores_scale", "lse"))}
+                names = ("row_sum", "scores_scale", "lse")
+                out[i] = {name: _float32(f"{name} ({('1st', '2nd', '3rd')[k]} returned)", res[k], rows)
+                          for k, name in enumerate(names)}
         return out
     return outputs
 
@@ -235,7 +243,7 @@ def _run_probe(fn) -> tuple[list, int]:
 
     failures, compared = [], 0
     for case in recorded.probe_cases("max"):
-        got = _float32("reduce_max's return", fn(case.scores, case.summary),
+        got = _float32("reduce_max's return", _call(fn, case.scores, case.summary),
                        case.scores.shape[:-1])
         compared += got.size
         bits = got.view(np.uint32)
@@ -309,7 +317,7 @@ def _run_combine(fn) -> tuple[list, int]:
     failures, compared = [], 0
     for case in recorded.combine_cases():
         rows, dv = case.o.shape[1:]
-        res = _unpack("combine's return", fn(case.lse.copy(), case.o.copy(),
+        res = _unpack("combine's return", _call(fn, case.lse, case.o,
                                              split_allreduce(case.num_splits, case.head_dim_v)), 2)
         o = _float32("out (1st returned)", res[0], (rows, dv))
         lse = _float32("lse (2nd returned)", res[1], (rows,))

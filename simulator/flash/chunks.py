@@ -113,8 +113,10 @@ def workers(executor) -> int:
 def check_progress(progress) -> None:
     """Raises TypeError unless ``progress`` is None, a bool or a callable."""
     if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        kind = type(progress)
+        name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
         raise TypeError(f"progress: expected None, a bool or a callable (done, total), got "
-                        f"{type(progress).__name__}")
+                        f"{name} {progress!r:.40}")
 
 
 #: seconds of one K/V block visit per score of the block times (kernel head dim + V head dim):
@@ -150,13 +152,17 @@ def auto_progress(progress, seconds: float):
     returned as given (False: off)."""
     if progress is not None:
         return progress
+    return bool(_stderr_is_tty() and seconds > LONG_CALL_SECONDS)
+
+
+def _stderr_is_tty() -> bool:
+    """Whether stderr is a terminal: False for None, closed or replaced (no ``isatty``)."""
     import sys
 
     try:
-        tty = sys.stderr is not None and sys.stderr.isatty()
+        return sys.stderr is not None and bool(sys.stderr.isatty())
     except (AttributeError, OSError, ValueError):  # a replaced or closed stderr
-        tty = False
-    return bool(tty and seconds > LONG_CALL_SECONDS)
+        return False
 
 
 def _tqdm():
@@ -192,7 +198,7 @@ class Progress:
             pass  # no stderr (closed at start, ``2>&-``): nowhere to show progress
         elif progress is True:
             # off a terminal (a log file, a pipe) whole lines, never a bar redrawn with \r
-            tqdm = _tqdm() if sys.stderr.isatty() else None
+            tqdm = _tqdm() if _stderr_is_tty() else None
             if tqdm is None:
                 self._line = sys.stderr
             else:
@@ -226,7 +232,7 @@ class Progress:
                     print(f"{self.what}: {self.done:,}/{self.total:,} K/V block visits "
                           f"({100 * self.done / max(1, self.total):.0f}%), {when}",
                           file=self._line, flush=True)
-                except (OSError, ValueError):  # stderr closed by its reader: progress, not work
+                except (AttributeError, OSError, ValueError):  # stderr closed or not a file
                     self._line = None
 
     def callback(self):

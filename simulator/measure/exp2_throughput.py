@@ -178,7 +178,11 @@ def disassembler() -> list[str]:
     """``cuobjdump -sass`` or, without it, ``nvdisasm`` (``CUOBJDUMP`` / ``NVDISASM`` name
     them explicitly). Raises FileNotFoundError when neither is found."""
     for env, name, args in (("CUOBJDUMP", "cuobjdump", ["-sass"]), ("NVDISASM", "nvdisasm", [])):
-        path = os.environ.get(env) or shutil.which(name)
+        path = os.environ.get(env)
+        if path and not shutil.which(path):
+            raise FileNotFoundError(f"{env}: expected the path of {name}, got {path!r} (no such "
+                                    "executable)")
+        path = path or shutil.which(name)
         if path:
             return [path, *args]
     raise FileNotFoundError("neither cuobjdump nor nvdisasm found (set CUOBJDUMP=PATH; pip "
@@ -193,6 +197,9 @@ def sass_report(nvcc: str = "nvcc") -> dict:
     map_<form>]}}}``. Raises subprocess.CalledProcessError (nvcc failed), FileNotFoundError
     (no nvcc / disassembler), ValueError (see :func:`unrolled_loop`)."""
     probe = runtime.KERNELS_DIR / PROBE
+    if not shutil.which(nvcc):
+        raise FileNotFoundError(f"--nvcc: expected the CUDA compiler, got {nvcc!r} (not found; "
+                                "give --nvcc PATH)")
     dis = disassembler()
     report = {"nvcc": tool_version(nvcc), "disassembler": f"{Path(dis[0]).name} {tool_version(dis[0])}",
               "probe": f"kernels/{PROBE}", "probe_sha256": hashlib.sha256(probe.read_bytes()).hexdigest(),

@@ -83,6 +83,7 @@ def measure(out: np.ndarray, lse: np.ndarray, ref_out: np.ndarray, ref_lse: np.n
         m.update({k: None for k in ("out_max_ulp", "out_mean_ulp", "out_p99_ulp",
                                     "out_within_half_ulp", "out_worst", "out_worst_values",
                                     "out_rel_frobenius", "out_max_row_rel", "out_worst_row_rel",
+                                    "out_worst_row_rel_error",
                                     "out_max_ulp_significant", "out_worst_row_max")})
         m["per_head_max_ulp"] = m["per_head_max_ulp_significant"] = [None] * o.shape[2]
     lse64 = lse.astype(np.float64)
@@ -140,6 +141,7 @@ def _row_scaled(err, eu, ref, fin, raw_worst) -> dict:
     eu_sig = np.where(sig, eu, 0.0)
     per_head = np.where(sig.any(axis=(0, 1, 3)), eu_sig.max(axis=(0, 1, 3)), np.nan)
     return {"out_max_row_rel": float(rel[worst]), "out_worst_row_rel": tuple(int(i) for i in worst),
+            "out_worst_row_rel_error": float(err[worst]),
             "out_worst_row_max": float(scale[raw_worst[:-1]][0]),
             "out_max_ulp_significant": float(eu_sig.max()) if sig.any() else None,
             "per_head_max_ulp_significant": [None if np.isnan(x) else float(x) for x in per_head]}

@@ -101,10 +101,17 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
                      f"NaN, {m['ref_out_inf']:,} inf")
     if m["out_pairs"]:
         rb, rr, rh, rc = m["out_worst_row_rel"]
-        lines.append(f"            max |error| {_percent(m['out_max_row_rel'])} of the row max "
-                     f"|ref| (batch {rb}, head {heads[rh]}, row {rr}, dim {rc})")
-        lines.append(f"            why: --explain {rb},{heads[rh]},{rr} (same options) splits that row's "
-                     "error by approximation")
+        at, rel = f"batch {rb}, head {heads[rh]}, row {rr}, dim {rc}", m["out_max_row_rel"]
+        if rel == 0:
+            lines.append("            max |error| 0: every finite output equals the reference")
+        elif math.isinf(rel):  # a row whose reference is all zero: no scale to divide by
+            lines.append(f"            max |error| {m['out_worst_row_rel_error']:.3g} in a row whose "
+                         f"reference is all zero ({at})")
+        else:
+            lines.append(f"            max |error| {_percent(rel)} of the row max |ref| ({at})")
+        if rel != 0:  # the next step, spelt out: that row's error by approximation
+            lines.append(f"            why: --explain {rb},{heads[rh]},{rr} (same options) splits "
+                         "that row's error by approximation")
         lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
         lines.append(f"            in {out_fmt} ulps at the reference value: mean "
                      f"{m['out_mean_ulp']:.3g}, 99th percentile {m['out_p99_ulp']:.3g}")
