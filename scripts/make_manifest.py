@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         lines = stale(args.folder)
         for line in lines:
             print(f"{args.folder / MANIFEST_NAME}: {line}")
+        if not lines:  # say so: a silent success reads like nothing ran
+            print(f"{args.folder / MANIFEST_NAME}: current ({len(read_manifest(args.folder) or {})} "
+                  "files)")
         return 1 if lines else 0
     files = manifest_entries(args.folder)
     write_json_atomic(args.folder / MANIFEST_NAME, {

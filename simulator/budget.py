@@ -58,7 +58,8 @@ class Budget:
     """The error budget of :func:`budget`: ``str()`` is a table under 100 columns.
 
     Attributes:
-        scope: what was measured (``"row (b, h, m)"``, ``"head (b, h)"`` or ``"call"``).
+        scope: what was measured (``"row (batch b, head h, query m)"``, ``"head (batch b,
+            head h)"`` or ``"call"``).
         fmt: the input format; elements: how many output elements the errors cover.
         total_max, total_mean: the emulator's relative error (every approximation on).
         exact_max: the error with every approximation exact (float64 round-off, ~1e-15).
@@ -86,7 +87,8 @@ class Budget:
                     "(the float64 reference is NaN on every row: NaN or inf inputs)")
         lines = [f"error budget of {self.scope}, {self.fmt}, {self.elements} output elements",
                  "errors |O - O_float64| relative to the row's max |O_float64|; alone: only this "
-                 "approximation,", "the rest exact; without: the emulator with this one exact",
+                 "approximation,", "the rest exact; share: of the summed alone means; without: the "
+                 "emulator with this one exact",
                  f"{'approximation':<36} {'alone max':>10} {'alone mean':>10} "
                  f"{'share':>6} {'without max':>11} {'without mean':>12}"]
         for p in self.parts:
@@ -248,5 +250,5 @@ def _slice(q, k, v, kwargs, cfg, b, h, m):
     args = (q[b: b + 1, :, hkv * g: (hkv + 1) * g], k[b: b + 1, :, hkv: hkv + 1],
             v[b: b + 1, :, hkv: hkv + 1], kw)
     if m is None:
-        return args, (0, slice(None), h - hkv * g), f"head (b={b}, h={h})"
-    return args, (0, m, h - hkv * g), f"row (b={b}, h={h}, m={m})"
+        return args, (0, slice(None), h - hkv * g), f"head (batch {b}, head {h})"
+    return args, (0, m, h - hkv * g), f"row (batch {b}, head {h}, query {m})"

@@ -169,8 +169,8 @@ class _InterruptWatch:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m simulator",
-        description="Bit-exact emulator of a Hopper (sm_90) warpgroup running the "
-        "FlashAttention-3 forward online softmax, with its CUDA twin.",
+        description="Bit-exact emulator of what an H200 (sm_90) computes when it runs "
+        "FlashAttention-3: the forward, the backward and FA3's Python API, with CUDA twins.",
         epilog="Exit codes: 0 ok, 1 emulator/device mismatch, 2 usage or input error (also "
         "missing/unreadable recorded data, no GPU), 3 internal error, 130 interrupted (Ctrl-C), "
         "141 stdout closed early (a broken pipe).",

@@ -16,6 +16,7 @@ two in what they print (``("emulator", "reference")`` unless given).
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -29,12 +30,24 @@ _FLOATS = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat
            np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)}
 
 
+def _dtypes_differ(what, a: np.ndarray, b: np.ndarray) -> ValueError:
+    """The error for two dtypes; where one side is float64 (``flash.reference``'s output), it
+    says how to get float64 attention in the other's format (a plain ``astype`` to bfloat16
+    rounds twice, through float32: ``simulator.flash.exact.round_once``)."""
+    text = f"{what[0]}, {what[1]}: dtypes differ ({a.dtype} vs {b.dtype})"
+    if np.float64 in (a.dtype, b.dtype):
+        text += ("; diff compares two arrays of one format bit for bit: for float64 attention "
+                 "rounded once to the output's format, run flash.forward(..., "
+                 "exact=flash.Exactness.all(o_rounding=False))")
+    return ValueError(text)
+
+
 def _check_pair(a, b, what=("a", "b")) -> tuple[np.ndarray, np.ndarray]:
     for name, x in zip(what, (a, b), strict=True):
         reject_subclass(name, x, ValueError)
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype != b.dtype:
-        raise ValueError(f"{what[0]}, {what[1]}: dtypes differ ({a.dtype} vs {b.dtype})")
+        raise _dtypes_differ(what, a, b)
     if a.shape != b.shape:
         raise ValueError(f"{what[0]}, {what[1]}: shapes differ ({a.shape} vs {b.shape})")
     if a.dtype not in _FLOATS:
@@ -297,26 +310,41 @@ class Divergence:
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def _register_lines(self) -> list[str]:
+        """The register line; when it would pass 99 columns, the tile element it holds goes
+        on a line of its own (the text after the fragment's name)."""
+        line = f"  register: {self.register}"
+        name, sep, element = (self.register or "").partition(": ")
+        return [line] if len(line) < 100 or not sep else [f"  register: {name}:", f"    {element}"]
+
     def __str__(self) -> str:
         first, second = self.labels
         if self.note:
-            return f"traces differ in structure ({first} against {second}): {self.note}"
+            return textwrap.fill(f"traces differ in structure ({first} against {second}): "
+                                 f"{self.note}", width=99, subsequent_indent="  ")
         if not self.found:
-            return (f"no divergence: every traced step and register of the {first} agrees bit for "
-                    f"bit with the {second}")
+            return textwrap.fill(f"no divergence: every traced step and register of the {first} "
+                                 f"agrees bit for bit with the {second}", width=99,
+                                 subsequent_indent="  ")
         b, h, m = self.cta
         wg, t = self.warpgroup, self.thread
         width = max(len(first), len(second))
         of = f" of {self.size:,}" if self.size is not None else ""
-        return (f"first divergence at event {self.event_index} ({self.step}, "
-                + ("after the last block" if self.n_block is None else f"K/V block {self.n_block}")
-                + f") of CTA (batch {b}, head {h}, m_block {m}), array {self.array}\n"
-                f"  thread: warpgroup {wg}, warp {self.warp}, lane {self.lane} (thread {t} of the "
-                f"warpgroup, 0-127; {128 * wg + t} of the CTA), quad {self.quad} of the warpgroup "
-                f"(0-31; {32 * wg + self.quad} of the CTA), lane {t % 4} of the quad\n"
-                f"  register: {self.register}\n"
-                f"  {first:<{width}} = {self.a}\n  {second:<{width}} = {self.b}\n"
-                f"  ({self.differing:,}{of} elements of {self.array} differ in this event)")
+        lines = [f"first divergence at event {self.event_index} ({self.step}, "
+                 + ("after the last block" if self.n_block is None else f"K/V block {self.n_block}")
+                 + f") of CTA (batch {b}, head {h}, m_block {m}), array {self.array}",
+                 f"  thread: warpgroup {wg}, warp {self.warp}, lane {self.lane} (thread {t} of the "
+                 f"warpgroup, 0-127; {128 * wg + t} of the CTA),",
+                 f"    quad {self.quad} of the warpgroup (0-31; {32 * wg + self.quad} of the CTA), "
+                 f"lane {t % 4} of the quad",
+                 *self._register_lines(),
+                 f"  {first:<{width}} = {self.a}", f"  {second:<{width}} = {self.b}",
+                 f"  ({self.differing:,}{of} elements of {self.array} differ in this event)"]
+        # under 100 columns, continuations indented past their line's own indent
+        return "\n".join(textwrap.fill(line, width=99, break_long_words=False,
+                                        break_on_hyphens=False,
+                                        subsequent_indent=" " * (len(line) - len(line.lstrip()) + 2))
+                          for line in lines)
 
 
 def first_divergence(trace_a, trace_b, *, labels=DEFAULT_LABELS) -> Divergence:

@@ -129,10 +129,12 @@ def test_budget_row_scope_and_flat_index():
     by_tuple = bud.budget(q, k, v, row=(0, 2, 7))
     by_flat = bud.budget(q, k, v, row=(0 * 4 + 2) * 50 + 7)
     assert str(by_tuple) == str(by_flat)
-    assert by_tuple.scope == "row (b=0, h=2, m=7)" and by_tuple.elements == 64
+    assert by_tuple.scope == "row (batch 0, head 2, query 7)"  # as run --explain prints it
+    assert by_tuple.elements == 64
     ref = reference(q, k, v)[0][0, 7, 2]
     assert by_tuple.total_max == bud.relative_error(forward(q, k, v).out[0, 7, 2], ref)[0]
     assert all(len(line) < 100 for line in str(by_tuple).splitlines())
+    assert "share: of the summed alone means" in str(by_tuple)  # the header says what share is
 
 
 def test_budget_argument_errors():

@@ -31,6 +31,18 @@ def test_diff_across_zero_and_bf16():
     assert compare.diff(a, a).identical and "identical" in str(compare.diff(a, a))
 
 
+def test_diff_against_a_float64_reference_says_how_to_compare():
+    """``compare.diff(out, flash.reference(...)[0])`` is a newcomer's first try: the error
+    names both dtypes and where float64 attention in the output's format comes from."""
+    hint = r"run flash\.forward\(\.\.\., exact=flash\.Exactness\.all\(o_rounding=False\)\)$"
+    with pytest.raises(ValueError, match=r"\(bfloat16 vs float64\); diff compares .*" + hint):
+        compare.diff(np.zeros(2, ml_dtypes.bfloat16), np.zeros(2))
+    with pytest.raises(ValueError, match=r"\(float64 vs float32\); .*" + hint):
+        compare.diff(np.zeros(2), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"dtypes differ \(float32 vs float16\)$"):
+        compare.diff(np.zeros(2, np.float32), np.zeros(2, np.float16))
+
+
 def test_diff_rejects_mismatched_inputs():
     with pytest.raises(ValueError, match="dtypes differ"):
         compare.diff(np.zeros(2, np.float32), np.zeros(2, np.float16))
@@ -93,6 +105,7 @@ def test_first_divergence_prints_its_numbering_and_sides():
                           "warpgroup's 64 (row 81 of the CTA tile), column 11 of the head dim")
     lines = text.splitlines()
     assert f"  emulator = {d.a}" in lines and f"  H200     = {d.b}" in lines, text
+    assert max(len(line) for line in lines) < 100, text  # a 100-column terminal or notebook
     assert d.a != d.b and "a =" not in text and "b =" not in text
     assert "(1 of 8,192 elements of acc_o differ in this event)" in text
 

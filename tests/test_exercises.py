@@ -12,6 +12,8 @@ the recordings' (the device's bits at that place are asserted where the claim is
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import pytest
 
 from simulator import exercises
 from simulator.compare import bits
-from simulator.exercises import puzzles, solutions
+from simulator.exercises import EXERCISES, puzzles, solutions
 from simulator.exercises.recorded import trace_cases
 from simulator.hw import shfl_down, shfl_xor
 from simulator.numerics import fadd, ffma, fmax, fmul, fsub
@@ -375,3 +377,18 @@ def test_a_wrong_return_of_finalize_names_it_like_the_other_exercises():
     r = exercises.check(5, lambda *a: (*solutions.finalize(*a)[:2], None))
     assert not r.passed
     assert "lse (3rd returned): expected a float32 array of shape (1, 128, 2), got NoneType" in str(r)
+
+
+def test_the_list_says_how_to_start_and_fits_100_columns():
+    """``python -m simulator.exercises`` alone is where a newcomer starts: besides the list it
+    names the stubs' file and the command that checks an attempt."""
+    from simulator.exercises.__main__ import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([]) == 0
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) < 100
+    assert all(f"{n}. {ex.name}: checked on" in text for n, ex in EXERCISES.items())
+    assert "simulator/exercises/puzzles.py" in text
+    assert "python -m simulator.exercises check N FILE.py" in text

@@ -31,6 +31,17 @@ def _figure_of_plot(monkeypatch, tmp_path, *args):
     return saved[0]
 
 
+def test_plot_raises_no_deprecation_warning(monkeypatch, tmp_path):
+    """run --plot through matplotlib's current colormap API: no (Pending)DeprecationWarning
+    in a user's log or test run."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("error", PendingDeprecationWarning)
+        _figure_of_plot(monkeypatch, tmp_path, "--heads", "0-1")
+
+
 def _overlap(a, b) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
@@ -90,6 +101,23 @@ def test_what_the_commands_print_fits_100_columns(capsys, tmp_path, argv):
     assert max(len(line) for line in lines) < 100, max(lines, key=len)
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["verify", "--help"],
+                                  ["measure", "--help"]], ids=["top", "run", "verify", "measure"])
+def test_help_fits_100_columns(capsys, monkeypatch, argv):
+    """Each command's --help on a 100-column terminal: argparse wraps its own text; the
+    measurement list of measure --help is laid out by hand and must fit too."""
+    monkeypatch.setenv("COLUMNS", "100")
+    capsys.readouterr()
+    try:  # argparse's --help exits; measure's hand-made list returns
+        code = cli.main(argv)
+    except SystemExit as done:
+        code = done.code
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 5
+    assert max(len(line) for line in lines) < 100, max(lines, key=len)
+
+
 def test_verify_table_wraps_long_check_names_and_details_within_its_columns():
     """The longest check names of the full replay (up to 98 characters) and a mismatch's
     detail continue on lines of their own; the numbers stay in their columns."""
@@ -132,6 +160,30 @@ def test_the_error_headline_is_relative_to_the_row_and_the_raw_ulp_max_comes_las
     assert "e+03" not in per_head
 
 
+def test_the_headline_row_reads_in_explains_order(capsys, tmp_path):
+    """The summary names its worst row as batch, head, row (the LSE line's order and that of
+    ``--explain B,H,M``) and gives the ``--explain`` that splits its error; that row's budget
+    has the headline's error."""
+    import re
+
+    from simulator import run
+
+    out = tmp_path / "o.npz"
+    text = "\n".join(_lines(capsys, ["run", "--no-progress", "--out", str(out)]))
+    m = run.load_result(out)["params"]["metrics"]
+    where = re.search(r"of the row max \|ref\| \(batch (\d+), head (\d+), row (\d+), dim \d+\)",
+                      text)
+    assert where is not None, text
+    b, h, r = (int(g) for g in where.groups())
+    rb, rr, rh, _ = m["out_worst_row_rel"]
+    assert (b, h, r) == (rb, rh, rr)
+    assert f"why: --explain {b},{h},{r} (same options)" in text  # the next step, spelt out
+    explained = "\n".join(_lines(capsys, ["run", "--no-progress", "--explain", f"{b},{h},{r}"]))
+    assert f"error budget of row (batch {b}, head {h}, query {r})" in explained
+    emulator = next(line for line in explained.splitlines() if line.startswith("emulator"))
+    assert float(emulator.split()[-2]) == pytest.approx(m["out_max_row_rel"], rel=1e-2)
+
+
 def test_row_scaled_metrics_on_a_small_case():
     """measure's row-relative error and the ulp maximum over significant elements, by hand:
     a row [1, 2^-10] with errors of 1 ulp at 1 (2^-7) and 8 ulp at 2^-10."""
@@ -167,7 +219,7 @@ def test_error_headline_on_zero_rows_prints_no_inf_and_no_spurious_place():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for o, says in ((out, "max |error| 0.00195 in a row whose reference is all zero "
-                                "(batch 0, row 1, head 0, dim 0)"),
+                                "(batch 0, head 0, row 1, dim 0)"),
                         (ref.astype(ml_dtypes.bfloat16), "max |error| 0: every finite output "
                                                          "equals the reference")):
             lines = _error_lines(run.measure(o, lse, ref, lse.astype(np.float64), "bf16"),

@@ -645,7 +645,8 @@ def test_make_manifest_script(tmp_path):
     from simulator import io as sio
 
     assert set(sio.read_manifest(tmp_path)) == {"a.npz", "b.json"}
-    assert subprocess.run([*script, "--check"], capture_output=True).returncode == 0
+    ok = subprocess.run([*script, "--check"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.endswith("MANIFEST.json: current (2 files)\n"), ok.stdout
     (tmp_path / "b.json").write_text("{ }\n")
     r = subprocess.run([*script, "--check"], capture_output=True, text=True)
     assert r.returncode == 1 and "b.json: sha256 differs" in r.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,3 +195,16 @@ def test_an_unknown_dtype_is_named(make, dtype):
         find(make(dtype=dtype), lambda _: True)
     with pytest.raises(ValueError, match="fmt: expected one of bf16, f16, e4m3, got 'fp8'"):
         find(sst.block_params("fp8"), lambda _: True)
+
+
+def test_the_properties_doc_example_runs_as_written():
+    """docs/properties.md's property test in FA3's keywords (a keyword pinned with
+    ``.filter``), run as a user pastes it into a test file: it passes on its 60 calls."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "properties.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1 and ".filter(lambda c: c.kwargs[\"causal\"])" in blocks[0]
+    ns: dict = {"__name__": "docs_properties"}
+    exec(compile(blocks[0], "docs/properties.md python block", "exec"), ns)
+    tests = [f for n, f in ns.items() if n.startswith("test_")]
+    assert len(tests) == 1
+    tests[0]()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import textwrap
 import traceback
 from pathlib import Path
 
@@ -66,17 +67,32 @@ def _load(path: str, name: str):
     return fn
 
 
+# after the list: where a newcomer starts (each line under 100 columns)
+HOW_TO_START = """
+To solve one: copy its stub from simulator/exercises/puzzles.py (the docstring is the task:
+shapes, the H200's sequence, hints) into FILE.py under the same name (reduce_max for 1), fill
+it in, then run: python -m simulator.exercises check N FILE.py
+In Python: simulator.exercises.check(N, your_function); notebook 11 walks through all five."""
+
+
 def main(argv=None) -> int:
-    parser = OneLineParser(prog="python -m simulator.exercises", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m simulator.exercises",
+                           description="List the exercises, or check your function for one "
+                                       "against the H200's recordings.")
     sub = parser.add_subparsers(dest="command")
     chk = sub.add_parser("check", help="run exercise N on a function, against H200 recordings")
-    chk.add_argument("number", type=int, choices=sorted(EXERCISES))
-    chk.add_argument("file", nargs="?", help="a Python file defining the stub's function")
+    chk.add_argument("number", type=int, choices=sorted(EXERCISES),
+                     help="the exercise, as numbered in the list")
+    chk.add_argument("file", nargs="?",
+                     help="a Python file defining the stub's function under its name "
+                          "(reduce_max for 1, online_rescale for 2, ...)")
     chk.add_argument("--solution", action="store_true", help="check the reference solution")
     args = parser.parse_args(argv)
     if args.command is None:
         for ex in EXERCISES.values():
-            print(f"{ex.number}. {ex.name}: checked on {ex.checked_on}")
+            print(textwrap.fill(f"{ex.number}. {ex.name}: checked on {ex.checked_on}", width=99,
+                                subsequent_indent="   "))
+        print(HOW_TO_START)
         return EXIT_OK
     name = EXERCISES[args.number].name
     try:

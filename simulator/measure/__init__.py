@@ -30,11 +30,11 @@ RUNS = {
     "fa3_chunk_record": "the real FA3 forward with attention_chunk (flash-attn3-jax's FFI)",
     "fa3_paged_record": "the real FA3 flash_attn_with_kvcache on paged KV caches (flash-attn3-jax)",
     "fa3_backward_record": "the real FA3 backward (flash-attn3-jax) on its case matrix and drawn cases",
-    "softcap_sass": "the SASS nvcc makes of the softcap backward arithmetic with FA3's flags (no GPU)",
-    "exp2_throughput": "exp2f with the scale folded into one FFMA vs expf: SASS (--sass, no GPU), exp/s",
+    "softcap_sass": "the SASS nvcc makes of softcap's backward arithmetic, FA3's flags (no GPU)",
+    "exp2_throughput": "exp2f, the scale folded into one FFMA, vs expf: SASS (--sass, no GPU), exp/s",
     "reduce_add_probe": "the backward's float32 reduce-adds (red, atom, TMA bulk) on subnormals",
     "regressions": "the twin forward on the public regression cases",
-    "twin_backward_record": "the twin backward's dq, dk, dv on its case list (digests, small cases in full)",
+    "twin_backward_record": "the twin backward's dq, dk, dv on its cases (digests; small ones in full)",
 }
 
 

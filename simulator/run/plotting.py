@@ -115,9 +115,8 @@ def plot(path: Path, work: Workload, kwargs: dict, cfg, out, ref_out, batch: int
     finite = eu[np.isfinite(eu)]
     top = max(1.0, float(finite.max()) if finite.size else 1.0)
     norm = LogNorm(vmin=0.01, vmax=top)
-    cmap = plt.get_cmap("magma").copy()
-    cmap.set_under("limegreen")  # exact: a colour magma does not use (its low end is black)
-    cmap.set_bad("cyan")
+    # exact (under): a colour magma does not use (its low end is black); non-finite (bad): cyan
+    cmap = plt.get_cmap("magma").with_extremes(under="limegreen", bad="cyan")
     im_p = im_e = None
     for h in range(H):
         r_, c = divmod(h, pairs)

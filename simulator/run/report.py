@@ -101,7 +101,7 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
                      f"NaN, {m['ref_out_inf']:,} inf")
     if m["out_pairs"]:
         rb, rr, rh, rc = m["out_worst_row_rel"]
-        at, rel = f"batch {rb}, row {rr}, head {heads[rh]}, dim {rc}", m["out_max_row_rel"]
+        at, rel = f"batch {rb}, head {heads[rh]}, row {rr}, dim {rc}", m["out_max_row_rel"]
         if rel == 0:
             lines.append("            max |error| 0: every finite output equals the reference")
         elif math.isinf(rel):  # a row whose reference is all zero: no scale to divide by
@@ -109,6 +109,9 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
                          f"reference is all zero ({at})")
         else:
             lines.append(f"            max |error| {_percent(rel)} of the row max |ref| ({at})")
+        if rel != 0:  # the next step, spelt out: that row's error by approximation
+            lines.append(f"            why: --explain {rb},{heads[rh]},{rr} (same options) splits "
+                         "that row's error by approximation")
         lines.append(f"            relative Frobenius {m['out_rel_frobenius']:.3g}")
         lines.append(f"            in {out_fmt} ulps at the reference value: mean "
                      f"{m['out_mean_ulp']:.3g}, 99th percentile {m['out_p99_ulp']:.3g}")
@@ -123,7 +126,7 @@ def _error_lines(m: dict, out_fmt: str, heads: list[int]) -> list[str]:
         near_zero = (f" at a near-zero output, |ref| under {SIGNIFICANT:.0%} of the row max "
                      f"{row_max:.2g}" if abs(want) < SIGNIFICANT * row_max else "")
         lines.append(f"            raw max {m['out_max_ulp']:.3g} ulp (every element){near_zero}: "
-                     f"batch {wb}, row {wr}, head {heads[wh]}, dim {wc}, {got:.6g} for {want:.6g}, "
+                     f"batch {wb}, head {heads[wh]}, row {wr}, dim {wc}, {got:.6g} for {want:.6g}, "
                      f"absolute error {abs(got - want):.2g}")
     else:
         lines.append("            n/a (no finite pairs)")
