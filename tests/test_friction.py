@@ -90,10 +90,11 @@ def _lines(capsys, argv) -> list[str]:
     ["run", "--no-progress"],
     ["run", "--no-progress", "--explain", "0,0,102"],
     ["verify", "--quick", "--topic", "hw"],
-], ids=["run", "explain", "verify"])
+    ["run", "--no-progress", "--step", "--kblock-n", "64"],
+], ids=["run", "explain", "verify", "step"])
 def test_what_the_commands_print_fits_100_columns(capsys, tmp_path, argv):
-    """run, run --explain and verify on the default input: no line reaches 100 columns (a
-    terminal of 100 wraps a longer one mid-word)."""
+    """run, run --explain, verify and run --step's table on the default input: no line
+    reaches 100 columns (a terminal of 100 wraps a longer one mid-word)."""
     if argv[0] == "run":
         argv = [*argv, "--out", str(tmp_path / "o.npz")]
     lines = _lines(capsys, argv)

@@ -385,7 +385,7 @@ def test_traced_cta_without_keys_says_so(tmp_path):
     assert r.returncode == 0, r.stderr
     assert ("CTA (1, 1, 0) visits no K/V block: it writes O = 0 and LSE = -inf without any "
             "step") in r.stdout
-    assert "thread  row_max" not in r.stdout
+    assert "step            n  thread  row" not in r.stdout
 
 
 def test_embedded_sentences_run_as_one_varlen_batch(tmp_path):
@@ -558,11 +558,11 @@ def test_step_uses_the_first_traced_cta_that_visits_a_block(tmp_path, capsys):
                     "--step", "--out", tmp_path / "o.npz")
     assert ("step      CTA (1, 1, 0), the first traced CTA that visits a K/V block (CTA (0, 1, 0) "
             "visits none)") in text
-    assert "CTA (batch 1, head 1, m_block 0), warpgroup 0, quad 0" in text and "thread  row_max" in text
+    assert "CTA (batch 1, head 1, m_block 0), warpgroup 0, quad 0" in text and "step            n  thread  row" in text
     assert "trace     CTA (0, 1, 0) visits no K/V block" in text
     _, text = _main(capsys, "--input", src, "--trace-cta", "0,2,0", "--step", "--out", tmp_path / "o.npz")
     assert "step      nothing to show: the traced CTA visits no K/V block" in text
-    assert "thread  row_max" not in text
+    assert "step            n  thread  row" not in text
     _, text = _main(capsys, "--input", src, "--step", "--out", tmp_path / "o.npz")  # the default
     assert "step      CTA (1, 0, 0), the first CTA that visits a K/V block (the default trace)" in text
     assert run.load_result(tmp_path / "o.npz")["trace"].ctas() == [(1, 0, 0)]
@@ -677,8 +677,11 @@ def test_step_marks_the_padding_rows_of_a_short_sentence(tmp_path, capsys):
                     "--out", tmp_path / "o.npz")
     assert "threads 4-7 hold rows 1 and 9 (padding)\n" in text
     assert "(pad) marks a padding row: past the sequence's 8 query rows, not a row of the input" in text
-    rows = [line for line in text.splitlines() if line.startswith("max_get_scale")]
-    assert rows and all(line.count("(pad)") == 3 for line in rows), rows  # row_max, row_sum, scale
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("max_get_scale"))
+    state = lines[at: at + 8]  # thread 4 row 1, row 9, thread 5 row 1, ...
+    assert [line.split()[-5] for line in state[1::2]] == ["(pad)"] * 4, state  # "9 (pad)"
+    assert all("(pad)" not in line for line in state[0::2]), state
     _, text = _main(capsys, "--heads", "0", "--step", "--out", tmp_path / "o.npz")
     assert "hold rows 0 and 8\n" in text and "(pad" not in text  # sentence 0: 147 real rows
 

@@ -232,38 +232,53 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
     g0 = cta[2] * kblock_m + 64 * w
     pad = [rows is not None and g0 + r >= rows for r in row_of]
     tag = [" (padding)" if p else "" for p in pad]
-    head = f"CTA (batch {cta[0]}, head {cta[1]}, m_block {cta[2]}), warpgroup {w}, quad {ql}: " \
-           f"threads {w * 128 + threads[0]}-{w * 128 + threads[-1]} hold rows {g0 + row_of[0]}" \
-           f"{tag[0]} and {g0 + row_of[1]}{tag[1]}\n(row values as [row {g0 + row_of[0]}, row " \
-           f"{g0 + row_of[1]}]; row_sum is thread-local until finalize; frag = the thread's first " \
-           f"two elements of row {g0 + row_of[0]}: columns 2t, 2t+1 of the tile)"
+    rows_g = [g0 + r for r in row_of]
+    head = (f"CTA (batch {cta[0]}, head {cta[1]}, m_block {cta[2]}), warpgroup {w}, quad {ql}: "
+            f"threads {w * 128 + threads[0]}-{w * 128 + threads[-1]} hold rows {rows_g[0]}{tag[0]} "
+            f"and {rows_g[1]}{tag[1]}\n(row state: one line per thread and row; row_sum is "
+            f"thread-local until finalize; frag: the thread's first two elements of row "
+            f"{rows_g[0]}, columns 2t, 2t+1 of the tile)")
     if any(pad):
         head += (f"\n(pad) marks a padding row: past the sequence's {plural(int(rows), 'query row')}, "
                  "not a row of the input; the kernel computes it and writes nothing of it")
-    table = [("step", "n", "thread", "row_max", "row_sum", "scores_scale", "lse", "frag")]
+    fields = ("row_max", "row_sum", "scores_scale", "lse")
+    table = [("step", "n", "thread", "row", *fields)]
+    spans = []  # fragment lines: the text runs across the row state's columns
     for e in events:
-        for i, t in enumerate(threads):
-            def pair(name, e=e, t=t):
-                if name not in e.data:
-                    return "."
-                return ", ".join(f32_text(v) + (" (pad)" if p else "")
-                                 for v, p in zip(np.ravel(e.data[name][w, t])[:2], pad, strict=False))
-            frag = "."
-            for name in ("acc_s", "acc_o"):
-                if name in e.data:
-                    f = e.data[name][w, t]
-                    vr = rowcol_view(f"m64n{f.shape[-1] * 2}k16")
-                    frag = f"{name} " + ", ".join(f32_text(f[r]) for r in vr.reg[0, :2]) + (
-                        " (pad)" if pad[0] else "")
-            table.append((e.step if i == 0 else "", "" if e.n_block is None or i else
-                          str(e.n_block), str(int(w * 128 + t)), pair("row_max"), pair("row_sum"),
-                          pair("scores_scale"), pair("lse"), frag))
-    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+        n = "" if e.n_block is None else str(e.n_block)
+        first = True
+        if any(f in e.data for f in fields):
+            for t in threads:
+                for j in range(2):
+                    table.append((e.step if first else "", n if first else "",
+                                  str(int(w * 128 + t)) if j == 0 else "",
+                                  f"{rows_g[j]}{' (pad)' if pad[j] else ''}",
+                                  *(f32_text(np.ravel(e.data[f][w, t])[j]) if f in e.data else "."
+                                    for f in fields)))
+                    first = False
+        name = next((f for f in ("acc_s", "acc_o") if f in e.data), None)
+        if name is not None:
+            for t in threads:
+                f = e.data[name][w, t]
+                vr = rowcol_view(f"m64n{f.shape[-1] * 2}k16")
+                spans.append(len(table))
+                table.append((e.step if first else "", n if first else "", str(int(w * 128 + t)),
+                              "frag", f"{name} " + ", ".join(f32_text(f[r]) for r in vr.reg[0, :2])
+                              + (" (pad)" if pad[0] else "")))
+                first = False
     prose = [w for line in head.splitlines()
              for w in textwrap.wrap(line, WIDTH, break_on_hyphens=False) or [line]]
-    lines = prose + ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=True)).rstrip()
-                      for row in table]
-    return "\n".join(lines)
+    return "\n".join(prose + _columns(table, spans))
+
+
+def _columns(table: list[tuple[str, ...]], spans: list[int]) -> list[str]:
+    """The rows of ``table`` as lines, each column as wide as its widest cell; the rows whose
+    index is in ``spans`` have fewer cells, their last one running on unpadded."""
+    skip = set(spans)
+    widths = [max(len(row[c]) for i, row in enumerate(table)
+                  if c < len(row) - (i in skip)) for c in range(len(table[0]))]
+    return ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=False)).rstrip()
+            for row in table]
 
 
 def step_choice(traced, busy, default: bool = False) -> str:
