@@ -558,7 +558,8 @@ def test_step_uses_the_first_traced_cta_that_visits_a_block(tmp_path, capsys):
                     "--step", "--out", tmp_path / "o.npz")
     assert ("step      CTA (1, 1, 0), the first traced CTA that visits a K/V block (CTA (0, 1, 0) "
             "visits none)") in text
-    assert "CTA (batch 1, head 1, m_block 0), warpgroup 0, quad 0" in text and "step            n  thread  row" in text
+    assert "CTA (batch 1, head 1, m_block 0), warpgroup 0, quad 0" in text
+    assert "step            n  thread  row" in text
     assert "trace     CTA (0, 1, 0) visits no K/V block" in text
     _, text = _main(capsys, "--input", src, "--trace-cta", "0,2,0", "--step", "--out", tmp_path / "o.npz")
     assert "step      nothing to show: the traced CTA visits no K/V block" in text
