@@ -216,8 +216,8 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
 
     ``rows``: the query rows of the CTA's sequence (its ``seqlen_q``; None: every row is real).
     A row of the quad at or past it is padding, not a row of the input: the kernel computes
-    it and the epilogue writes nothing of it. The header says so and the table marks its
-    values with ``(pad)``. Raises UsageError for a ``quad`` outside the CTA's warpgroups.
+    it and the epilogue writes nothing of it. The header says so and the table marks its row
+    number and fragments with ``(pad)``. Raises UsageError for a ``quad`` outside the CTA's warpgroups.
     """
     from ..hw import rowcol_view
 
@@ -230,9 +230,9 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
     view = rowcol_view("m64n32k16")  # the thread -> row map is the same for every N
     row_of = [int(r) for r in view.row[threads[0]]]
     g0 = cta[2] * kblock_m + 64 * w
-    pad = [rows is not None and g0 + r >= rows for r in row_of]
-    tag = [" (padding)" if p else "" for p in pad]
     rows_g = [g0 + r for r in row_of]
+    pad = [rows is not None and r >= rows for r in rows_g]
+    tag = [" (padding)" if p else "" for p in pad]
     head = (f"CTA (batch {cta[0]}, head {cta[1]}, m_block {cta[2]}), warpgroup {w}, quad {ql}: "
             f"threads {w * 128 + threads[0]}-{w * 128 + threads[-1]} hold rows {rows_g[0]}{tag[0]} "
             f"and {rows_g[1]}{tag[1]}\n(row state: one line per thread and row; row_sum is "
@@ -243,7 +243,6 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
                  "not a row of the input; the kernel computes it and writes nothing of it")
     fields = ("row_max", "row_sum", "scores_scale", "lse")
     table = [("step", "n", "thread", "row", *fields)]
-    spans = []  # fragment lines: the text runs across the row state's columns
     for e in events:
         n = "" if e.n_block is None else str(e.n_block)
         first = True
@@ -261,22 +260,22 @@ def step_table(trace, cta, quad: int, kblock_m: int, heads: list[int],
             for t in threads:
                 f = e.data[name][w, t]
                 vr = rowcol_view(f"m64n{f.shape[-1] * 2}k16")
-                spans.append(len(table))
                 table.append((e.step if first else "", n if first else "", str(int(w * 128 + t)),
                               "frag", f"{name} " + ", ".join(f32_text(f[r]) for r in vr.reg[0, :2])
                               + (" (pad)" if pad[0] else "")))
                 first = False
-    prose = [w for line in head.splitlines()
-             for w in textwrap.wrap(line, WIDTH, break_on_hyphens=False) or [line]]
-    return "\n".join(prose + _columns(table, spans))
+    prose = [piece for line in head.splitlines()
+             for piece in textwrap.wrap(line, WIDTH, break_on_hyphens=False) or [line]]
+    return "\n".join(prose + _columns(table))
 
 
-def _columns(table: list[tuple[str, ...]], spans: list[int]) -> list[str]:
-    """The rows of ``table`` as lines, each column as wide as its widest cell; the rows whose
-    index is in ``spans`` have fewer cells, their last one running on unpadded."""
-    skip = set(spans)
-    widths = [max(len(row[c]) for i, row in enumerate(table)
-                  if c < len(row) - (i in skip)) for c in range(len(table[0]))]
+def _columns(table: list[tuple[str, ...]]) -> list[str]:
+    """The rows of ``table`` as lines, each column as wide as its widest cell. A row shorter
+    than the header (a ``frag`` line) lets its last cell run on across the columns left, so
+    that cell does not set a column's width."""
+    full = len(table[0])
+    widths = [max(len(row[c]) for row in table if c < len(row) - (len(row) < full))
+              for c in range(full)]
     return ["  ".join(x.ljust(wd) for x, wd in zip(row, widths, strict=False)).rstrip()
             for row in table]
 
