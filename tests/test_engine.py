@@ -275,6 +275,34 @@ def test_decoded_operands_give_the_gemm_bits(family):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("edge", ["top", "bottom"])
+def test_bf16_products_at_the_edges_of_float32_agree(edge):
+    """The compiled sum pass multiplies narrow operands in float32 where no product of a
+    k-step can overflow it (``dotadd._products_fit``: exponent sums up to 126) and in float64
+    otherwise; products below float32's normal range are left to the truncation. bf16
+    operands whose exponent sums straddle both edges (sums of 125..128; sums of -138..-125
+    with subnormal operands among them), with a C that is zero, tiny or large: the engines'
+    bits agree. Raising the top bound by one fails this test (checked)."""
+    ins = mma.instruction_for("wgmma.m64n64k16.f32.bf16.bf16")
+    rng = np.random.default_rng(7 if edge == "top" else 8)
+    shape_a, shape_b = (6, 64, 64), (6, 64, 64)
+    sig_a = rng.uniform(1, 2, shape_a) * rng.choice([-1, 1], shape_a)
+    sig_b = rng.uniform(1, 2, shape_b) * rng.choice([-1, 1], shape_b)
+    if edge == "top":  # exponent sums 125..128 and a few ordinary ones
+        ea, eb = rng.integers(61, 65, shape_a), rng.integers(62, 64, shape_b)
+    else:  # sums -138..-125, bf16 subnormals (below 2^-126) among them
+        ea, eb = rng.integers(-70, -60, shape_a), rng.integers(-68, -64, shape_b)
+        sig_a[:, :, ::5] *= 2.0 ** -70
+    a = (sig_a * 2.0 ** ea).astype(ml_dtypes.bfloat16)
+    b = (sig_b * 2.0 ** eb).astype(ml_dtypes.bfloat16)
+    c = np.zeros((6, 64, 64), dtype=np.float32)
+    c[1] = 1e-40
+    c[2] = rng.standard_normal((64, 64)).astype(np.float32) * np.float32(2.0 ** 120)
+    c[3] = -0.0
+    want, got = _both(ins, a, b, c)
+    assert np.array_equal(want, got)
+
+
 def test_decoded_operands_refuse_bad_arguments():
     ins = mma.instruction_for("wgmma.m64n64k16.f32.bf16.bf16")
     a = np.zeros((2, 64, 32), dtype=ml_dtypes.bfloat16)

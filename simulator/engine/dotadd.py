@@ -4,8 +4,9 @@ element at a time, every k-step of a GEMM fused in one call.
 
 Per output and sequential fused step: E = the largest exponent among the nonzero finite terms
 (``max(floor(log2|a|), emin) + max(floor(log2|b|), emin)`` for a product, ``floor(log2|c|)``
-for C); every term is scaled by 2^(F - E), truncated toward zero and summed exactly in float64
-(integers below 2^40); the sum is rounded to float32 (``out_round`` at ``out_bits`` bits).
+for C); every term is scaled by 2^(F - E), truncated toward zero and summed exactly (the
+products' terms in int32 or float64, C's in float64: integers below 2^40); the sum is rounded
+to float32 (``out_round`` at ``out_bits`` bits).
 Outputs touching inf or NaN are the IEEE value of the exact sum; an exact zero sum is -0 only
 when C and every product are -0; NaN results are 0x7fffffff. ``k_steps`` and ``c_in_sum``
 (FP8 mma.sync) as :func:`simulator.mma.spec.dot_add_by_steps` applies them.
@@ -223,7 +224,7 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     zero = c64 == 0.0  # every term zero (then -0 only when every one is -0)
     neg_zero = zero and math.copysign(1.0, c64) < 0
     for k in range(k0, k1):  # one pass: the common flagged case is an all-zero column
-        p = arow[k] * b2[k, j]
+        p = np.float64(arow[k]) * np.float64(b2[k, j])
         if not (math.isfinite(arow[k]) and math.isfinite(b2[k, j])):
             finite = False
         if p != 0.0:
@@ -233,7 +234,7 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     if not finite:  # the IEEE value of the exact sum (finite terms cannot overflow float64)
         s = c64
         for k in range(k0, k1):
-            s += arow[k] * b2[k, j]
+            s += np.float64(arow[k]) * np.float64(b2[k, j])
         return np.float32(s)
     if zero:
         return np.float32(-0.0) if neg_zero else np.float32(0.0)
@@ -243,21 +244,67 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     scale = math.ldexp(1.0, frac_bits - big_e)  # some term is nonzero: big_e is finite
     total = np.trunc(c64 * scale)
     for k in range(k0, k1):
-        total += np.trunc(arow[k] * b2[k, j] * scale)
+        total += np.trunc(np.float64(arow[k]) * np.float64(b2[k, j]) * scale)
     if total == 0.0:  # exact cancellation of nonzero terms
         return np.float32(0.0)
     return _round(total / scale, out_round, out_bits)
 
 
-# The vector path below, per k-step and row of outputs: an exponent pass over the int16 codes
-# into ``emax`` [N], then a sum pass with one output column per iteration of the j loop and the
-# block's K loop (a constant trip count) unrolled inside it, so that LLVM vectorises both over
-# the columns. Both index 16-position slices of the operands (no negative-index wraparound in
-# the loops). The sum pass writes one array (more stores stop the vectoriser): the result, or
-# NaN for an output the cast does not give (non-finite terms, an exact zero sum, a result below
-# 2^-126), which :func:`_fix` recomputes; a true NaN result is always such an output. Each term
-# is truncated by its conversion to int64 (toward zero, exact: below 2^(frac_bits + 2)) and
-# summed in int64; in a flagged output's lanes the conversions may be out of range, unused.
+# The vector path below, per k-step and row of outputs, in three passes over the N columns, each
+# one loop that LLVM vectorises over the columns (one array written per loop: more stores stop
+# its vectoriser):
+# 1. the exponent pass over the int16 codes into ``emax`` [N] (16 lanes per 256-bit vector);
+# 2. the sum pass: each product term ``a * b * 2^(F - E)`` in float32, truncated toward zero by
+#    its conversion to int32, summed in int32 into ``terms`` [N] (16 lanes per 512-bit vector).
+#    Exact where the operands are narrow values (at most 12 significant bits, so a product has
+#    at most 24) and no product overflows float32 (checked per k-step and row from the codes,
+#    :func:`_products_fit`; else the row's step takes the float64 pass of :func:`_block16`):
+#    scaling by a power of two is then exact down to 2^-126, and a term below that truncates
+#    to 0 whatever its rounding. A term is below 2^(F + 2) (2^27 for the
+#    16-bit formats, F = 25: 16 of them stay below 2^31; 2^15 for FP8's 32, F = 13);
+# 3. the finish: C's term (float64, truncated to int64) plus ``terms``, scaled back, the bits
+#    below ``out_bits`` cleared (RZ), cast to float32; or a NaN mark for the outputs the cast
+#    does not give (inf / NaN terms, exact zero sums, results below 2^-126, a 2^(F - E) outside
+#    float32), -NaN for an exact zero sum of finite terms, which :func:`_fix`
+#    settles by :func:`_column` / :func:`_zero_sum`.
+# Passes 2 and 3 ask LLVM for 512-bit vectors (:func:`prefer_512_bit_vectors`): 1.5x on the sum
+# pass, 1.2x on the finish (2-core development VM, Xeon with AVX-512). Operands given as float64
+# values run the same passes in float64 (every product exact), without the range check.
+@intrinsic
+def prefer_512_bit_vectors(typingctx):
+    """Marks the function being compiled with LLVM's ``"prefer-vector-width"="512"``: its loops
+    may vectorise over 512-bit registers where the CPU has them (LLVM's x86 cost model prefers
+    256 bits otherwise). A no-op on CPUs without AVX-512."""
+    def codegen(context, builder, sig, args):
+        # a string attribute: llvmlite's FunctionAttributes knows only keyword attributes
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+@intrinsic
+def add_int32(typingctx, x, y):
+    """x + y in int32, wrapping (numba widens int32 arithmetic to int64, which halves the
+    lanes of a vector loop)."""
+    if not all(isinstance(v, types.Integer) and v.bitwidth == 32 for v in (x, y)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], args[1])
+    return types.int32(x, y), codegen
+
+
+@intrinsic
+def trunc_int32(typingctx, x):
+    """A float32 or float64 toward zero as int32 (``cvttps2dq``; out of range: undefined)."""
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fptosi(args[0], ir.IntType(32))
+    return types.int32(x), codegen
+
+
 @numba.njit(inline="always")
 def _c_term(cv):
     """C as float64 and its exponent floor(log2|c|) (exact for float32 subnormals, _NO_EXP
@@ -318,11 +365,113 @@ def _largest(code, c_exp):
     return max(e, c_exp)
 
 
+@numba.njit(inline="always")
+def _term_scale(code, cbits, frac_bits):
+    """2^(frac_bits - E) as float32 for the sum pass, E from the products' code sum and the
+    float32 bits of C (int32 only: a subnormal C's exponent is taken as -127; 2^(F - E) is
+    clamped into float32, and :func:`_finish_step` flags the outputs where it is not one)."""
+    e = np.int32(code)
+    e = np.int32(_NO_EXP) if e < _CODE_NONE else (np.int32(_INF_EXP) if e >= _CODE_SPECIAL
+                                                   else e)
+    ec = np.int32(((cbits >> 23) & 0xFF) - 127)
+    ec = np.int32(_NO_EXP) if (cbits & 0x7FFFFFFF) == 0 else ec
+    e = max(e, ec)
+    e = np.int32(0) if e < _NO_EXP // 2 else e
+    f = min(max(np.int32(frac_bits) - e, np.int32(-126)), np.int32(127))
+    return float32_of(np.int32((f + 127) << 23))
+
+
+@numba.njit(**_JIT)
+def _sum16(arow, b2, k0, emax, cbits, frac_bits, terms):
+    """``terms[j]``: the sum of the 16 product terms from k0, each truncated, in int32."""
+    prefer_512_bit_vectors()
+    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
+    for j in range(terms.size):
+        s = _term_scale(emax[j], cbits[j], frac_bits)
+        acc = np.int32(0)
+        for t in range(16):
+            acc = add_int32(acc, trunc_int32(ak[t] * bk[t, j] * s))
+        terms[j] = acc
+
+
+@numba.njit(**_JIT)
+def _sum32(arow, b2, k0, emax, cbits, frac_bits, terms):
+    """:func:`_sum16` for K = 32 positions (FP8 wgmma), two unrolled loops of 16 (a loop of 32
+    is not unrolled, so not vectorised over the columns)."""
+    prefer_512_bit_vectors()
+    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
+    ak2, bk2 = arow[k0 + 16:k0 + 32], b2[k0 + 16:k0 + 32]
+    for j in range(terms.size):
+        s = _term_scale(emax[j], cbits[j], frac_bits)
+        acc = np.int32(0)
+        for t in range(16):
+            acc = add_int32(acc, trunc_int32(ak[t] * bk[t, j] * s))
+        for t in range(16):
+            acc = add_int32(acc, trunc_int32(ak2[t] * bk2[t, j] * s))
+        terms[j] = acc
+
+
+@numba.njit(**_JIT)
+def _finish_step(terms, emax, d, dn, frac_bits, keep, tiny):
+    """One fused step's results from the sum pass's ``terms``: C ``d``, results into ``dn``
+    (NaN where flagged); returns the count of flagged outputs."""
+    prefer_512_bit_vectors()
+    flagged = 0
+    for j in range(d.size):
+        c64, ec = _c_term(d[j])
+        e, scale = _scale(_largest(emax[j], ec), frac_bits)
+        f = frac_bits - e
+        # 2^(F - E) clamped in the sum pass (where E >= F - 127, the sum pass's E is this one:
+        # a subnormal C, whose exponent it takes as -127, is not the largest)
+        off = (f < -126) | (f > 127)
+        flag, r = _finish(np.int64(c64 * scale) + np.int64(terms[j]), e, c64, frac_bits, keep,
+                          tiny)
+        dn[j] = _MARK if off else r
+        flagged += flag | off
+    return flagged
+
+
+@numba.njit(inline="always")
+def _code_max(codes, lo, hi):
+    """The largest code of a nonzero finite value in ``codes[lo:hi]`` (-32768 when none)."""
+    cmax = -32768
+    for k in range(lo, hi):
+        c = np.int32(codes[k])
+        if c < _CODE_SPECIAL:
+            cmax = max(cmax, c)
+    return cmax
+
+
+@numba.njit(**_JIT)
+def step_code_max(flat, out):
+    """``out[r, s]`` = the largest code of a nonzero finite value in ``flat[r, s]`` (the codes of
+    one k-step of B entry r, its rows flattened); -32768 when there is none. One vectorised
+    reduction per step."""
+    for r in range(flat.shape[0]):
+        for s in range(flat.shape[1]):
+            cmax = np.int16(-32768)
+            for c in flat[r, s]:
+                cmax = max(cmax, c if c < _CODE_SPECIAL else np.int16(-32768))
+            out[r, s] = cmax
+
+
+@numba.njit(inline="always")
+def _products_fit(hrow, k0, kblock, bmax):
+    """Whether every product of this k-step of A row ``hrow`` and a B step whose largest code
+    is ``bmax`` is finite in float32: a product is below 2^(ea + eb + 2), so ea + eb <= 126.
+    Small products need no check: a narrow product has at most 22 significant bits, so one
+    that loses bits in float32 is below 2^-127, and the sum pass's results are used only
+    where 2^(F - E) is a float32 (E >= F - 127, :func:`_finish_step`), where a term below
+    2^-127 * 2^(F - E) <= 1 truncates to 0 whatever its float32 rounding."""
+    return _code_max(hrow, k0, k0 + kblock) + bmax <= 126
+
+
 @numba.njit(**_JIT)
 def _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
-    """One fused step of K = 16 positions from k0 for a row of outputs (their product
-    exponents in ``emax``, :func:`_emax16`): C ``d``, result into ``dn`` (NaN where flagged);
-    returns the count of flagged outputs."""
+    """One fused step of K = 16 positions from k0 for a row of outputs in float64 (the path of
+    the steps whose products do not fit float32; their exponents in ``emax``,
+    :func:`_emax16`): C ``d``, result into ``dn`` (NaN where flagged); returns the count of
+    flagged outputs."""
     ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     flagged = 0
     for j in range(d.size):
@@ -330,7 +479,7 @@ def _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
         e, scale = _scale(_largest(emax[j], ec), frac_bits)
         tot = np.int64(c64 * scale)
         for t in range(16):
-            tot += np.int64(ak[t] * bk[t, j] * scale)
+            tot += np.int64(np.float64(ak[t]) * np.float64(bk[t, j]) * scale)
         flag, r = _finish(tot, e, c64, frac_bits, keep, tiny)
         dn[j] = r
         flagged += flag
@@ -339,8 +488,7 @@ def _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
 
 @numba.njit(**_JIT)
 def _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
-    """:func:`_block16` for K = 32 positions (FP8 wgmma), two unrolled loops of 16 (a loop
-    of 32 is not unrolled, so not vectorised over the columns)."""
+    """:func:`_block16` for K = 32 positions (FP8 wgmma), two unrolled loops of 16."""
     ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     ak2, bk2 = arow[k0 + 16:k0 + 32], b2[k0 + 16:k0 + 32]
     flagged = 0
@@ -349,9 +497,9 @@ def _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
         e, scale = _scale(_largest(emax[j], ec), frac_bits)
         tot = np.int64(c64 * scale)
         for t in range(16):
-            tot += np.int64(ak[t] * bk[t, j] * scale)
+            tot += np.int64(np.float64(ak[t]) * np.float64(bk[t, j]) * scale)
         for t in range(16):
-            tot += np.int64(ak2[t] * bk2[t, j] * scale)
+            tot += np.int64(np.float64(ak2[t]) * np.float64(bk2[t, j]) * scale)
         flag, r = _finish(tot, e, c64, frac_bits, keep, tiny)
         dn[j] = r
         flagged += flag
@@ -377,23 +525,25 @@ def _zero_sum(arow, b2, j, k0, k1, c):
     if c != 0.0 or math.copysign(1.0, c) > 0:
         return np.float32(0.0)
     for k in range(k0, k1):
-        p = arow[k] * b2[k, j]
+        p = np.float64(arow[k]) * np.float64(b2[k, j])
         if p != 0.0 or math.copysign(1.0, p) > 0:
             return np.float32(0.0)
     return np.float32(-0.0)
 
 
 @numba.njit(parallel=True, **_JIT)
-def gemm_rows(a, ha, ia, b, hb, ib, c, ic, kblock, frac_bits, out_round, out_bits, out,
-              out_bits_view):
-    """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float64 / ha
-    the int16 codes of their exponents (:func:`_exp_or_code`), b [Rb, K, N] / hb, c
-    [Rc, M, N] float32; ia / ib / ic map each
-    output batch entry r to its operand entries. K runs in blocks of ``kblock`` (16 or 32),
-    each one fused step with C inside the sum. Writes float32 ``out`` [R, M, N]
-    (``out_bits_view`` its uint32 view, for the canonical NaN)."""
+def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, out_bits,
+              out, out_bits_view):
+    """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float32 (narrow
+    values) or float64 / ha the int16 codes of their exponents (:func:`_exp_or_code`), b
+    [Rb, K, N] / hb, ``bmax`` [Rb, K / 16] the largest code of each 16 K positions of B
+    (:func:`step_code_max`), c [Rc, M, N] float32; ia / ib / ic map each output batch entry r to
+    its operand entries. K runs in blocks of ``kblock`` (16 or 32), each one fused step with C
+    inside the sum. Writes float32 ``out`` [R, M, N] (``out_bits_view`` its uint32 view, for
+    the canonical NaN)."""
     rows, m, n = out.shape
     nblk = a.shape[2] // kblock
+    narrow = a.itemsize == 4  # float32 values: products in float32, checked per step
     # RZ clears the float64 bits below the kept ones (the cast to float32 is then exact)
     keep = -(1 << (53 - out_bits)) if out_round == _RZ else -1
     # results below 2^-126 take _column; every output when the cast is not the rounding
@@ -406,13 +556,23 @@ def gemm_rows(a, ha, ia, b, hb, ib, c, ic, kblock, frac_bits, out_round, out_bit
         d = c[ic[r], i].copy()
         dn = np.empty(n, dtype=np.float32)
         emax = np.empty(n, dtype=np.int16)
+        terms = np.empty(n, dtype=np.int32)
         for blk in range(nblk):
             k0 = blk * kblock
             _emax16(hrow, hb2, k0, emax)
-            if kblock == 16:
+            if kblock == 32:
+                _emax16_more(hrow, hb2, k0 + 16, emax)
+            bstep = bmax[br, k0 // 16] if kblock == 16 else max(bmax[br, k0 // 16],
+                                                                 bmax[br, k0 // 16 + 1])
+            if not narrow or _products_fit(hrow, k0, kblock, bstep):
+                if kblock == 16:
+                    _sum16(arow, b2, k0, emax, d.view(np.int32), frac_bits, terms)
+                else:
+                    _sum32(arow, b2, k0, emax, d.view(np.int32), frac_bits, terms)
+                flagged = _finish_step(terms, emax, d, dn, frac_bits, keep, tiny)
+            elif kblock == 16:
                 flagged = _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             else:
-                _emax16_more(hrow, hb2, k0 + 16, emax)
                 flagged = _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             if flagged:
                 _fix(arow, hrow, b2, hb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
@@ -478,6 +638,17 @@ def _exps(x: np.ndarray, emin: int, coded: bool = False) -> np.ndarray:
     return out
 
 
+def step_maxima(hb: np.ndarray, kblock: int) -> np.ndarray:
+    """:func:`step_code_max` of the codes ``hb`` [Rb, K, N] (int16, C-ordered): int32
+    [Rb, K // kblock], the largest code of each ``kblock`` rows (rows past the last whole
+    block are not read)."""
+    rb, k, n = hb.shape
+    steps = k // kblock
+    out = np.empty((rb, steps), dtype=np.int32)
+    step_code_max(hb[:, :steps * kblock].reshape(rb, steps, kblock * n), out)
+    return out
+
+
 def steps_array(k_steps, kblock: int) -> np.ndarray:
     """``FusedDotAdd.k_steps`` as an int64 array [S, L] (S = 0: one step over the whole block).
 
@@ -509,17 +680,18 @@ def _values_table(dtype) -> np.ndarray:
 
 
 def _operand3(x: np.ndarray, rows: int, emin: int, coded: bool = False):
-    """An operand as C-contiguous float64 values [rows, ., .] and their int32 exponents (int16
-    codes with ``coded``): ``x`` float64 (exact values) or a narrow format's array (decoded
-    here, one pass)."""
-    if x.dtype == np.float64:
+    """An operand as C-contiguous values [rows, ., .] and their int32 exponents (int16 codes
+    with ``coded``): ``x`` float64 or float32 (exact values: float64 values come back) or a
+    narrow format's array (decoded here, one pass: float32 values with ``coded``, which
+    :func:`gemm_rows` multiplies in float32, else float64)."""
+    if x.dtype in (np.float64, np.float32):
         x3 = _flat3(x, rows, np.float64)
         return x3, _exps(x3, emin, coded)
     uint = np.uint8 if x.dtype.itemsize == 1 else np.uint16
     # a C-ordered copy of the bits first (a transposed operand: strided reads stop the
     # decode loop's vectorisation), then one flat pass
     bits = np.ascontiguousarray(x.view(uint)).reshape((rows,) + x.shape[-2:])
-    vals = np.empty(bits.shape, dtype=np.float64)
+    vals = np.empty(bits.shape, dtype=np.float32 if coded else np.float64)
     exps = np.empty(bits.shape, dtype=np.int16 if coded else np.int32)
     flat = (bits.reshape(-1), emin, coded, vals.reshape(-1), exps.reshape(-1))
     if x.dtype.name == "bfloat16":
@@ -579,8 +751,10 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
         a3, ha3 = _operand3(a64, ra, p.emin, coded=True)
         b3, hb3 = _operand3(b64, rb, p.emin, coded=True)
-        gemm_rows(a3, ha3, ia, b3, hb3, ib, c3, ic, kblock, p.frac_bits, out_round, p.out_bits,
-                  o3, o3.view(np.uint32))
+        if a3.dtype != b3.dtype:  # one narrow, one float64: both float64
+            a3, b3 = a3.astype(np.float64), b3.astype(np.float64)
+        gemm_rows(a3, ha3, ia, b3, hb3, ib, step_maxima(hb3, 16), c3, ic, kblock, p.frac_bits,
+                  out_round, p.out_bits, o3, o3.view(np.uint32))
         return out
     a3, ea3 = _operand3(a64, ra, p.emin)
     b3, eb3 = _operand3(b64, rb, p.emin)

@@ -11,22 +11,31 @@ Importing this module imports numba (through :mod:`.dotadd`).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import dotadd
 
 
-class Decoded(NamedTuple):
-    """A GEMM operand decoded for :func:`gemm`: ``vals`` float64 [R, rows, cols] (the exact
-    values), ``codes`` int16 of the same shape (the exponent pass's codes,
-    ``dotadd._exp_or_code``), ``index`` int64 [B]: the entry of ``vals`` that each of the
-    GEMM's B batch entries reads."""
+@dataclass
+class Decoded:
+    """A GEMM operand decoded for :func:`gemm`: ``vals`` [R, rows, cols] (the exact values:
+    float32 for a narrow format, float64 for float64 / float32 input), ``codes`` int16 of the
+    same shape (the exponent pass's codes, ``dotadd._exp_or_code``), ``index`` int64 [B]: the
+    entry of ``vals`` that each of the GEMM's B batch entries reads."""
 
     vals: np.ndarray
     codes: np.ndarray
     index: np.ndarray
+    _step_max: np.ndarray | None = field(default=None, repr=False)
+
+    def step_max(self) -> np.ndarray:
+        """int32 [R, rows // 16]: the largest code of each 16 rows (``dotadd.step_maxima``;
+        read where the operand is a GEMM's B, its rows the K positions), computed once."""
+        if self._step_max is None:
+            self._step_max = dotadd.step_maxima(self.codes, 16)
+        return self._step_max
 
 
 def supports(p, kblock: int) -> bool:
@@ -90,7 +99,10 @@ def gemm(a: Decoded, b: Decoded, c: np.ndarray, p, kblock: int, c_index=None) ->
     if out.size == 0:
         return out
     out_round = dotadd._RZ if p.out_round == "rz" else dotadd._RN
-    dotadd.gemm_rows(a.vals, a.codes, a.index, b.vals, b.codes, b.index,
+    av, bv = a.vals, b.vals
+    if av.dtype != bv.dtype:  # one decoded from float64 values: both float64
+        av, bv = av.astype(np.float64), bv.astype(np.float64)
+    dotadd.gemm_rows(av, a.codes, a.index, bv, b.codes, b.index, b.step_max(),
                      np.ascontiguousarray(c), c_index, kblock, p.frac_bits, out_round,
                      p.out_bits, out, out.view(np.uint32))
     return out
