@@ -197,23 +197,23 @@ def test_compiled_decode_gives_every_bit_pattern_as_the_numpy_model(fmt):
     """The compiled engine decodes narrow operands itself (values and exponents in one pass):
     every bit pattern of the format, through a transposed (strided) view, gives the float64
     bits of ``to_float32(x).astype(float64)`` and the exponents of those values."""
-    from simulator.engine import dotadd
+    from simulator.engine import decode
     from simulator.numerics import to_float32
 
     count = 1 << (8 * np.dtype(DTYPES[fmt]).itemsize)
     x = np.arange(count, dtype=np.int64).astype(UINTS[fmt]).view(DTYPES[fmt])
     x = np.swapaxes(x.reshape(1, -1, 16), 1, 2)
     emin = mma.PARAMS[("wgmma", fmt)].emin
-    vals, exps = dotadd._operand3(x, 1, emin)
+    vals, exps = decode.operand(x, 1, emin)
     with np.errstate(invalid="ignore"):
         want = np.ascontiguousarray(to_float32(x).astype(np.float64))
     assert np.array_equal(vals.view(np.uint64), want.view(np.uint64))
-    assert np.array_equal(exps, dotadd._operand3(want, 1, emin)[1])
+    assert np.array_equal(exps, decode.operand(want, 1, emin)[1])
     # the int16 codes of the exponent pass: the exponent, or a zero's / inf-NaN's mark
-    codes = np.where(exps == dotadd._NO_EXP, dotadd._CODE_ZERO,
-                     np.where(exps >= dotadd._SPECIAL, dotadd._CODE_INF, exps))
+    codes = np.where(exps == decode.NO_EXP, decode.CODE_ZERO,
+                     np.where(exps >= decode.SPECIAL, decode.CODE_INF, exps))
     for src in (x, want):
-        got = dotadd._operand3(src, 1, emin, coded=True)[1]
+        got = decode.operand(src, 1, emin, coded=True)[1]
         assert got.dtype == np.int16 and np.array_equal(got, codes)
     assert set(np.unique(codes[np.isfinite(want) & (want != 0)])) <= set(range(emin, 128))
 

@@ -16,15 +16,16 @@ Importing this module imports numba; the machine code is cached on disk (``cache
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import prange, types
-from numba.extending import intrinsic
+from numba import prange
+
+from . import decode
+from .decode import CODE_NONE, CODE_SPECIAL, INF_EXP, NO_EXP, SPECIAL, code_max
+from .intrinsics import add_int32, bits64, float32_of, float64_of, prefer_512_bit_vectors, trunc_int32
 
 # GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
 # it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
@@ -32,11 +33,6 @@ from numba.extending import intrinsic
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-_NO_EXP = -(1 << 20)  # exponent of a zero operand: two still fit int32
-# exponent of an inf / NaN operand: a product touching one has ea + eb >= _SPECIAL, even with a
-# zero (inf * 0 is NaN), so the largest exponent of an output flags its non-finite terms
-_INF_EXP = 1 << 24
-_SPECIAL = 1 << 23
 # marks of the outputs the vector path leaves to _fix: NaN, and -NaN for an exact zero sum
 _MARK = np.float32(np.nan)
 _ZERO_MARK = np.float32(-np.nan)
@@ -44,99 +40,6 @@ _CANONICAL_NAN = 0x7FFFFFFF
 _RZ, _RN = 0, 1
 
 _JIT = dict(cache=True, nogil=True)
-
-
-@intrinsic
-def bits64(typingctx, x):
-    """The int64 bit pattern of a float64 (a bitcast)."""
-    if not (isinstance(x, types.Float) and x.bitwidth == 64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def float64_of(typingctx, b):
-    """The float64 of an int64 bit pattern (a bitcast)."""
-    if not (isinstance(b, types.Integer) and b.bitwidth == 64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(b), codegen
-
-
-@intrinsic
-def float32_of(typingctx, b):
-    """The float32 of an int32 bit pattern (a bitcast)."""
-    if not (isinstance(b, types.Integer) and b.bitwidth == 32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(b), codegen
-
-
-@numba.njit(inline="always")
-def _exponent_of(x, emin):
-    """max(floor(log2|x|), emin) of a float64; _NO_EXP for zeros, _INF_EXP for inf / NaN (the
-    exponent field, a float64 subnormal's from its value times 2^64; selects only, so that
-    loops over it vectorise)."""
-    ex = (bits64(x) >> 52) & 0x7FF
-    sub = ((bits64(x * 18446744073709551616.0) >> 52) & 0x7FF) - 64
-    e = (ex if ex != 0 else sub) - 1023
-    e = e if e > emin else emin
-    e = _NO_EXP if x == 0.0 else e
-    return _INF_EXP if ex == 0x7FF else e
-
-
-# int16 codes of the operand exponents for gemm_rows' exponent pass (16 lanes per 256-bit
-# vector): the exponent (in [-1074, 1023], floored at emin), _CODE_ZERO for a zero (a sum with a
-# finite exponent stays below _CODE_NONE), _CODE_INF for inf / NaN (a sum with it, a zero's
-# included, reaches _CODE_SPECIAL). Sums of two codes fit int16.
-_CODE_ZERO = -8192
-_CODE_INF = 12288
-_CODE_SPECIAL = 4096
-_CODE_NONE = -4096
-
-
-@numba.njit(inline="always")
-def _exp_or_code(x, emin, coded):
-    """:func:`_exponent_of`, or its int16 code when ``coded``."""
-    e = _exponent_of(x, emin)
-    if coded:
-        return _CODE_ZERO if e == _NO_EXP else (_CODE_INF if e >= _SPECIAL else e)
-    return e
-
-
-@numba.njit(**_JIT)
-def _exponents(x, emin, coded, out):
-    """:func:`_exp_or_code` of a flat float64 array into ``out`` (int32, or int16 codes)."""
-    for i in range(x.size):
-        out[i] = _exp_or_code(x[i], emin, coded)
-
-
-@numba.njit(**_JIT)
-def _decode_bf16(bits, emin, coded, vals, exps):
-    """bf16 bit patterns (flat uint16) to float64 ``vals`` and ``exps`` (int32 exponents, or
-    int16 codes when ``coded``): the float32 of ``bits << 16``
-    (``simulator.numerics.to_float32``)."""
-    for i in range(bits.size):
-        x = np.float64(float32_of(np.int32(np.uint32(bits[i]) << 16)))
-        vals[i] = x
-        exps[i] = _exp_or_code(x, emin, coded)
-
-
-@numba.njit(**_JIT)
-def _decode_table(bits, table, emin, coded, vals, exps):
-    """:func:`_decode_bf16` for the other formats: ``table`` holds the float64 of every bit
-    pattern."""
-    for i in range(bits.size):
-        x = table[bits[i]]
-        vals[i] = x
-        exps[i] = _exp_or_code(x, emin, coded)
 
 
 @numba.njit(**_JIT)
@@ -173,7 +76,7 @@ def _step(a, ea, bt, ebt, pos, k0, c, frac_bits, out_round, out_bits):
     payload: the caller writes the canonical one)."""
     c64 = np.float64(c)
     special = not math.isfinite(c64)
-    big_e = _NO_EXP
+    big_e = NO_EXP
     if c64 != 0.0 and not special:
         big_e = math.frexp(c64)[1] - 1
     for t in range(pos.size):
@@ -188,7 +91,7 @@ def _step(a, ea, bt, ebt, pos, k0, c, frac_bits, out_round, out_bits):
         for t in range(pos.size):
             s += a[k0 + pos[t]] * bt[k0 + pos[t]]
         return np.float32(s)
-    if big_e < _NO_EXP // 2:
+    if big_e < NO_EXP // 2:
         big_e = 0
     scale = math.ldexp(1.0, frac_bits - big_e)
     total = np.trunc(c64 * scale)
@@ -217,7 +120,7 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     """One output of a fused step, every case (the path of the outputs :func:`_block16` /
     :func:`_block32` flag): A row ``arow`` / ``erow``, B column ``j`` of ``b2`` / ``eb2``, K
     positions k0..k1 - 1, float32 C ``c``. Returns float32 (NaN with any payload). The
-    exponents may be int32 or the int16 codes of :func:`_exp_or_code`: the exponent pass runs
+    exponents may be int32 or the int16 codes of :func:`exp_or_code`: the exponent pass runs
     only when some term is nonzero and every one finite, where both give the same maximum."""
     c64 = np.float64(c)
     finite = math.isfinite(c64)
@@ -238,7 +141,7 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
         return np.float32(s)
     if zero:
         return np.float32(-0.0) if neg_zero else np.float32(0.0)
-    big_e = _NO_EXP if c64 == 0.0 else math.frexp(c64)[1] - 1
+    big_e = NO_EXP if c64 == 0.0 else math.frexp(c64)[1] - 1
     for k in range(k0, k1):
         big_e = max(big_e, erow[k] + eb2[k, j])
     scale = math.ldexp(1.0, frac_bits - big_e)  # some term is nonzero: big_e is finite
@@ -270,54 +173,21 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
 # Passes 2 and 3 ask LLVM for 512-bit vectors (:func:`prefer_512_bit_vectors`): 1.5x on the sum
 # pass, 1.2x on the finish (2-core development VM, Xeon with AVX-512). Operands given as float64
 # values run the same passes in float64 (every product exact), without the range check.
-@intrinsic
-def prefer_512_bit_vectors(typingctx):
-    """Marks the function being compiled with LLVM's ``"prefer-vector-width"="512"``: its loops
-    may vectorise over 512-bit registers where the CPU has them (LLVM's x86 cost model prefers
-    256 bits otherwise). A no-op on CPUs without AVX-512."""
-    def codegen(context, builder, sig, args):
-        # a string attribute: llvmlite's FunctionAttributes knows only keyword attributes
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-    return types.none(), codegen
-
-
-@intrinsic
-def add_int32(typingctx, x, y):
-    """x + y in int32, wrapping (numba widens int32 arithmetic to int64, which halves the
-    lanes of a vector loop)."""
-    if not all(isinstance(v, types.Integer) and v.bitwidth == 32 for v in (x, y)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.add(args[0], args[1])
-    return types.int32(x, y), codegen
-
-
-@intrinsic
-def trunc_int32(typingctx, x):
-    """A float32 or float64 toward zero as int32 (``cvttps2dq``; out of range: undefined)."""
-    if not isinstance(x, types.Float):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.fptosi(args[0], ir.IntType(32))
-    return types.int32(x), codegen
 
 
 @numba.njit(inline="always")
 def _c_term(cv):
-    """C as float64 and its exponent floor(log2|c|) (exact for float32 subnormals, _NO_EXP
+    """C as float64 and its exponent floor(log2|c|) (exact for float32 subnormals, NO_EXP
     for zeros; inf / NaN give 1024 and are flagged by :func:`_finish`)."""
     c64 = np.float64(cv)
     e = ((bits64(c64) >> 52) & 0x7FF) - 1023
-    return c64, (_NO_EXP if cv == 0.0 else e)
+    return c64, (NO_EXP if cv == 0.0 else e)
 
 
 @numba.njit(inline="always")
 def _scale(e, frac_bits):
     """The largest exponent (0 when no term is nonzero) and 2^(frac_bits - E)."""
-    e = 0 if e < _NO_EXP // 2 else e
+    e = 0 if e < NO_EXP // 2 else e
     return e, float64_of((frac_bits - e + 1023) << 52)
 
 
@@ -327,7 +197,7 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
     bits cleared by ``keep`` (RZ), or NaN when the output needs :func:`_column`; and that
     flag."""
     x = float64_of(bits64(np.float64(tot) * float64_of((e - frac_bits + 1023) << 52)) & keep)
-    special = (e >= _SPECIAL) | (((bits64(c64) >> 52) & 0x7FF) == 0x7FF)
+    special = (e >= SPECIAL) | (((bits64(c64) >> 52) & 0x7FF) == 0x7FF)
     zero = (tot == 0) & ~special  # an exact zero sum of finite terms: -NaN marks it
     flag = special | (tot == 0) | (((bits64(x) >> 52) & 0x7FF) < tiny)
     mark = _ZERO_MARK if zero else _MARK
@@ -358,10 +228,10 @@ def _emax16_more(hrow, hb2, k0, emax):
 
 @numba.njit(inline="always")
 def _largest(code, c_exp):
-    """E of an output: its products' largest code sum (as an exponent, _NO_EXP or _INF_EXP)
+    """E of an output: its products' largest code sum (as an exponent, NO_EXP or INF_EXP)
     and C's exponent."""
     e = np.int32(code)
-    e = _NO_EXP if e < _CODE_NONE else (_INF_EXP if e >= _CODE_SPECIAL else e)
+    e = NO_EXP if e < CODE_NONE else (INF_EXP if e >= CODE_SPECIAL else e)
     return max(e, c_exp)
 
 
@@ -371,12 +241,12 @@ def _term_scale(code, cbits, frac_bits):
     float32 bits of C (int32 only: a subnormal C's exponent is taken as -127; 2^(F - E) is
     clamped into float32, and :func:`_finish_step` flags the outputs where it is not one)."""
     e = np.int32(code)
-    e = np.int32(_NO_EXP) if e < _CODE_NONE else (np.int32(_INF_EXP) if e >= _CODE_SPECIAL
+    e = np.int32(NO_EXP) if e < CODE_NONE else (np.int32(INF_EXP) if e >= CODE_SPECIAL
                                                    else e)
     ec = np.int32(((cbits >> 23) & 0xFF) - 127)
-    ec = np.int32(_NO_EXP) if (cbits & 0x7FFFFFFF) == 0 else ec
+    ec = np.int32(NO_EXP) if (cbits & 0x7FFFFFFF) == 0 else ec
     e = max(e, ec)
-    e = np.int32(0) if e < _NO_EXP // 2 else e
+    e = np.int32(0) if e < NO_EXP // 2 else e
     f = min(max(np.int32(frac_bits) - e, np.int32(-126)), np.int32(127))
     return float32_of(np.int32((f + 127) << 23))
 
@@ -432,30 +302,6 @@ def _finish_step(terms, emax, d, dn, frac_bits, keep, tiny):
 
 
 @numba.njit(inline="always")
-def _code_max(codes, lo, hi):
-    """The largest code of a nonzero finite value in ``codes[lo:hi]`` (-32768 when none)."""
-    cmax = -32768
-    for k in range(lo, hi):
-        c = np.int32(codes[k])
-        if c < _CODE_SPECIAL:
-            cmax = max(cmax, c)
-    return cmax
-
-
-@numba.njit(**_JIT)
-def step_code_max(flat, out):
-    """``out[r, s]`` = the largest code of a nonzero finite value in ``flat[r, s]`` (the codes of
-    one k-step of B entry r, its rows flattened); -32768 when there is none. One vectorised
-    reduction per step."""
-    for r in range(flat.shape[0]):
-        for s in range(flat.shape[1]):
-            cmax = np.int16(-32768)
-            for c in flat[r, s]:
-                cmax = max(cmax, c if c < _CODE_SPECIAL else np.int16(-32768))
-            out[r, s] = cmax
-
-
-@numba.njit(inline="always")
 def _products_fit(hrow, k0, kblock, bmax):
     """Whether every product of this k-step of A row ``hrow`` and a B step whose largest code
     is ``bmax`` is finite in float32: a product is below 2^(ea + eb + 2), so ea + eb <= 126.
@@ -463,7 +309,7 @@ def _products_fit(hrow, k0, kblock, bmax):
     that loses bits in float32 is below 2^-127, and the sum pass's results are used only
     where 2^(F - E) is a float32 (E >= F - 127, :func:`_finish_step`), where a term below
     2^-127 * 2^(F - E) <= 1 truncates to 0 whatever its float32 rounding."""
-    return _code_max(hrow, k0, k0 + kblock) + bmax <= 126
+    return code_max(hrow, k0, k0 + kblock) + bmax <= 126
 
 
 @numba.njit(**_JIT)
@@ -535,7 +381,7 @@ def _zero_sum(arow, b2, j, k0, k1, c):
 def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, out_bits,
               out, out_bits_view):
     """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float32 (narrow
-    values) or float64 / ha the int16 codes of their exponents (:func:`_exp_or_code`), b
+    values) or float64 / ha the int16 codes of their exponents (:func:`exp_or_code`), b
     [Rb, K, N] / hb, ``bmax`` [Rb, K / 16] the largest code of each 16 K positions of B
     (:func:`step_code_max`), c [Rc, M, N] float32; ia / ib / ic map each output batch entry r to
     its operand entries. K runs in blocks of ``kblock`` (16 or 32), each one fused step with C
@@ -626,29 +472,6 @@ def _batch_index(shape: tuple, lead: tuple) -> np.ndarray:
     return np.broadcast_to(idx, lead).reshape(-1).copy()
 
 
-def _flat3(x: np.ndarray, rows: int, dtype) -> np.ndarray:
-    """``x`` as a C-contiguous writable [rows, ., .] array (one compiled signature for all)."""
-    x = np.ascontiguousarray(x, dtype=dtype).reshape((rows,) + x.shape[-2:])
-    return x if x.flags.writeable else x.copy()
-
-
-def _exps(x: np.ndarray, emin: int, coded: bool = False) -> np.ndarray:
-    out = np.empty(x.shape, dtype=np.int16 if coded else np.int32)
-    _exponents(x.reshape(-1), emin, coded, out.reshape(-1))
-    return out
-
-
-def step_maxima(hb: np.ndarray, kblock: int) -> np.ndarray:
-    """:func:`step_code_max` of the codes ``hb`` [Rb, K, N] (int16, C-ordered): int32
-    [Rb, K // kblock], the largest code of each ``kblock`` rows (rows past the last whole
-    block are not read)."""
-    rb, k, n = hb.shape
-    steps = k // kblock
-    out = np.empty((rb, steps), dtype=np.int32)
-    step_code_max(hb[:, :steps * kblock].reshape(rb, steps, kblock * n), out)
-    return out
-
-
 def steps_array(k_steps, kblock: int) -> np.ndarray:
     """``FusedDotAdd.k_steps`` as an int64 array [S, L] (S = 0: one step over the whole block).
 
@@ -663,42 +486,6 @@ def steps_array(k_steps, kblock: int) -> np.ndarray:
         raise ValueError(f"k_steps: {k_steps} do not cover K = {kblock} positions exactly once "
                          "in steps of one length")
     return np.array(k_steps, dtype=np.int64)
-
-
-@functools.cache
-def _values_table(dtype) -> np.ndarray:
-    """float64 of every bit pattern of a narrow format, as ``simulator.numerics.to_float32``
-    widens it."""
-    from ..numerics import to_float32
-
-    dtype = np.dtype(dtype)
-    count = 1 << (8 * dtype.itemsize)
-    uint = np.uint8 if dtype.itemsize == 1 else np.uint16
-    table = to_float32(np.arange(count, dtype=np.int64).astype(uint).view(dtype)).astype(np.float64)
-    table.setflags(write=False)
-    return table
-
-
-def _operand3(x: np.ndarray, rows: int, emin: int, coded: bool = False):
-    """An operand as C-contiguous values [rows, ., .] and their int32 exponents (int16 codes
-    with ``coded``): ``x`` float64 or float32 (exact values: float64 values come back) or a
-    narrow format's array (decoded here, one pass: float32 values with ``coded``, which
-    :func:`gemm_rows` multiplies in float32, else float64)."""
-    if x.dtype in (np.float64, np.float32):
-        x3 = _flat3(x, rows, np.float64)
-        return x3, _exps(x3, emin, coded)
-    uint = np.uint8 if x.dtype.itemsize == 1 else np.uint16
-    # a C-ordered copy of the bits first (a transposed operand: strided reads stop the
-    # decode loop's vectorisation), then one flat pass
-    bits = np.ascontiguousarray(x.view(uint)).reshape((rows,) + x.shape[-2:])
-    vals = np.empty(bits.shape, dtype=np.float32 if coded else np.float64)
-    exps = np.empty(bits.shape, dtype=np.int16 if coded else np.int32)
-    flat = (bits.reshape(-1), emin, coded, vals.reshape(-1), exps.reshape(-1))
-    if x.dtype.name == "bfloat16":
-        _decode_bf16(*flat)
-    else:
-        _decode_table(flat[0], _values_table(x.dtype), *flat[1:])
-    return vals, exps
 
 
 def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.ndarray:
@@ -742,22 +529,22 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     ra = int(np.prod(a64.shape[:-2], dtype=np.int64))
     rb = int(np.prod(b64.shape[:-2], dtype=np.int64))
     rc = int(np.prod(c.shape[:-2], dtype=np.int64))
-    c3 = _flat3(c, rc, np.float32)
+    c3 = decode.flat3(c, rc, np.float32)
     ia = _batch_index(a64.shape[:-2], lead)
     ib = _batch_index(b64.shape[:-2], lead)
     ic = _batch_index(c.shape[:-2], lead)
     o3 = out.reshape(rows, m, n)
     out_round = _RZ if p.out_round == "rz" else _RN
     if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
-        a3, ha3 = _operand3(a64, ra, p.emin, coded=True)
-        b3, hb3 = _operand3(b64, rb, p.emin, coded=True)
+        a3, ha3 = decode.operand(a64, ra, p.emin, coded=True)
+        b3, hb3 = decode.operand(b64, rb, p.emin, coded=True)
         if a3.dtype != b3.dtype:  # one narrow, one float64: both float64
             a3, b3 = a3.astype(np.float64), b3.astype(np.float64)
-        gemm_rows(a3, ha3, ia, b3, hb3, ib, step_maxima(hb3, 16), c3, ic, kblock, p.frac_bits,
+        gemm_rows(a3, ha3, ia, b3, hb3, ib, decode.step_maxima(hb3, 16), c3, ic, kblock, p.frac_bits,
                   out_round, p.out_bits, o3, o3.view(np.uint32))
         return out
-    a3, ea3 = _operand3(a64, ra, p.emin)
-    b3, eb3 = _operand3(b64, rb, p.emin)
+    a3, ea3 = decode.operand(a64, ra, p.emin)
+    b3, eb3 = decode.operand(b64, rb, p.emin)
     if steps.shape[0] == 0:
         steps = np.arange(kblock, dtype=np.int64)[None, :]
     bt = np.ascontiguousarray(np.swapaxes(b3, 1, 2))

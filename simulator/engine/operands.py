@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dotadd
+from .decode import operand as _values_and_codes
+from .decode import step_maxima
 
 
 @dataclass
 class Decoded:
     """A GEMM operand decoded for :func:`gemm`: ``vals`` [R, rows, cols] (the exact values:
     float32 for a narrow format, float64 for float64 / float32 input), ``codes`` int16 of the
-    same shape (the exponent pass's codes, ``dotadd._exp_or_code``), ``index`` int64 [B]: the
+    same shape (the exponent pass's codes, ``decode.exp_or_code``), ``index`` int64 [B]: the
     entry of ``vals`` that each of the GEMM's B batch entries reads."""
 
     vals: np.ndarray
@@ -31,10 +33,10 @@ class Decoded:
     _step_max: np.ndarray | None = field(default=None, repr=False)
 
     def step_max(self) -> np.ndarray:
-        """int32 [R, rows // 16]: the largest code of each 16 rows (``dotadd.step_maxima``;
+        """int32 [R, rows // 16]: the largest code of each 16 rows (``decode.step_maxima``;
         read where the operand is a GEMM's B, its rows the K positions), computed once."""
         if self._step_max is None:
-            self._step_max = dotadd.step_maxima(self.codes, 16)
+            self._step_max = step_maxima(self.codes, 16)
         return self._step_max
 
 
@@ -60,7 +62,7 @@ def decode(x: np.ndarray, p, index=None) -> Decoded:
     if index.ndim != 1 or (index.size and (index.min() < 0 or index.max() >= x.shape[0])):
         raise ValueError(f"index: expected entries of [0, {x.shape[0]}) in one axis, got "
                          f"shape {index.shape}")
-    vals, codes = dotadd._operand3(x, x.shape[0], p.emin, coded=True)
+    vals, codes = _values_and_codes(x, x.shape[0], p.emin, coded=True)
     return Decoded(vals, codes, index)
 
 

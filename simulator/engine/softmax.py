@@ -28,8 +28,8 @@ import numpy as np
 from numba import prange
 
 # dotadd sets numba's fork-safe threading layer on import; its bitcasts serve here too
-from .dotadd import bits64 as _bits64
-from .dotadd import float64_of as _float64
+from .intrinsics import bits64 as _bits64
+from .intrinsics import float64_of as _float64
 
 _JIT = dict(cache=True, nogil=True)
 _CANONICAL_NAN = np.uint32(0x7FFFFFFF)

@@ -1,0 +1,80 @@
+"""LLVM-level helpers for the compiled engine's numba kernels: bitcasts between floats and
+their bit patterns, int32 arithmetic that numba would widen to int64, and a function attribute
+that lets LLVM's vectoriser use 512-bit registers.
+
+Each is a numba ``@intrinsic``: usable only inside compiled functions.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def bits64(typingctx, x):
+    """The int64 bit pattern of a float64 (a bitcast)."""
+    if not (isinstance(x, types.Float) and x.bitwidth == 64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def float64_of(typingctx, b):
+    """The float64 of an int64 bit pattern (a bitcast)."""
+    if not (isinstance(b, types.Integer) and b.bitwidth == 64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(b), codegen
+
+
+@intrinsic
+def float32_of(typingctx, b):
+    """The float32 of an int32 bit pattern (a bitcast)."""
+    if not (isinstance(b, types.Integer) and b.bitwidth == 32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(b), codegen
+
+
+@intrinsic
+def prefer_512_bit_vectors(typingctx):
+    """Marks the function being compiled with LLVM's ``"prefer-vector-width"="512"``: its loops
+    may vectorise over 512-bit registers where the CPU has them (LLVM's x86 cost model prefers
+    256 bits otherwise). A no-op on CPUs without AVX-512."""
+    def codegen(context, builder, sig, args):
+        # a string attribute: llvmlite's FunctionAttributes knows only keyword attributes
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+@intrinsic
+def add_int32(typingctx, x, y):
+    """x + y in int32, wrapping (numba widens int32 arithmetic to int64, which halves the
+    lanes of a vector loop)."""
+    if not all(isinstance(v, types.Integer) and v.bitwidth == 32 for v in (x, y)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], args[1])
+    return types.int32(x, y), codegen
+
+
+@intrinsic
+def trunc_int32(typingctx, x):
+    """A float32 or float64 toward zero as int32 (``cvttps2dq``; out of range: undefined)."""
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fptosi(args[0], ir.IntType(32))
+    return types.int32(x), codegen
