@@ -61,6 +61,60 @@ def _same(want, got) -> bool:
 
 
 # ---- each kernel on random bit patterns ----------------------------------------------------------
+def _every_ex2_entry() -> np.ndarray:
+    """float32 [1, 2^24, 1, 1] inputs whose MUFU.EX2 reads each table entry once: x = lo / 2^23
+    (entry lo) and x = lo / 2^23 - 1 (entry 2^23 | lo), all exact in float32."""
+    lo = np.arange(1 << 23, dtype=np.float64)
+    x = np.concatenate([lo, lo - (1 << 23)]) * 2.0 ** -23
+    return x.astype(np.float32).reshape(1, -1, 1, 1)
+
+
+def _exp2_mode(scores, table, mode, packed=None):
+    from simulator.engine import softmax as ksoft
+
+    deltas, t1, t2 = packed if packed is not None else (np.zeros(1, np.uint32),) + \
+        (np.zeros(1),) * 2
+    n = scores.shape[1]
+    out = np.empty(scores.shape, dtype=np.float32)
+    one, zero = np.ones((1, n, 1), np.float32), np.zeros((1, n, 1), np.float32)
+    ksoft.scaled_exp2(scores, one, zero, table, deltas, t1, t2, mode, out, out.view(np.uint32))
+    return out
+
+
+def test_packed_ex2_table_gives_every_entry():
+    """The P kernel reads MUFU.EX2 from its packed form (``engine.softmax.pack_ex2``: the
+    float32 rounding of a product of two small tables' entries plus a 2-bit correction,
+    4 MB against 64): on inputs that read each of the 2^24 entries once, the packed and the
+    plain table give the same bits, and so does the whole kernel through ``softmax_exp2``.
+    A packed table with one correction changed fails this (checked)."""
+    from simulator.engine import softmax as ksoft
+
+    table = model("sm90").ex2_table()
+    packed = ksoft.pack_ex2(table)
+    assert packed is not None and packed[0].nbytes == 4 << 20
+    x = _every_ex2_entry()
+    want = _exp2_mode(x, table, ksoft.EX2_TABLE)
+    assert _same(want, _exp2_mode(x, table, ksoft.EX2_PACKED, packed))
+    assert _same(want, engine.softmax_exp2(x, np.float32(1), np.float32(0), table))
+    bad = packed[0].copy()
+    bad[12345] ^= 1
+    assert not _same(want, _exp2_mode(x, table, ksoft.EX2_PACKED, (bad,) + packed[1:]))
+
+
+def test_a_table_the_packing_cannot_hold_is_read_as_it_is():
+    """A table whose entry lies further than the 2-bit correction reaches from the product of
+    the small tables is not packed (``pack_ex2`` gives None) and the kernel reads it."""
+    from simulator.engine import softmax as ksoft
+
+    table = model("sm90").ex2_table().copy()
+    table[(1 << 23) | 4096] += 9
+    assert ksoft.pack_ex2(table) is None
+    x = np.full((1, 4, 1, 1), 4096 * 2.0 ** -23 - 1, dtype=np.float32)
+    got = engine.softmax_exp2(x, np.float32(1), np.float32(0), table)
+    # x in [-1, 0): the entry holds twice the value, the exponent field takes -1 back
+    assert (got.view(np.uint32) == table[(1 << 23) | 4096] - (1 << 23)).all()
+
+
 def test_kernels_agree_with_the_float32_model_on_random_bits():
     rng = np.random.default_rng(7)
     scores = _values(rng, (16, 128, 2, 9), neg_inf_rows=0.0)

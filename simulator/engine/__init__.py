@@ -273,10 +273,31 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
     lead = scores.shape[:-1]
     out = np.empty(scores.shape, dtype=np.float32)
     o4 = out.reshape(s4.shape)
-    use = table is not None
+    packed = None if table is None else _packed_ex2(table)
+    mode = (softmax.EX2_NONE if table is None else
+            softmax.EX2_TABLE if packed is None else softmax.EX2_PACKED)
+    deltas, t1, t2 = packed if packed is not None else (_NO_DELTAS, _NO_T, _NO_T)
     _launch(softmax.scaled_exp2, s4, _rows3(scale, lead), _rows3(neg_max, lead),
-            table if use else _NO_TABLE, use, o4, o4.view(np.uint32))
+            table if table is not None else _NO_TABLE, deltas, t1, t2, mode, o4,
+            o4.view(np.uint32))
     return out
+
+
+_NO_DELTAS = np.zeros(1, dtype=np.uint32)
+_NO_T = np.zeros(1, dtype=np.float64)
+_PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack_ex2(table)): tables live as long
+
+
+def _packed_ex2(table: np.ndarray):
+    """:func:`simulator.engine.softmax.pack_ex2` of ``table``, built once per table object."""
+    from . import softmax
+
+    hit = _PACKED.get(id(table))
+    if hit is None or hit[0] is not table:
+        if len(_PACKED) >= 4:  # one table per arch in use; others (tests) are not kept
+            _PACKED.clear()
+        hit = _PACKED[id(table)] = (table, softmax.pack_ex2(table))
+    return hit[1]
 
 
 def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:

@@ -17,7 +17,6 @@ Importing this module imports numba; the machine code is cached on disk (``cache
 from __future__ import annotations
 
 import math
-import os
 
 import numba
 import numpy as np
@@ -26,12 +25,6 @@ from numba import prange
 from . import decode
 from .decode import CODE_NONE, CODE_SPECIAL, INF_EXP, NO_EXP, SPECIAL, code_max
 from .intrinsics import add_int32, bits64, float32_of, float64_of, prefer_512_bit_vectors, trunc_int32
-
-# GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
-# it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
-# its parallel launches, which that pool needs. NUMBA_THREADING_LAYER, when set, is kept.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
 
 # marks of the outputs the vector path leaves to _fix: NaN, and -NaN for an exact zero sum
 _MARK = np.float32(np.nan)

@@ -1,15 +1,26 @@
 """LLVM-level helpers for the compiled engine's numba kernels: bitcasts between floats and
 their bit patterns, int32 arithmetic that numba would widen to int64, and a function attribute
-that lets LLVM's vectoriser use 512-bit registers.
+that lets LLVM's vectoriser use 512-bit registers. Each is a numba ``@intrinsic``: usable only
+inside compiled functions.
 
-Each is a numba ``@intrinsic``: usable only inside compiled functions.
+Every kernel module of the engine imports this one, which also sets numba's threading layer
+(below) before any parallel kernel runs.
 """
 
 from __future__ import annotations
 
+import os
+
+import numba
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+# GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
+# it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
+# its parallel launches, which that pool needs. NUMBA_THREADING_LAYER, when set, is kept.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
 
 
 @intrinsic
@@ -78,3 +89,14 @@ def trunc_int32(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.fptosi(args[0], ir.IntType(32))
     return types.int32(x), codegen
+
+
+@intrinsic
+def bits32(typingctx, x):
+    """The int32 bit pattern of a float32 (a bitcast)."""
+    if not (isinstance(x, types.Float) and x.bitwidth == 32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen

@@ -27,7 +27,8 @@ import numba
 import numpy as np
 from numba import prange
 
-# dotadd sets numba's fork-safe threading layer on import; its bitcasts serve here too
+# the intrinsics module also sets numba's fork-safe threading layer
+from .intrinsics import bits32 as _bits32
 from .intrinsics import bits64 as _bits64
 from .intrinsics import float64_of as _float64
 
@@ -180,10 +181,63 @@ def row_max(scores, prev, first, out, out_bits):
                     out[r, t0 + lane, mi] = x
 
 
+# MUFU.EX2's table packed for the P kernel (:func:`pack_ex2`): each entry as the float32 rounding
+# of 2^(lo / 2^23) (lo its 23 low index bits), computed as the float64 product of two small
+# tables' entries, plus a 2-bit correction. Its 4 MB (the 2 MB that softmax's x <= 0 reads)
+# against the table's 64 MB: the P kernel's reads miss the caches far less.
+_EX2_HI_BITS = 11  # t1: 2^(h * 2^12 / 2^23) for the 11 high bits; t2: 2^(l / 2^23), 12 low bits
+_EX2_LO_BITS = 12
+
+
+def pack_ex2(table: np.ndarray):
+    """MUFU.EX2's int32 table (2^24 entries, :func:`simulator.numerics.mufu_data.ex2_table`)
+    as ``(deltas, t1, t2)``: uint32 [2^20] with sixteen 2-bit codes each, float64 [2^11] and
+    [2^12], such that ``table[i] = bits(float32(t1[lo >> 12] * t2[lo & 4095])) + code(i) - 2``
+    with ``lo = i & (2^23 - 1)`` (:func:`_ex2_bits_packed`); or None when some entry's
+    correction falls outside [-2, 1] (then the kernel reads the table). On the H200 table the
+    corrections are -1..1 (x >= 0) and -2..1 (x < 0), built and checked here in chunks."""
+    half = 1 << 23
+    t1 = np.exp2(np.arange(1 << _EX2_HI_BITS, dtype=np.float64) * (1 << _EX2_LO_BITS) / half)
+    t2 = np.exp2(np.arange(1 << _EX2_LO_BITS, dtype=np.float64) / half)
+    deltas = np.empty(table.size // 16, dtype=np.uint32)
+    shifts = 2 * np.arange(16, dtype=np.uint32)
+    chunk = 1 << 20
+    for start in range(0, table.size, chunk):
+        lo = np.arange(start, start + chunk, dtype=np.int64) & (half - 1)
+        ref = (t1[lo >> _EX2_LO_BITS] * t2[lo & ((1 << _EX2_LO_BITS) - 1)]).astype(np.float32)
+        code = table[start:start + chunk].astype(np.int64) - ref.view(np.int32) + 2
+        if code.min() < 0 or code.max() > 3:
+            return None
+        words = code.astype(np.uint32).reshape(-1, 16) << shifts  # fields do not overlap
+        deltas[start // 16:(start + chunk) // 16] = np.bitwise_or.reduce(words, axis=1)
+    for a in (deltas, t1, t2):
+        a.setflags(write=False)
+    return deltas, t1, t2
+
+
+@numba.njit(inline="always", **_JIT)
+def _ex2_bits_packed(idx, hi, deltas, t1, t2):
+    """:func:`_ex2_bits` from the packed table of :func:`pack_ex2`."""
+    if idx < 0:
+        return _CANONICAL_NAN
+    lo = idx & 0x7FFFFF
+    ref = _bits32(np.float32(t1[lo >> _EX2_LO_BITS] * t2[lo & ((1 << _EX2_LO_BITS) - 1)]))
+    code = (np.int64(deltas[idx >> 4]) >> ((idx & 15) * 2)) & 3
+    r = np.int64(ref) + code - 2 + hi  # exponent field += floor(f / 2^23)
+    if r < 0x00800000:  # below 2^-126 (or below zero): flushed
+        return np.uint32(0)
+    return np.uint32(r)
+
+
+# modes of scaled_exp2's MUFU.EX2: none (the FFMA only), the table, the packed table
+EX2_NONE, EX2_TABLE, EX2_PACKED = 0, 1, 2
+
+
 @numba.njit(parallel=True, **_JIT)
-def scaled_exp2(scores, scale, neg_max, table, use_table, out, out_bits):
-    """P = ``ex2(ffma(scores, scale, neg_max, ftz=True))`` with MUFU.EX2 from ``table`` when
-    ``use_table``; otherwise only the FFMA (the caller applies its MUFU model).
+def scaled_exp2(scores, scale, neg_max, table, deltas, t1, t2, mode, out, out_bits):
+    """P = ``ex2(ffma(scores, scale, neg_max, ftz=True))``: MUFU.EX2 from ``table`` (mode
+    EX2_TABLE) or from its packed form ``deltas, t1, t2`` (EX2_PACKED, :func:`pack_ex2`), or
+    only the FFMA (EX2_NONE: the caller applies its MUFU model).
 
     scores [R, T, nrow, ncol]; scale, neg_max [R, T, nrow] (neg_max = -max_scaled); writes
     ``out`` (``out_bits`` its uint32 view) of the scores' shape. The table reads of a batch
@@ -202,13 +256,16 @@ def scaled_exp2(scores, scale, neg_max, table, use_table, out, out_bits):
                 base = (t * nrow + mi) * ncol
                 for ni in range(ncol):
                     x = ffma_ftz(scores[r, t, mi, ni], sc, nm)
-                    if use_table:
+                    if mode != EX2_NONE:
                         idx[base + ni], hi[base + ni] = _ex2_split(x)
                     elif x != x:
                         flat_bits[base + ni] = _CANONICAL_NAN
                     else:
                         flat[base + ni] = x
-        if use_table:
+        if mode == EX2_PACKED:
+            for e in range(per):
+                flat_bits[e] = _ex2_bits_packed(idx[e], hi[e], deltas, t1, t2)
+        elif mode == EX2_TABLE:
             for e in range(per):
                 flat_bits[e] = _ex2_bits(idx[e], hi[e], table)
 
