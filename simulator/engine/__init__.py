@@ -263,7 +263,9 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
         scores: float32 ``[..., T, nrow, ncol]``.
         scale, neg_max: float32, broadcasting against ``[..., T, nrow]``.
         table: the int32 MUFU.EX2 table of the arch (``MufuModel.ex2_table()``), or None: then
-            only the FFMA is evaluated and the caller applies its ex2.
+            only the FFMA is evaluated and the caller applies its ex2. The kernel reads its
+            packed form (:func:`simulator.engine.softmax.pack_ex2`, built once per table) or,
+            where the packing cannot hold it, the table itself.
     Returns:
         float32 of the scores' shape.
     """
