@@ -115,6 +115,17 @@ def test_a_table_the_packing_cannot_hold_is_read_as_it_is():
     assert (got.view(np.uint32) == table[(1 << 23) | 4096] - (1 << 23)).all()
 
 
+def test_a_writable_table_is_read_at_every_call():
+    """Only read-only tables (the MUFU model's) are packed, once: a writable one may change
+    between calls, and an edit after a first call shows in the next."""
+    table = model("sm90").ex2_table().copy()
+    x = np.full((1, 4, 1, 1), 4096 * 2.0 ** -23 - 1, dtype=np.float32)
+    first = engine.softmax_exp2(x, np.float32(1), np.float32(0), table)
+    table[(1 << 23) | 4096] += 1
+    got = engine.softmax_exp2(x, np.float32(1), np.float32(0), table)
+    assert (got.view(np.uint32) == first.view(np.uint32) + 1).all()
+
+
 def test_kernels_agree_with_the_float32_model_on_random_bits():
     rng = np.random.default_rng(7)
     scores = _values(rng, (16, 128, 2, 9), neg_inf_rows=0.0)

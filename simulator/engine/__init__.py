@@ -263,9 +263,10 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
         scores: float32 ``[..., T, nrow, ncol]``.
         scale, neg_max: float32, broadcasting against ``[..., T, nrow]``.
         table: the int32 MUFU.EX2 table of the arch (``MufuModel.ex2_table()``), or None: then
-            only the FFMA is evaluated and the caller applies its ex2. The kernel reads its
-            packed form (:func:`simulator.engine.softmax.pack_ex2`, built once per table) or,
-            where the packing cannot hold it, the table itself.
+            only the FFMA is evaluated and the caller applies its ex2. The kernel reads the
+            packed form of a read-only table (:func:`simulator.engine.softmax.pack_ex2`,
+            built once per table; ``MufuModel`` tables are read-only) or, for a writable
+            table or one the packing cannot hold, the table itself.
     Returns:
         float32 of the scores' shape.
     """
@@ -291,9 +292,12 @@ _PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack_ex2(table)): tables 
 
 
 def _packed_ex2(table: np.ndarray):
-    """:func:`simulator.engine.softmax.pack_ex2` of ``table``, built once per table object."""
+    """:func:`simulator.engine.softmax.pack_ex2` of ``table``, built once per table object;
+    None for a writable table (it may change between calls: the kernel reads it as it is)."""
     from . import softmax
 
+    if table.flags.writeable:
+        return None
     hit = _PACKED.get(id(table))
     if hit is None or hit[0] is not table:
         if len(_PACKED) >= 4:  # one table per arch in use; others (tests) are not kept
