@@ -351,3 +351,36 @@ def test_forward_on_decoded_operands_gives_the_numpy_bits(fmt, causal, monkeypat
     assert calls and (causal or any(calls))  # the hand-over ran; K/V blocks shared by CTAs
     assert np.array_equal(np.asarray(got.out).view(np.uint16), np.asarray(want.out).view(np.uint16))
     assert np.array_equal(got.lse.view(np.uint32), want.lse.view(np.uint32))
+
+
+def test_a_kernel_runs_serial_on_one_thread_and_parallel_on_more(monkeypatch):
+    """Each parallel kernel is compiled twice (``engine.launch.Kernel``): on one thread its
+    serial twin runs (a parallel launch costs about 120 us in numba's workqueue layer), on
+    more the parallel one; both give the same bits."""
+    import numba
+
+    from simulator.engine import dotadd
+
+    ins = mma.instruction_for("wgmma.m64n64k16.f32.bf16.bf16")
+    rng = np.random.default_rng(5)
+    a = _random_bits(rng, "bf16", (3, 64, 32))
+    b = _random_bits(rng, "bf16", (3, 32, 64))
+    c = _c_values(rng, (3, 64, 64))
+    calls = []
+    kernel = dotadd.gemm_rows
+    for name in ("serial", "parallel"):
+        inner = getattr(kernel, name)
+        monkeypatch.setattr(kernel, name, lambda *args, _f=inner, _n=name: (calls.append(_n), _f(*args))[1])
+    before = numba.get_num_threads()
+    got = {}
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            engine.set_threads(threads)
+            with engine.use_engine("numba"), np.errstate(all="ignore"):
+                got[threads] = mma.gemm(a, b, c, instruction=ins).view(np.uint32)
+    finally:
+        engine.set_threads(before)
+    assert calls[0] == "serial"
+    if numba.config.NUMBA_NUM_THREADS > 1:
+        assert calls[-1] == "parallel"
+    assert np.array_equal(got[1], got[max(got)])

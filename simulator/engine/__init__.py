@@ -127,6 +127,8 @@ def set_threads(n: int | None = None) -> int:
         raise ValueError("n: threads apply to the numba engine, and numba is not installed")
     import numba
 
+    from . import launch  # noqa: F401  (sets numba's threading layer before its pool starts)
+
     if n is None:
         n = numba.config.NUMBA_NUM_THREADS
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -25,6 +25,7 @@ from numba import prange
 from . import decode
 from .decode import CODE_NONE, CODE_SPECIAL, INF_EXP, NO_EXP, SPECIAL, code_max
 from .intrinsics import add_int32, bits64, float32_of, float64_of, prefer_512_bit_vectors, trunc_int32
+from .launch import parallel_kernel
 
 # marks of the outputs the vector path leaves to _fix: NaN, and -NaN for an exact zero sum
 _MARK = np.float32(np.nan)
@@ -370,7 +371,7 @@ def _zero_sum(arow, b2, j, k0, k1, c):
     return np.float32(-0.0)
 
 
-@numba.njit(parallel=True, **_JIT)
+@parallel_kernel
 def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, out_bits,
               out, out_bits_view):
     """D[r, i, :] of a chained GEMM, one row of outputs at a time: a [Ra, M, K] float32 (narrow
@@ -424,7 +425,7 @@ def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, o
                 out[r, i, j] = d[j]
 
 
-@numba.njit(parallel=True, **_JIT)
+@parallel_kernel
 def gemm_steps(a, ea, ia, bt, ebt, ib, c, ic, kblock, steps, frac_bits, out_round, out_bits,
                c_in_sum, c_round, out, out_bits_view):
     """:func:`gemm_rows` for instructions of several sequential fused steps per block (FP8
@@ -460,7 +461,9 @@ def gemm_steps(a, ea, ia, bt, ebt, ib, c, ic, kblock, steps, frac_bits, out_roun
 def _batch_index(shape: tuple, lead: tuple) -> np.ndarray:
     """For each entry of the broadcast leading shape ``lead``, the flat entry of an operand
     whose leading shape is ``shape``."""
-    count = int(np.prod(shape, dtype=np.int64))
+    if tuple(shape) == tuple(lead):  # no broadcast (a single instruction: both ())
+        return np.arange(math.prod(lead), dtype=np.int64)
+    count = math.prod(shape)
     idx = np.arange(count, dtype=np.int64).reshape(shape)
     return np.broadcast_to(idx, lead).reshape(-1).copy()
 
@@ -511,7 +514,7 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
         raise ValueError(f"A, B, C: shapes {a64.shape}, {b64.shape}, {c.shape} do not chain")
     if kblock < 1 or k % kblock:
         raise ValueError(f"kblock: K = {k} is not a multiple of {kblock}")
-    rows = int(np.prod(lead, dtype=np.int64))
+    rows = math.prod(lead)
     out = np.empty(lead + (m, n), dtype=np.float32)
     if rows * m * n == 0:
         return out
@@ -519,9 +522,7 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
         out[...] = c
         return out
     steps = steps_array(p.k_steps, kblock)
-    ra = int(np.prod(a64.shape[:-2], dtype=np.int64))
-    rb = int(np.prod(b64.shape[:-2], dtype=np.int64))
-    rc = int(np.prod(c.shape[:-2], dtype=np.int64))
+    ra, rb, rc = (math.prod(x.shape[:-2]) for x in (a64, b64, c))
     c3 = decode.flat3(c, rc, np.float32)
     ia = _batch_index(a64.shape[:-2], lead)
     ib = _batch_index(b64.shape[:-2], lead)

@@ -2,25 +2,13 @@
 their bit patterns, int32 arithmetic that numba would widen to int64, and a function attribute
 that lets LLVM's vectoriser use 512-bit registers. Each is a numba ``@intrinsic``: usable only
 inside compiled functions.
-
-Every kernel module of the engine imports this one, which also sets numba's threading layer
-(below) before any parallel kernel runs.
 """
 
 from __future__ import annotations
 
-import os
-
-import numba
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
-
-# GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
-# it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
-# its parallel launches, which that pool needs. NUMBA_THREADING_LAYER, when set, is kept.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
 
 
 @intrinsic

@@ -27,10 +27,10 @@ import numba
 import numpy as np
 from numba import prange
 
-# the intrinsics module also sets numba's fork-safe threading layer
 from .intrinsics import bits32 as _bits32
 from .intrinsics import bits64 as _bits64
 from .intrinsics import float64_of as _float64
+from .launch import parallel_kernel
 
 _JIT = dict(cache=True, nogil=True)
 _CANONICAL_NAN = np.uint32(0x7FFFFFFF)
@@ -148,7 +148,7 @@ def ex2_table_bits(x, table):
 ex2_table_bits = numba.njit(**_JIT)(ex2_table_bits)
 
 
-@numba.njit(parallel=True, **_JIT)
+@parallel_kernel
 def row_max(scores, prev, first, out, out_bits):
     """``quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=first), "max")``.
 
@@ -233,7 +233,7 @@ def _ex2_bits_packed(idx, hi, deltas, t1, t2):
 EX2_NONE, EX2_TABLE, EX2_PACKED = 0, 1, 2
 
 
-@numba.njit(parallel=True, **_JIT)
+@parallel_kernel
 def scaled_exp2(scores, scale, neg_max, table, deltas, t1, t2, mode, out, out_bits):
     """P = ``ex2(ffma(scores, scale, neg_max, ftz=True))``: MUFU.EX2 from ``table`` (mode
     EX2_TABLE) or from its packed form ``deltas, t1, t2`` (EX2_PACKED, :func:`pack_ex2`), or
@@ -270,7 +270,7 @@ def scaled_exp2(scores, scale, neg_max, table, deltas, t1, t2, mode, out, out_bi
                 flat_bits[e] = _ex2_bits(idx[e], hi[e], table)
 
 
-@numba.njit(parallel=True, **_JIT)
+@parallel_kernel
 def row_sums(p, sum_scale, prev, first, out, out_bits):
     """Thread-local row_sum of ``online_softmax``: ``p[0] + p[1] + ...`` (FADD.FTZ in column
     order, the first column copied) when ``first``, else ``ffma(sum_scale, prev, p[0]) + p[1]
@@ -298,7 +298,7 @@ def row_sums(p, sum_scale, prev, first, out, out_bits):
                 out[r, t, mi] = acc[t]
 
 
-@numba.njit(parallel=True, **_JIT)
+@parallel_kernel
 def scale_rows(acc, scale, out, out_bits):
     """``acc[r, i, :] * scale[r, i]`` with FMUL.FTZ: acc [R, M, D], scale [R, M]; writes
     ``out`` [R, M, D] (``out_bits`` its uint32 view)."""

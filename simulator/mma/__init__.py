@@ -171,14 +171,16 @@ def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> 
 
 def _one(kind: str, shape: str, A, B, C) -> np.ndarray:
     ins = parse(kind, shape)
-    a64 = _operand("A", A, ins.fmt)
-    b64 = _operand("B", B, ins.fmt)
-    if a64.shape[-2:] != (ins.m, ins.k):
+    _operand("A", A, ins.fmt, decode=False)
+    _operand("B", B, ins.fmt, decode=False)
+    if A.shape[-2:] != (ins.m, ins.k):
         raise ValueError(f"A: expected shape [..., {ins.m}, {ins.k}] for {shape}, got {A.shape}")
-    if b64.shape[-2:] != (ins.k, ins.n):
+    if B.shape[-2:] != (ins.k, ins.n):
         raise ValueError(f"B: expected shape [..., {ins.k}, {ins.n}] for {shape}, got {B.shape}")
     c = _accumulator(C, (ins.m, ins.n))
-    return dot_add(a64, b64, c, ins.params)
+    if engine.numba_dot_add(ins.params, A.size * ins.n):  # the narrow operands, decoded there
+        return engine.dot_add(A, B, c, ins.params, ins.k)
+    return dot_add(_operand("A", A, ins.fmt), _operand("B", B, ins.fmt), c, ins.params)
 
 
 def wgmma(shape: str, A, B, C=None) -> np.ndarray:
