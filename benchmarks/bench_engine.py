@@ -1,9 +1,11 @@
 """Benchmark: the compiled engine (numba) against the NumPy engine and NumPy float32
 attention, side by side in one process, in turns, 1 thread on every side (BLAS and numba).
 
-Rows: one GEMM 1024 x 1024 x 128 bf16 (numba vs the NumPy engine, bits checked equal), and
-the exact forward on the numba engine (GEMMs and softmax steps compiled) vs NumPy float32
-attention (``bench_flash.numpy_attention``), bits of O and LSE checked equal to the NumPy
+Rows: one GEMM 1024 x 1024 x 128 bf16 (numba vs the NumPy engine, bits checked equal), one
+wgmma m64n128k16 bf16 against mmasim's Hopper model (where mmasim is installed; one per call,
+and 64 per call), MUFU.EX2 against np.exp2 on 10M values, and the exact forward on the numba
+engine (GEMMs and softmax steps compiled) vs NumPy float32 attention
+(``bench_flash.numpy_attention``), bits of O and LSE checked equal to the NumPy
 engine's forward: 1 x 1024 x 4 x 128 bf16 non-causal and causal, e4m3 non-causal and causal;
 with ``--long`` also 1 x 4096 x 8 x 128 bf16 non-causal and causal, their bits checked on the
 first ``--check-heads`` heads (default 1: heads are independent CTAs, and the NumPy engine's
@@ -69,6 +71,9 @@ def main() -> None:
         t_nb, t_np = interleaved_medians([lambda: gemm("numba"), lambda: gemm("numpy")], repeats)
         record(_loaded(ratio_row("bench_engine", "GEMM 1024x1024x128 bf16, numba vs numpy engine",
                                  t_nb, t_np, "numpy engine", faster=True), load))
+        for row in _instruction_rows(rng, args.threads, repeats):
+            record(row)
+        record(_ex2_row(rng, repeats))
         cases = [((1, 1024, 4, 128), ml_dtypes.bfloat16, "bf16", "<= 10x"),
                  ((1, 1024, 4, 128), ml_dtypes.float8_e4m3fn, "e4m3", "<= 10x")]
         if args.long:
@@ -127,6 +132,57 @@ def _write_atomic(path: Path, data: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _instruction_rows(rng, threads: int, repeats: int) -> list[dict]:
+    """One wgmma m64n128k16 bf16 on the numba engine against mmasim's Hopper model (bits
+    checked equal first, ``bench_mma.mmasim_instruction``): one instruction per call through
+    ``mma.wgmma`` (its Python checks and hand-over included), and 64 independent instructions
+    per call (a leading batch axis: the per-instruction cost of emulating many). No rows where
+    mmasim is not installed (``pip install mmasim``; it needs torch)."""
+    from bench_mma import mmasim_instruction
+
+    a = rng.standard_normal((64, 64, 16)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((64, 16, 128)).astype(ml_dtypes.bfloat16)
+    c = rng.standard_normal((64, 64, 128)).astype(np.float32)
+    ref = mmasim_instruction(a[0], b[0], c[0], threads)
+    if ref is None:
+        print("no mmasim: the wgmma rows are skipped (pip install mmasim)")
+        return []
+    shape = "m64n128k16.f32.bf16.bf16"
+
+    def ours(n):
+        with engine.use_engine("numba"):
+            return mma.wgmma(shape, a[:n], b[:n], c[:n])
+
+    with engine.use_engine("numpy"):
+        assert np.array_equal(mma.wgmma(shape, a, b, c).view(np.uint32), ours(64).view(np.uint32))
+    rows = []
+    for n, inner, what in ((1, 50, "one per call"), (64, 2, "64 per call, per instruction")):
+        load = os.getloadavg()[0]
+        t_one, t_ref = interleaved_medians([lambda n=n: ours(n), ref], repeats, inner=[inner, 1])
+        rows.append(_loaded(ratio_row(
+            "bench_engine", f"one wgmma m64n128k16 bf16, numba engine vs mmasim (same bits), {what}",
+            t_one / n, t_ref, "mmasim", ">= 150x faster", faster=True), load))
+    return rows
+
+
+def _ex2_row(rng, repeats: int) -> dict:
+    """MUFU.EX2 compiled (``engine.ex2_ffma_rows`` with scale 1 and addend 0: the P kernel,
+    its FFMA.FTZ then the packed table) against ``np.exp2`` on 10M float32 softmax arguments
+    (x <= 0), bits checked against the NumPy model's ``ex2`` first."""
+    from simulator.numerics.mufu import ex2
+
+    x = -np.abs(rng.standard_normal((1000, 10_000)) * 8).astype(np.float32)
+    one, zero = np.float32(1), np.float32(0)
+    with engine.use_engine("numba"):
+        got = engine.ex2_ffma_rows(x, one, zero)
+    assert np.array_equal(got.view(np.uint32), ex2(x).view(np.uint32)), "ex2 bits differ"
+    load = os.getloadavg()[0]
+    t_ex2, t_np = interleaved_medians(
+        [lambda: engine.ex2_ffma_rows(x, one, zero), lambda: np.exp2(x)], repeats)
+    return _loaded(ratio_row("bench_engine", "ex2 (MUFU.EX2, numba engine) vs np.exp2, 10M float32",
+                             t_ex2, t_np, "np.exp2", "<= 3x"), load)
 
 
 def _forward_row(q, k, v, causal, fmt, goal, repeats, heads=None):
