@@ -32,7 +32,7 @@ import numpy as np
 __all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "decode_operand",
            "dot_add", "dot_add_decoded",
            "numba_dot_add_decoded",
-           "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
+           "ex2", "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
            "set_engine", "set_threads",
            "softmax_exp2", "softmax_row_max", "softmax_row_sum", "softmax_scale_rows",
            "use_engine", "wants_numba"]
@@ -333,6 +333,31 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     p = softmax_exp2(rows, *(np.broadcast_to(v, lead)[..., None] for v in as_rows), table)
     p = p.reshape(x.shape)
     return p if table is not None else ex2(p, arch=arch)
+
+
+def ex2(x: np.ndarray) -> np.ndarray:
+    """Compiled MUFU.EX2 of the sm90 model (``simulator.numerics.mufu.ex2(x)``, ``.ftz``) on
+    float32 ``x`` of any shape, from the packed table (:func:`simulator.engine.softmax.ex2_rows`);
+    returns float32 of x's shape with the NumPy model's bits.
+
+    Raises:
+        TypeError: ``x`` is not a float32 array.
+    """
+    from ..numerics.mufu import model
+    from . import softmax
+
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise TypeError(f"x: expected a float32 array, got {getattr(x, 'dtype', type(x).__name__)}")
+    table = model("sm90").ex2_table()
+    packed = _packed_ex2(table)
+    x2 = np.ascontiguousarray(x).reshape(1, -1)
+    out = np.empty(x2.shape, dtype=np.uint32)
+    if packed is None:  # a table the packing cannot hold: the P kernel's table path
+        return softmax_exp2(x2.reshape(1, -1, 1, 1), np.float32(1), np.float32(0),
+                            table).reshape(x.shape)
+    _launch(softmax.ex2_rows, x2.reshape(-1, 1 << 14) if x2.size % (1 << 14) == 0 else x2,
+            *packed, out.reshape(-1, 1 << 14) if x2.size % (1 << 14) == 0 else out)
+    return out.view(np.float32).reshape(x.shape)
 
 
 def softmax_row_sum(p: np.ndarray, sum_scale, prev) -> np.ndarray:
