@@ -30,7 +30,6 @@ from numba import prange
 from .intrinsics import bits32 as _bits32
 from .intrinsics import bits64 as _bits64
 from .intrinsics import float64_of as _float64
-from .intrinsics import prefer_512_bit_vectors
 from .launch import parallel_kernel
 
 _JIT = dict(cache=True, nogil=True)
@@ -277,28 +276,9 @@ def ex2_rows(x, deltas, t1, t2, out_bits):
     (:func:`pack_ex2`) into the uint32 ``out_bits`` [R, n]: ``MufuModel._ex2_core`` element by
     element (a subnormal x reads as 0 through the fixed-point split, as ``.ftz`` has it)."""
     for r in prange(x.shape[0]):
-        _ex2_row(x[r], deltas, t1, t2, out_bits[r])
-
-
-@numba.njit(**_JIT)
-def _ex2_row(x, deltas, t1, t2, out_bits):
-    """:func:`ex2_rows` on one row, written with selects only so that LLVM vectorises it (the
-    table reads as gathers)."""
-    prefer_512_bit_vectors()
-    for i in range(x.size):
-        v = x[i]
-        nan = v != v
-        g = min(max(v, np.float32(-130.0)), np.float32(128.0))
-        g = np.float32(0.0) if nan else g
-        f = np.int64(np.int32(g * np.float32(2.0**23)))  # float32 product, truncated
-        hi = f & ~0x7FFFFF
-        idx = ((hi >> 8) & 0x800000) | (f ^ hi)
-        lo = idx & 0x7FFFFF
-        ref = _bits32(np.float32(t1[lo >> _EX2_LO_BITS] * t2[lo & ((1 << _EX2_LO_BITS) - 1)]))
-        code = (np.int64(deltas[idx >> 4]) >> ((idx & 15) * 2)) & 3
-        res = np.int64(ref) + code - 2 + hi
-        res = 0 if res < 0x00800000 else res
-        out_bits[i] = np.uint32(0x7FFFFFFF) if nan else np.uint32(res)
+        for i in range(x.shape[1]):
+            idx, hi = _ex2_split(x[r, i])
+            out_bits[r, i] = _ex2_bits_packed(idx, hi, deltas, t1, t2)
 
 
 @parallel_kernel
