@@ -11,37 +11,30 @@ from numba import types
 from numba.extending import intrinsic
 
 
-@intrinsic
-def bits64(typingctx, x):
-    """The int64 bit pattern of a float64 (a bitcast)."""
-    if not (isinstance(x, types.Float) and x.bitwidth == 64):
-        return None
+def _bitcast(name: str, src, dst, dst_ir, doc: str):
+    """A numba intrinsic reinterpreting a value of ``src``'s kind and width (a float, or an
+    integer of either signedness) as ``dst`` (LLVM type ``dst_ir``), named ``name`` (numba
+    keys its typing templates by the name)."""
+    def impl(typingctx, x):
+        if not (isinstance(x, type(src)) and x.bitwidth == src.bitwidth):
+            return None
 
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def float64_of(typingctx, b):
-    """The float64 of an int64 bit pattern (a bitcast)."""
-    if not (isinstance(b, types.Integer) and b.bitwidth == 64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(b), codegen
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], dst_ir)
+        return dst(x), codegen
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return intrinsic(impl)
 
 
-@intrinsic
-def float32_of(typingctx, b):
-    """The float32 of an int32 bit pattern (a bitcast)."""
-    if not (isinstance(b, types.Integer) and b.bitwidth == 32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(b), codegen
+bits64 = _bitcast("bits64", types.float64, types.int64, ir.IntType(64),
+                  "The int64 bit pattern of a float64 (a bitcast).")
+float64_of = _bitcast("float64_of", types.int64, types.float64, ir.DoubleType(),
+                      "The float64 of an int64 bit pattern (a bitcast).")
+float32_of = _bitcast("float32_of", types.int32, types.float32, ir.FloatType(),
+                      "The float32 of an int32 bit pattern (a bitcast).")
+bits32 = _bitcast("bits32", types.float32, types.int32, ir.IntType(32),
+                  "The int32 bit pattern of a float32 (a bitcast).")
 
 
 @intrinsic
@@ -77,14 +70,3 @@ def trunc_int32(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.fptosi(args[0], ir.IntType(32))
     return types.int32(x), codegen
-
-
-@intrinsic
-def bits32(typingctx, x):
-    """The int32 bit pattern of a float32 (a bitcast)."""
-    if not (isinstance(x, types.Float) and x.bitwidth == 32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-    return types.int32(types.float32), codegen
