@@ -232,16 +232,11 @@ def _largest(code, c_exp):
 @numba.njit(inline="always")
 def _term_scale(code, cbits, frac_bits):
     """2^(frac_bits - E) as float32 for the sum pass, E from the products' code sum and the
-    float32 bits of C (int32 only: a subnormal C's exponent is taken as -127; 2^(F - E) is
-    clamped into float32, and :func:`_finish_step` flags the outputs where it is not one)."""
-    e = np.int32(code)
-    e = np.int32(NO_EXP) if e < CODE_NONE else (np.int32(INF_EXP) if e >= CODE_SPECIAL
-                                                   else e)
-    ec = np.int32(((cbits >> 23) & 0xFF) - 127)
-    ec = np.int32(NO_EXP) if (cbits & 0x7FFFFFFF) == 0 else ec
-    e = max(e, ec)
-    e = np.int32(0) if e < NO_EXP // 2 else e
-    f = min(max(np.int32(frac_bits) - e, np.int32(-126)), np.int32(127))
+    float32 bits of C (a subnormal C's exponent is taken as -127; 2^(F - E) is clamped into
+    float32, and :func:`_finish_step` flags the outputs where it is not one)."""
+    ec = NO_EXP if (cbits & 0x7FFFFFFF) == 0 else ((cbits >> 23) & 0xFF) - 127
+    e, _ = _scale(_largest(code, ec), frac_bits)
+    f = min(max(frac_bits - e, -126), 127)
     return float32_of(np.int32((f + 127) << 23))
 
 
