@@ -350,13 +350,14 @@ def ex2(x: np.ndarray) -> np.ndarray:
         raise TypeError(f"x: expected a float32 array, got {getattr(x, 'dtype', type(x).__name__)}")
     table = model("sm90").ex2_table()
     packed = _packed_ex2(table)
-    x2 = np.ascontiguousarray(x).reshape(1, -1)
-    out = np.empty(x2.shape, dtype=np.uint32)
     if packed is None:  # a table the packing cannot hold: the P kernel's table path
-        return softmax_exp2(x2.reshape(1, -1, 1, 1), np.float32(1), np.float32(0),
-                            table).reshape(x.shape)
-    _launch(softmax.ex2_rows, x2.reshape(-1, 1 << 14) if x2.size % (1 << 14) == 0 else x2,
-            *packed, out.reshape(-1, 1 << 14) if x2.size % (1 << 14) == 0 else out)
+        return softmax_exp2(np.ascontiguousarray(x).reshape(1, -1, 1, 1), np.float32(1),
+                            np.float32(0), table).reshape(x.shape)
+    # rows of 2^14 where they divide the size (rows are what the parallel kernel shares out)
+    rows = (-1, 1 << 14) if x.size % (1 << 14) == 0 else (1, -1)
+    x2 = np.ascontiguousarray(x).reshape(rows)
+    out = np.empty(x2.shape, dtype=np.uint32)
+    _launch(softmax.ex2_rows, x2, *packed, out)
     return out.view(np.float32).reshape(x.shape)
 
 

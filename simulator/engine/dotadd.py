@@ -463,6 +463,14 @@ def _batch_index(shape: tuple, lead: tuple) -> np.ndarray:
     return np.broadcast_to(idx, lead).reshape(-1).copy()
 
 
+def same_width(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two decoded operands' values in one float type for :func:`gemm_rows` (float32 from
+    narrow formats, float64 from float64 values): float64 for both where either is."""
+    if a.dtype == b.dtype:
+        return a, b
+    return a.astype(np.float64), b.astype(np.float64)
+
+
 def steps_array(k_steps, kblock: int) -> np.ndarray:
     """``FusedDotAdd.k_steps`` as an int64 array [S, L] (S = 0: one step over the whole block).
 
@@ -527,8 +535,7 @@ def gemm(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p, kblock: int) -> np.
     if steps.shape[0] == 0 and p.c_in_sum and kblock in (16, 32):
         a3, ha3 = decode.operand(a64, ra, p.emin, coded=True)
         b3, hb3 = decode.operand(b64, rb, p.emin, coded=True)
-        if a3.dtype != b3.dtype:  # one narrow, one float64: both float64
-            a3, b3 = a3.astype(np.float64), b3.astype(np.float64)
+        a3, b3 = same_width(a3, b3)
         gemm_rows(a3, ha3, ia, b3, hb3, ib, decode.step_maxima(hb3, 16), c3, ic, kblock, p.frac_bits,
                   out_round, p.out_bits, o3, o3.view(np.uint32))
         return out

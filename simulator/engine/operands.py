@@ -101,9 +101,7 @@ def gemm(a: Decoded, b: Decoded, c: np.ndarray, p, kblock: int, c_index=None) ->
     if out.size == 0:
         return out
     out_round = dotadd._RZ if p.out_round == "rz" else dotadd._RN
-    av, bv = a.vals, b.vals
-    if av.dtype != bv.dtype:  # one decoded from float64 values: both float64
-        av, bv = av.astype(np.float64), bv.astype(np.float64)
+    av, bv = dotadd.same_width(a.vals, b.vals)
     dotadd.gemm_rows(av, a.codes, a.index, bv, b.codes, b.index, b.step_max(),
                      np.ascontiguousarray(c), c_index, kblock, p.frac_bits, out_round,
                      p.out_bits, out, out.view(np.uint32))
