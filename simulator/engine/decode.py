@@ -64,7 +64,7 @@ def _exponents(x, emin, coded, out):
 
 @numba.njit(**_JIT)
 def _decode_bf16(bits, emin, coded, vals, exps):
-    """bf16 bit patterns (flat uint16) to float64 ``vals`` and ``exps`` (int32 exponents, or
+    """bf16 bit patterns (flat uint16) to ``vals`` (float32 or float64) and ``exps`` (int32 exponents, or
     int16 codes when ``coded``): the float32 of ``bits << 16``
     (``simulator.numerics.to_float32``)."""
     for i in range(bits.size):
@@ -86,25 +86,21 @@ def _decode_table(bits, table, emin, coded, vals, exps):
 @numba.njit(inline="always")
 def code_max(codes, lo, hi):
     """The largest code of a nonzero finite value in ``codes[lo:hi]`` (-32768 when none)."""
-    cmax = -32768
-    for k in range(lo, hi):
-        c = np.int32(codes[k])
-        if c < CODE_SPECIAL:
-            cmax = max(cmax, c)
+    cmax = np.int16(-32768)
+    for k in range(lo, hi):  # selects only: a vectorised reduction
+        c = codes[k]
+        cmax = max(cmax, c if c < CODE_SPECIAL else np.int16(-32768))
     return cmax
 
 
 @numba.njit(**_JIT)
 def step_code_max(flat, out):
     """``out[r, s]`` = the largest code of a nonzero finite value in ``flat[r, s]`` (the codes of
-    one k-step of B entry r, its rows flattened); -32768 when there is none. One vectorised
-    reduction per step."""
+    one k-step of B entry r, its rows flattened); -32768 when there is none: :func:`code_max`
+    per step."""
     for r in range(flat.shape[0]):
         for s in range(flat.shape[1]):
-            cmax = np.int16(-32768)
-            for c in flat[r, s]:
-                cmax = max(cmax, c if c < CODE_SPECIAL else np.int16(-32768))
-            out[r, s] = cmax
+            out[r, s] = code_max(flat[r, s], 0, flat.shape[2])
 
 
 def flat3(x: np.ndarray, rows: int, dtype) -> np.ndarray:
