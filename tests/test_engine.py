@@ -303,6 +303,29 @@ def test_bf16_products_at_the_edges_of_float32_agree(edge):
     assert np.array_equal(want, got)
 
 
+@pytest.mark.parametrize("family", ["wgmma.m64n64k16.f32.bf16.bf16",
+                                    "mma_sync.m16n8k16.f32.bf16.bf16.f32"])
+def test_sums_at_the_edges_of_int32_agree(family):
+    """The compiled finish adds C's term to the int32 sum of the product terms in int32 and
+    flags a total that wraps. 16 products of +-(255/128)^2 (each term 65025 * 2^11 in units
+    of 2^-25, their sum 2^31 - 16744448, just under 2^31) plus a C swept over (-2, 2):
+    totals on both sides of +-2^31, -2^31 itself among them (C = -16744448 * 2^-25). The
+    engines' bits agree, and that exact sum, -64, comes out as -64 (every term is exact:
+    nothing truncates). Dropping the wrap flag fails this test (checked)."""
+    ins = mma.instruction_for(family)
+    m, n = ins.m, ins.n
+    top = np.float32(1.9921875)
+    a = np.full((2, m, 16), top, dtype=np.float32)
+    a[1] = -top  # batch 1: every product negative
+    b = np.full((2, 16, n), top, dtype=np.float32)
+    sweep = np.linspace(-1.9999999, 1.9999999, m * n - 2, dtype=np.float32)
+    c = np.concatenate([sweep, [-16744448 * 2.0**-25, 16744448 * 2.0**-25]]).astype(np.float32).reshape(m, n)
+    c = np.broadcast_to(c, (2, m, n)).copy()
+    want, got = _both(ins, a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16), c)
+    assert np.array_equal(want, got)
+    assert got.view(np.float32)[1, -1, -2] == np.float32(-64.0)
+
+
 def test_decoded_operands_refuse_bad_arguments():
     ins = mma.instruction_for("wgmma.m64n64k16.f32.bf16.bf16")
     a = np.zeros((2, 64, 32), dtype=ml_dtypes.bfloat16)

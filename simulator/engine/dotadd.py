@@ -5,8 +5,8 @@ element at a time, every k-step of a GEMM fused in one call.
 Per output and sequential fused step: E = the largest exponent among the nonzero finite terms
 (``max(floor(log2|a|), emin) + max(floor(log2|b|), emin)`` for a product, ``floor(log2|c|)``
 for C); every term is scaled by 2^(F - E), truncated toward zero and summed exactly (the
-products' terms in int32 or float64, C's in float64: integers below 2^40); the sum is rounded
-to float32 (``out_round`` at ``out_bits`` bits).
+products' terms in int32 or float64, C's in int32 or float64: integers below 2^40); the sum is
+rounded to float32 (``out_round`` at ``out_bits`` bits).
 Outputs touching inf or NaN are the IEEE value of the exact sum; an exact zero sum is -0 only
 when C and every product are -0; NaN results are 0x7fffffff. ``k_steps`` and ``c_in_sum``
 (FP8 mma.sync) as :func:`simulator.mma.spec.dot_add_by_steps` applies them.
@@ -23,14 +23,16 @@ import numpy as np
 from numba import prange
 
 from . import decode
+from . import intrinsics as ix
 from .decode import CODE_NONE, CODE_SPECIAL, INF_EXP, NO_EXP, SPECIAL, code_max
-from .intrinsics import add_int32, bits64, float32_of, float64_of, prefer_512_bit_vectors, trunc_int32
+from .intrinsics import bits64, float32_of, float64_of, prefer_512_bit_vectors
 from .launch import parallel_kernel
 
 # marks of the outputs the vector path leaves to _fix: NaN, and -NaN for an exact zero sum
 _MARK = np.float32(np.nan)
 _ZERO_MARK = np.float32(-np.nan)
 _CANONICAL_NAN = 0x7FFFFFFF
+_NO_EXP32, _INF_EXP32 = np.int32(NO_EXP), np.int32(INF_EXP)
 _RZ, _RN = 0, 1
 
 _JIT = dict(cache=True, nogil=True)
@@ -147,26 +149,28 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     return _round(total / scale, out_round, out_bits)
 
 
-# The vector path below, per k-step and row of outputs, in three passes over the N columns, each
-# one loop that LLVM vectorises over the columns (one array written per loop: more stores stop
-# its vectoriser):
+# The vector path below, per k-step and row of outputs, in two loops over the N columns that
+# LLVM vectorises over the columns (one array written per loop: more stores stop its
+# vectoriser):
 # 1. the exponent pass over the int16 codes into ``emax`` [N] (16 lanes per 256-bit vector);
-# 2. the sum pass: each product term ``a * b * 2^(F - E)`` in float32, truncated toward zero by
-#    its conversion to int32, summed in int32 into ``terms`` [N] (16 lanes per 512-bit vector).
-#    Exact where the operands are narrow values (at most 12 significant bits, so a product has
-#    at most 24) and no product overflows float32 (checked per k-step and row from the codes,
+# 2. the sum and finish (:func:`_sum16`): each product term ``a * b * 2^(F - E)`` in float32,
+#    truncated toward zero by its conversion to int32, summed in int32. Exact where the
+#    operands are narrow values (at most 12 significant bits, so a product has at most 24) and
+#    no product overflows float32 (checked per k-step and row from the codes,
 #    :func:`_products_fit`; else the row's step takes the float64 pass of :func:`_block16`):
 #    scaling by a power of two is then exact down to 2^-126, and a term below that truncates
-#    to 0 whatever its rounding. A term is below 2^(F + 2) (2^27 for the
-#    16-bit formats, F = 25: 16 of them stay below 2^31; 2^15 for FP8's 32, F = 13);
-# 3. the finish: C's term (float64, truncated to int64) plus ``terms``, scaled back, the bits
-#    below ``out_bits`` cleared (RZ), cast to float32; or a NaN mark for the outputs the cast
-#    does not give (inf / NaN terms, exact zero sums, results below 2^-126, a 2^(F - E) outside
-#    float32), -NaN for an exact zero sum of finite terms, which :func:`_fix`
-#    settles by :func:`_column` / :func:`_zero_sum`.
-# Passes 2 and 3 ask LLVM for 512-bit vectors (:func:`prefer_512_bit_vectors`): 1.5x on the sum
-# pass, 1.2x on the finish (2-core development VM, Xeon with AVX-512). Operands given as float64
-# values run the same passes in float64 (every product exact), without the range check.
+#    to 0 whatever its rounding. A term is below 2^(F + 2) (2^27 for the 16-bit formats,
+#    F = 25: 16 of them stay below 2^31; 2^15 for FP8's 32, F = 13). Then C's term joins in
+#    int32 and the total is cut to ``out_bits`` and scaled back in float32
+#    (:func:`_finish32`), or a NaN mark for the outputs this does not give (inf / NaN terms,
+#    a total that wraps int32, exact zero sums, results below 2^-126, a 2^(F - E) outside
+#    float32), -NaN for an exact zero sum of finite terms, which :func:`_fix` settles by
+#    :func:`_column` / :func:`_zero_sum`.
+# Every value of loop 2 is int32 or float32 (numba's int64 arithmetic goes through the int32
+# intrinsics), so with ``prefer_512_bit_vectors`` it runs 16 lanes per 512-bit vector:
+# 1.28x on a 1024 x 1024 x 128 bf16 GEMM against a finish in float64 as a third loop (2-core
+# development VM, Xeon with AVX-512). Operands given as float64 values run the same loop
+# with float64 products, without the range check.
 
 
 @numba.njit(inline="always")
@@ -191,7 +195,7 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
     bits cleared by ``keep`` (RZ), or NaN when the output needs :func:`_column`; and that
     flag."""
     x = float64_of(bits64(np.float64(tot) * float64_of((e - frac_bits + 1023) << 52)) & keep)
-    special = (e >= SPECIAL) | (((bits64(c64) >> 52) & 0x7FF) == 0x7FF)
+    special = (e >= np.int32(SPECIAL)) | (((bits64(c64) >> 52) & 0x7FF) == 0x7FF)
     zero = (tot == 0) & ~special  # an exact zero sum of finite terms: -NaN marks it
     flag = special | (tot == 0) | (((bits64(x) >> 52) & 0x7FF) < tiny)
     mark = _ZERO_MARK if zero else _MARK
@@ -223,70 +227,100 @@ def _emax16_more(hrow, hb2, k0, emax):
 @numba.njit(inline="always")
 def _largest(code, c_exp):
     """E of an output: its products' largest code sum (as an exponent, NO_EXP or INF_EXP)
-    and C's exponent."""
+    and C's exponent (int32 where ``c_exp`` is)."""
     e = np.int32(code)
-    e = NO_EXP if e < CODE_NONE else (INF_EXP if e >= CODE_SPECIAL else e)
+    e = _NO_EXP32 if e < np.int32(CODE_NONE) else (_INF_EXP32 if e >= np.int32(CODE_SPECIAL)
+                                                   else e)
     return max(e, c_exp)
 
 
 @numba.njit(inline="always")
 def _term_scale(code, cbits, frac_bits):
-    """2^(frac_bits - E) as float32 for the sum pass, E from the products' code sum and the
-    float32 bits of C (a subnormal C's exponent is taken as -127; 2^(F - E) is clamped into
-    float32, and :func:`_finish_step` flags the outputs where it is not one)."""
-    ec = NO_EXP if (cbits & 0x7FFFFFFF) == 0 else ((cbits >> 23) & 0xFF) - 127
-    e, _ = _scale(_largest(code, ec), frac_bits)
-    f = min(max(frac_bits - e, -126), 127)
-    return float32_of(np.int32((f + 127) << 23))
+    """(E, f = frac_bits - E, 2^f as float32) of an output, all int32 (so that the loop
+    over outputs keeps 16 lanes): E from its products' largest code sum and the float32 bits
+    of C, 0 when no term is nonzero (a subnormal C's exponent is taken as -127: where it is
+    the largest, f > 126 and :func:`_finish32` flags the output). 2^f is clamped into
+    float32."""
+    biased = ix.and_int32(ix.shr_int32(cbits, np.int32(23)), np.int32(0xFF))
+    ec = _NO_EXP32 if ix.and_int32(cbits, np.int32(0x7FFFFFFF)) == np.int32(0) else \
+        ix.sub_int32(biased, np.int32(127))
+    e = _largest(code, ec)
+    e = np.int32(0) if e < np.int32(NO_EXP // 2) else e
+    f = ix.sub_int32(frac_bits, e)
+    fc = min(max(f, np.int32(-126)), np.int32(127))
+    return e, f, float32_of(ix.shl_int32(ix.add_int32(fc, np.int32(127)), np.int32(23)))
+
+
+@numba.njit(inline="always")
+def _finish32(acc, cv, cbits, e, f, s, keep_bits, tiny_exp):
+    """One output of a fused step from the int32 sum ``acc`` of its product terms (units
+    2^-f): C's term ``trunc(c * 2^f)`` added in int32, the total's magnitude cut to
+    ``keep_bits`` significant bits (RZ; 32 keeps every bit and the conversion to float32
+    rounds to nearest even), scaled by 2^-f. Returns (flag, float32): the flag, with a NaN
+    mark (-NaN for an exact zero sum of finite terms), where this int32 path does not give
+    the result: inf / NaN terms, a total that overflows int32, an exact zero sum, f outside
+    [-126, 126], a result below 2^(tiny_exp) (2^-126, or every result with a larger
+    ``tiny_exp``). Where not flagged every step is exact: c * 2^f is a float32 scaled within
+    range (or below 1 in magnitude, truncating to 0 whatever its rounding), the total has at
+    most ``keep_bits`` <= 24 significant bits after the cut (RZ), and the final scaling lands
+    at or above 2^-126."""
+    cterm = ix.trunc_int32(cv * s)
+    tot = ix.add_int32(acc, cterm)
+    ovf = ix.and_int32(ix.xor_int32(acc, tot), ix.xor_int32(cterm, tot)) < np.int32(0)
+    neg = tot < np.int32(0)
+    mag = ix.sub_int32(np.int32(0), tot) if neg else tot  # -2^31 reads as 2^31 unsigned
+    lz = ix.clz_uint32(mag)
+    cut = ix.sub_int32(ix.sub_int32(np.int32(32), lz), keep_bits)
+    cut = cut if cut > np.int32(0) else np.int32(0)
+    mag = ix.and_int32(mag, ix.shl_int32(np.int32(-1), cut))
+    down = float32_of(ix.shl_int32(ix.sub_int32(np.int32(127), f), np.int32(23)))  # 2^-f
+    r = ix.float32_of_uint32(mag) * down
+    special = (e >= np.int32(SPECIAL)) | (ix.and_int32(cbits, np.int32(0x7F800000)) == np.int32(0x7F800000))
+    off = (f < np.int32(-126)) | (f > np.int32(126))
+    zero = tot == np.int32(0)
+    tiny = ix.sub_int32(ix.sub_int32(np.int32(31), lz), f) < tiny_exp
+    flag = special | off | ovf | zero | tiny
+    mark = _MARK if special | off else (_ZERO_MARK if zero else _MARK)
+    return flag, (mark if flag else (-r if neg else r))
 
 
 @numba.njit(**_JIT)
-def _sum16(arow, b2, k0, emax, cbits, frac_bits, terms):
-    """``terms[j]``: the sum of the 16 product terms from k0, each truncated, in int32."""
+def _sum16(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
+    """One fused step of the 16 positions from k0 for a row of outputs: each product term
+    truncated and summed in int32, then :func:`_finish32`; C ``d``, results into ``dn`` (NaN
+    marks where flagged). Returns the count of flagged outputs."""
     prefer_512_bit_vectors()
     ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
-    for j in range(terms.size):
-        s = _term_scale(emax[j], cbits[j], frac_bits)
+    cbits = d.view(np.int32)
+    flagged = np.int32(0)
+    for j in range(d.size):
+        e, f, s = _term_scale(emax[j], cbits[j], frac_bits)
         acc = np.int32(0)
         for t in range(16):
-            acc = add_int32(acc, trunc_int32(ak[t] * bk[t, j] * s))
-        terms[j] = acc
+            acc = ix.add_int32(acc, ix.trunc_int32(ak[t] * bk[t, j] * s))
+        flag, dn[j] = _finish32(acc, d[j], cbits[j], e, f, s, keep_bits, tiny_exp)
+        flagged = ix.add_int32(flagged, np.int32(flag))
+    return flagged
 
 
 @numba.njit(**_JIT)
-def _sum32(arow, b2, k0, emax, cbits, frac_bits, terms):
+def _sum32(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
     """:func:`_sum16` for K = 32 positions (FP8 wgmma), two unrolled loops of 16 (a loop of 32
     is not unrolled, so not vectorised over the columns)."""
     prefer_512_bit_vectors()
     ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     ak2, bk2 = arow[k0 + 16:k0 + 32], b2[k0 + 16:k0 + 32]
-    for j in range(terms.size):
-        s = _term_scale(emax[j], cbits[j], frac_bits)
+    cbits = d.view(np.int32)
+    flagged = np.int32(0)
+    for j in range(d.size):
+        e, f, s = _term_scale(emax[j], cbits[j], frac_bits)
         acc = np.int32(0)
         for t in range(16):
-            acc = add_int32(acc, trunc_int32(ak[t] * bk[t, j] * s))
+            acc = ix.add_int32(acc, ix.trunc_int32(ak[t] * bk[t, j] * s))
         for t in range(16):
-            acc = add_int32(acc, trunc_int32(ak2[t] * bk2[t, j] * s))
-        terms[j] = acc
-
-
-@numba.njit(**_JIT)
-def _finish_step(terms, emax, d, dn, frac_bits, keep, tiny):
-    """One fused step's results from the sum pass's ``terms``: C ``d``, results into ``dn``
-    (NaN where flagged); returns the count of flagged outputs."""
-    prefer_512_bit_vectors()
-    flagged = 0
-    for j in range(d.size):
-        c64, ec = _c_term(d[j])
-        e, scale = _scale(_largest(emax[j], ec), frac_bits)
-        f = frac_bits - e
-        # 2^(F - E) clamped in the sum pass (where E >= F - 127, the sum pass's E is this one:
-        # a subnormal C, whose exponent it takes as -127, is not the largest)
-        off = (f < -126) | (f > 127)
-        flag, r = _finish(np.int64(c64 * scale) + np.int64(terms[j]), e, c64, frac_bits, keep,
-                          tiny)
-        dn[j] = _MARK if off else r
-        flagged += flag | off
+            acc = ix.add_int32(acc, ix.trunc_int32(ak2[t] * bk2[t, j] * s))
+        flag, dn[j] = _finish32(acc, d[j], cbits[j], e, f, s, keep_bits, tiny_exp)
+        flagged = ix.add_int32(flagged, np.int32(flag))
     return flagged
 
 
@@ -383,6 +417,10 @@ def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, o
     keep = -(1 << (53 - out_bits)) if out_round == _RZ else -1
     # results below 2^-126 take _column; every output when the cast is not the rounding
     tiny = 1023 - 126 if out_round == _RZ or out_bits >= 24 else 4096
+    # the same for the int32 path (_finish32): bits kept, least result exponent not flagged
+    keep_bits = np.int32(out_bits if out_round == _RZ else 32)
+    frac32 = np.int32(frac_bits)
+    tiny_exp = np.int32(-126 if out_round == _RZ or out_bits >= 24 else 1 << 20)
     for ri in prange(rows * m):
         r = ri // m
         i = ri - r * m
@@ -391,7 +429,6 @@ def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, o
         d = c[ic[r], i].copy()
         dn = np.empty(n, dtype=np.float32)
         emax = np.empty(n, dtype=np.int16)
-        terms = np.empty(n, dtype=np.int32)
         for blk in range(nblk):
             k0 = blk * kblock
             _emax16(hrow, hb2, k0, emax)
@@ -401,10 +438,9 @@ def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, o
                                                                  bmax[br, k0 // 16 + 1])
             if not narrow or _products_fit(hrow, k0, kblock, bstep):
                 if kblock == 16:
-                    _sum16(arow, b2, k0, emax, d.view(np.int32), frac_bits, terms)
+                    flagged = _sum16(arow, b2, k0, emax, d, dn, frac32, keep_bits, tiny_exp)
                 else:
-                    _sum32(arow, b2, k0, emax, d.view(np.int32), frac_bits, terms)
-                flagged = _finish_step(terms, emax, d, dn, frac_bits, keep, tiny)
+                    flagged = _sum32(arow, b2, k0, emax, d, dn, frac32, keep_bits, tiny_exp)
             elif kblock == 16:
                 flagged = _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
             else:

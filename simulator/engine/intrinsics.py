@@ -49,16 +49,52 @@ def prefer_512_bit_vectors(typingctx):
     return types.none(), codegen
 
 
+def _int32_op(name: str, build, doc: str):
+    """A numba intrinsic of two int32 values giving int32 by the LLVM instruction ``build``
+    makes (numba widens int32 arithmetic to int64, which halves the lanes of a vector loop)."""
+    def impl(typingctx, x, y):
+        if not all(isinstance(v, types.Integer) and v.bitwidth == 32 for v in (x, y)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return build(builder, *args)
+        return types.int32(x, y), codegen
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return intrinsic(impl)
+
+
+add_int32 = _int32_op("add_int32", lambda b, x, y: b.add(x, y), "x + y in int32, wrapping.")
+sub_int32 = _int32_op("sub_int32", lambda b, x, y: b.sub(x, y), "x - y in int32, wrapping.")
+and_int32 = _int32_op("and_int32", lambda b, x, y: b.and_(x, y), "x & y of int32.")
+xor_int32 = _int32_op("xor_int32", lambda b, x, y: b.xor(x, y), "x ^ y of int32.")
+shl_int32 = _int32_op("shl_int32", lambda b, x, y: b.shl(x, y),
+                      "x << y of int32 (y in 0..31; the bits shifted out are lost).")
+shr_int32 = _int32_op("shr_int32", lambda b, x, y: b.ashr(x, y),
+                      "x >> y of int32, arithmetic (y in 0..31).")
+
+
 @intrinsic
-def add_int32(typingctx, x, y):
-    """x + y in int32, wrapping (numba widens int32 arithmetic to int64, which halves the
-    lanes of a vector loop)."""
-    if not all(isinstance(v, types.Integer) and v.bitwidth == 32 for v in (x, y)):
+def clz_uint32(typingctx, x):
+    """The count of leading zero bits of an int32 read as unsigned (32 for 0; ``vplzcntd``)."""
+    if not (isinstance(x, types.Integer) and x.bitwidth == 32):
         return None
 
     def codegen(context, builder, sig, args):
-        return builder.add(args[0], args[1])
-    return types.int32(x, y), codegen
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+    return types.int32(x), codegen
+
+
+@intrinsic
+def float32_of_uint32(typingctx, x):
+    """An int32 read as unsigned, converted to float32 (rounded to nearest even:
+    ``vcvtudq2ps``; exact below 2^24)."""
+    if not (isinstance(x, types.Integer) and x.bitwidth == 32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.uitofp(args[0], ir.FloatType())
+    return types.float32(x), codegen
 
 
 @intrinsic
