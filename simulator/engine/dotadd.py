@@ -168,8 +168,8 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
 #    :func:`_column` / :func:`_zero_sum`.
 # Every value of loop 2 is int32 or float32 (numba's int64 arithmetic goes through the int32
 # intrinsics), so with ``prefer_512_bit_vectors`` it runs 16 lanes per 512-bit vector:
-# 1.28x on a 1024 x 1024 x 128 bf16 GEMM against a finish in float64 as a third loop (2-core
-# development VM, Xeon with AVX-512). Operands given as float64 values run the same loop
+# 1.25x on a 1024 x 1024 x 128 bf16 GEMM against a finish in float64 as a third loop (2-core
+# development VM, Xeon with AVX-512, in turns). Operands given as float64 values run the same loop
 # with float64 products, without the range check.
 
 
@@ -284,6 +284,14 @@ def _finish32(acc, cv, cbits, e, f, s, keep_bits, tiny_exp):
     return flag, (mark if flag else (-r if neg else r))
 
 
+@numba.njit(inline="always")
+def _add_terms(acc, ak, bk, j, s):
+    """``acc`` plus the 16 product terms ``trunc(ak[t] * bk[t, j] * s)``, in int32."""
+    for t in range(16):
+        acc = ix.add_int32(acc, ix.trunc_int32(ak[t] * bk[t, j] * s))
+    return acc
+
+
 @numba.njit(**_JIT)
 def _sum16(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
     """One fused step of the 16 positions from k0 for a row of outputs: each product term
@@ -295,9 +303,7 @@ def _sum16(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
     flagged = np.int32(0)
     for j in range(d.size):
         e, f, s = _term_scale(emax[j], cbits[j], frac_bits)
-        acc = np.int32(0)
-        for t in range(16):
-            acc = ix.add_int32(acc, ix.trunc_int32(ak[t] * bk[t, j] * s))
+        acc = _add_terms(np.int32(0), ak, bk, j, s)
         flag, dn[j] = _finish32(acc, d[j], cbits[j], e, f, s, keep_bits, tiny_exp)
         flagged = ix.add_int32(flagged, np.int32(flag))
     return flagged
@@ -305,8 +311,8 @@ def _sum16(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
 
 @numba.njit(**_JIT)
 def _sum32(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
-    """:func:`_sum16` for K = 32 positions (FP8 wgmma), two unrolled loops of 16 (a loop of 32
-    is not unrolled, so not vectorised over the columns)."""
+    """:func:`_sum16` for K = 32 positions (FP8 wgmma), as two unrolled sums of 16 (a loop of
+    32 is not unrolled, so not vectorised over the columns)."""
     prefer_512_bit_vectors()
     ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     ak2, bk2 = arow[k0 + 16:k0 + 32], b2[k0 + 16:k0 + 32]
@@ -314,11 +320,7 @@ def _sum32(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
     flagged = np.int32(0)
     for j in range(d.size):
         e, f, s = _term_scale(emax[j], cbits[j], frac_bits)
-        acc = np.int32(0)
-        for t in range(16):
-            acc = ix.add_int32(acc, ix.trunc_int32(ak[t] * bk[t, j] * s))
-        for t in range(16):
-            acc = ix.add_int32(acc, ix.trunc_int32(ak2[t] * bk2[t, j] * s))
+        acc = _add_terms(_add_terms(np.int32(0), ak, bk, j, s), ak2, bk2, j, s)
         flag, dn[j] = _finish32(acc, d[j], cbits[j], e, f, s, keep_bits, tiny_exp)
         flagged = ix.add_int32(flagged, np.int32(flag))
     return flagged
@@ -330,7 +332,7 @@ def _products_fit(hrow, k0, kblock, bmax):
     is ``bmax`` is finite in float32: a product is below 2^(ea + eb + 2), so ea + eb <= 126.
     Small products need no check: a narrow product has at most 22 significant bits, so one
     that loses bits in float32 is below 2^-127, and the sum pass's results are used only
-    where 2^(F - E) is a float32 (E >= F - 127, :func:`_finish_step`), where a term below
+    where 2^(F - E) is a float32 (E >= F - 126, :func:`_finish32`), where a term below
     2^-127 * 2^(F - E) <= 1 truncates to 0 whatever its float32 rounding."""
     return code_max(hrow, k0, k0 + kblock) + bmax <= 126
 
