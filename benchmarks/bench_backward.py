@@ -8,7 +8,10 @@ keys up to the block's last row (the emulator skips the blocks the mask removes)
 run and in turns, the emulated forward against NumPy float32 attention, so that the two ratios
 can be compared: the backward's target is at most 2.5x the forward's ratio.
 Both sides are warmed up and run under the same BLAS thread count; medians of several runs.
-Run: ``python benchmarks/bench_backward.py [--seqlen 1024] [--heads 4]``.
+``--engine numba`` (or ``numpy``) runs the emulator on that engine (``simulator.engine``; the
+compiled one with numba's pool at ``--threads`` too); the default leaves the process setting
+(``"auto"``, or ``SIMULATOR_ENGINE``).
+Run: ``python benchmarks/bench_backward.py [--seqlen 1024] [--heads 4] [--engine numba]``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 from bench_flash import ROW_BLOCK, numpy_attention
 from timing import add_common_args, blas_info, blas_threads, emit, interleaved_medians, machine, ratio_row
 
-from simulator import flash
+from simulator import engine, flash
 
 TARGET_VS_FORWARD = 2.5
 
@@ -50,18 +53,22 @@ def numpy_backward(dout, q, k, v, out, lse, causal):
     return tuple(x.transpose(0, 2, 1, 3) for x in (dq, dk, dv))
 
 
-def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3) -> list[dict]:
-    """One row per configuration for the backward, and the forward's row of the same run."""
+def measure(seqlen=1024, heads=4, head_dim=128, threads=1, repeats=3, engine_name=None) -> list[dict]:
+    """One row per configuration for the backward, and the forward's row of the same run; the
+    emulator on ``engine_name`` when given (else the process's engine setting)."""
     rng = np.random.default_rng(0)
     shape = (1, seqlen, heads, head_dim)
     rows = []
-    with blas_threads(threads):
+    if engine_name == "numba":
+        engine.set_threads(threads)
+    on = f", {engine_name} engine" if engine_name else ""
+    with blas_threads(threads), engine.use_engine(engine_name or engine.get_engine()):
         for causal in (False, True):
             q, k, v, dout = (rng.standard_normal(shape).astype(ml_dtypes.bfloat16) for _ in range(4))
             out, lse = flash.forward(q, k, v, causal=causal)
             f32 = [x.astype(np.float32) for x in (dout, q, k, v, out)]
             lse32 = lse.astype(np.float32)
-            label = f"1 x {seqlen} x {heads} heads x {head_dim}, bf16{' causal' if causal else ''}"
+            label = f"1 x {seqlen} x {heads} heads x {head_dim}, bf16{' causal' if causal else ''}{on}"
             t_bwd, t_np_bwd, t_fwd, t_np_fwd = interleaved_medians(
                 [lambda: flash.backward(dout, q, k, v, out, lse, causal=causal),  # noqa: B023
                  lambda: numpy_backward(*f32, lse32, causal),  # noqa: B023
@@ -83,10 +90,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seqlen", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--engine", choices=engine.ENGINES, default=None,
+                    help="the emulator's engine (default: the process setting)")
     add_common_args(ap)
     args = ap.parse_args()
     print(f"{machine()}; {blas_info()}")
-    rows = measure(args.seqlen, args.heads, threads=args.threads, repeats=args.repeats or 3)
+    rows = measure(args.seqlen, args.heads, threads=args.threads, repeats=args.repeats or 3,
+                   engine_name=args.engine)
     for r in rows:
         print(f"{r['measures']}: {r['ratio']:.1f}x ({r['ours_s']:.3f} s vs {r['anchor_s']:.4f} s)"
               f"{'  target ' + r['target'] if r['target'] != '-' else ''}")
