@@ -199,6 +199,28 @@ def test_ffma_midpoints_and_tiny_results():
     assert _same(ex2(want), got.reshape(-1))
 
 
+def test_ffma_results_aimed_at_two_to_minus_126():
+    """The P kernel's FFMA is one IEEE float32 fma (rounded on the subnormal grid) where its
+    result is not +-2^-126, the model's FFMA.FTZ where it is: exact values a * b + c within a
+    few 2^-150 of +-2^-126, on both sides, some flushed and some kept."""
+    rng = np.random.default_rng(12)
+    n = 200_000
+    e = rng.integers(-62, -58, n)
+    a = np.ldexp(rng.uniform(1, 2, n), e).astype(np.float32)
+    b = np.ldexp(rng.uniform(1, 2, n), -120 - e + rng.integers(-2, 3, n)).astype(np.float32)
+    target = rng.choice([-1.0, 1.0], n) * np.ldexp(1.0 + rng.integers(-3, 4, n) * 2.0**-25, -126)
+    c = (target - a.astype(np.float64) * b).astype(np.float32)  # a * b exact in float64
+    want = ffma(a, b, c, ftz=True)
+    at_edge = np.abs(want) == np.float32(2.0**-126)
+    assert at_edge.sum() > 1000 and (want == 0).sum() > 1000 and (np.abs(want) > 2.0**-126).sum() > 1000
+    ieee = (a.astype(np.float64) * b + c.astype(np.float64)).astype(np.float32)  # near 2^-126:
+    assert np.count_nonzero((ieee != 0) & (want == 0)) > 1000  # the flush differs from IEEE
+    with engine.use_engine("numba"):  # one element per thread and row: per-row operands
+        got = engine.softmax_exp2(a.reshape(1, -1, 1, 1), b.reshape(1, -1, 1), c.reshape(1, -1, 1),
+                                  None)
+    assert _same(want, got.reshape(-1))
+
+
 def test_max_handles_nan_and_signed_zeros_like_the_model():
     x = np.array([np.nan, -0.0, 0.0, -np.inf, 1e-45, -1e-45, np.inf, np.nan], dtype=np.float32)
     grid = np.stack(np.meshgrid(x, x), -1).reshape(-1, 2)  # every ordered pair, one per thread

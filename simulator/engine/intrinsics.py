@@ -1,13 +1,14 @@
 """LLVM-level helpers for the compiled engine's numba kernels: bitcasts between floats and
-their bit patterns, int32 arithmetic that numba would widen to int64, and a function attribute
-that lets LLVM's vectoriser use 512-bit registers. Each is a numba ``@intrinsic``: usable only
-inside compiled functions.
+their bit patterns, int32 arithmetic that numba would widen to int64, the float32 fma, a cache
+prefetch hint, and a function attribute that lets LLVM's vectoriser use 512-bit registers.
+Each is a numba ``@intrinsic``: usable only inside compiled functions.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 
@@ -106,3 +107,40 @@ def trunc_int32(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.fptosi(args[0], ir.IntType(32))
     return types.int32(x), codegen
+
+
+@intrinsic
+def fma_float32(typingctx, a, b, c):
+    """``a * b + c`` of three float32 rounded once to the nearest float32, ties to even, with
+    IEEE subnormals (``llvm.fma.f32``: ``vfmadd`` where the CPU has it, else libm's ``fmaf``;
+    never contracted or reassociated)."""
+    if not all(isinstance(v, types.Float) and v.bitwidth == 32 for v in (a, b, c)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fma(*args)
+    return types.float32(a, b, c), codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, index):
+    """A hint to bring ``arr[index]`` (a C-contiguous 1-d array, ``index`` in range) into the
+    data caches for a read soon (``llvm.prefetch``, read, highest locality: ``prefetcht0``).
+    No effect on any value; a loop of independent table reads issues it some iterations ahead,
+    so that more cache misses are in flight at once than out-of-order execution keeps."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(index, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # (address, rw = 0: read, locality = 3: keep in every level, cache type = 1: data)
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.none(arr, index), codegen

@@ -27,9 +27,13 @@ import numba
 import numpy as np
 from numba import prange
 
+from .intrinsics import and_int32 as _and_int32
 from .intrinsics import bits32 as _bits32
 from .intrinsics import bits64 as _bits64
+from .intrinsics import float32_of as _float32_of
 from .intrinsics import float64_of as _float64
+from .intrinsics import fma_float32 as _fma_float32
+from .intrinsics import prefetch as _prefetch
 from .launch import parallel_kernel
 
 _JIT = dict(cache=True, nogil=True)
@@ -233,6 +237,32 @@ def _ex2_bits_packed(idx, hi, deltas, t1, t2):
 EX2_NONE, EX2_TABLE, EX2_PACKED = 0, 1, 2
 
 
+@numba.njit(inline="always", **_JIT)
+def _signed_zero(x):
+    """+0 or -0 with the sign of the float32 ``x`` (bit operations: a vector select)."""
+    return _float32_of(_and_int32(_bits32(x), np.int32(-0x80000000)))
+
+
+@numba.njit(inline="always", **_JIT)
+def ffma_ftz_fast(a, b, c):
+    """:func:`ffma_ftz` from one IEEE float32 fma, with selects only (a loop over it
+    vectorises): (result, flag); where the flag is set (a result of magnitude exactly 2^-126)
+    the result is not final and :func:`ffma_ftz` gives it. The fma rounds once on the
+    subnormal grid; FFMA.FTZ rounds to 24 bits with an unbounded exponent and flushes a result
+    below 2^-126. The two agree except at 2^-126: an fma result below it in magnitude comes
+    from an exact value below 2^-126 - 2^-150 (the tie between 2^-126 and its predecessor
+    goes to the even 2^-126), which rounds to 24 bits below 2^-126 too, so it is flushed (to
+    the exact value's sign, which the fma's result keeps, a zero's included: both round the
+    exact sum to nearest with IEEE's signed-zero rules); one above it comes from an exact value
+    above 2^-126 + 2^-150, a normal number both round alike; inf and NaN alike."""
+    a = _signed_zero(a) if abs(a) < _FLT_MIN else a
+    b = _signed_zero(b) if abs(b) < _FLT_MIN else b
+    c = _signed_zero(c) if abs(c) < _FLT_MIN else c
+    r = _fma_float32(a, b, c)
+    mag = abs(r)
+    return (_signed_zero(r) if mag < _FLT_MIN else r), mag == _FLT_MIN
+
+
 @parallel_kernel
 def scaled_exp2(scores, scale, neg_max, table, deltas, t1, t2, mode, out, out_bits):
     """P = ``ex2(ffma(scores, scale, neg_max, ftz=True))``: MUFU.EX2 from ``table`` (mode
@@ -240,34 +270,73 @@ def scaled_exp2(scores, scale, neg_max, table, deltas, t1, t2, mode, out, out_bi
     only the FFMA (EX2_NONE: the caller applies its MUFU model).
 
     scores [R, T, nrow, ncol]; scale, neg_max [R, T, nrow] (neg_max = -max_scaled); writes
-    ``out`` (``out_bits`` its uint32 view) of the scores' shape. The table reads of a batch
-    entry run in a loop of their own, so that many are in flight at once."""
+    ``out`` (``out_bits`` its uint32 view) of the scores' shape. Per batch entry: the FFMAs
+    in one vector loop (:func:`ffma_ftz_fast`; its flagged results again by
+    :func:`ffma_ftz`), then MUFU.EX2 over them (:func:`_ex2_lookup`)."""
     rows, threads, nrow, ncol = scores.shape
     per = threads * nrow * ncol
     for r in prange(rows):
-        idx = np.empty(per, dtype=np.int64)
-        hi = np.empty(per, dtype=np.int64)
         flat = out[r].reshape(per)
         flat_bits = out_bits[r].reshape(per)
+        flagged = 0
         for t in range(threads):
             for mi in range(nrow):
                 sc = scale[r, t, mi]
                 nm = neg_max[r, t, mi]
                 base = (t * nrow + mi) * ncol
                 for ni in range(ncol):
-                    x = ffma_ftz(scores[r, t, mi, ni], sc, nm)
-                    if mode != EX2_NONE:
-                        idx[base + ni], hi[base + ni] = _ex2_split(x)
-                    elif x != x:
-                        flat_bits[base + ni] = _CANONICAL_NAN
-                    else:
-                        flat[base + ni] = x
-        if mode == EX2_PACKED:
+                    x, flag = ffma_ftz_fast(scores[r, t, mi, ni], sc, nm)
+                    flat[base + ni] = x
+                    flagged += flag
+        if flagged:
+            for t in range(threads):
+                for mi in range(nrow):
+                    base = (t * nrow + mi) * ncol
+                    for ni in range(ncol):
+                        if abs(flat[base + ni]) == _FLT_MIN:
+                            flat[base + ni] = ffma_ftz(scores[r, t, mi, ni], scale[r, t, mi],
+                                                       neg_max[r, t, mi])
+        if mode == EX2_NONE:
             for e in range(per):
-                flat_bits[e] = _ex2_bits_packed(idx[e], hi[e], deltas, t1, t2)
-        elif mode == EX2_TABLE:
-            for e in range(per):
-                flat_bits[e] = _ex2_bits(idx[e], hi[e], table)
+                if flat[e] != flat[e]:
+                    flat_bits[e] = _CANONICAL_NAN
+        else:
+            _ex2_lookup(flat, table, deltas, t1, t2, mode == EX2_PACKED, flat_bits)
+
+
+# table reads issued this many elements ahead of their use (in the 1 x 4096 x 2 x 128 causal
+# forward, 2-core VM: the P kernel 13-14 ns an element without, 4-5 ns with 48-64 ahead, 6 ns
+# with 8-16, no better with 96-128); the splits are computed in spans of _EX2_SPAN elements
+# (two scratch arrays of 64 kB per call, below glibc's mmap threshold)
+_PREFETCH_AHEAD = 64
+_EX2_SPAN = 8192
+
+
+@numba.njit(inline="always", **_JIT)
+def _ex2_lookup(x, table, deltas, t1, t2, packed, out_bits):
+    """MUFU.EX2 of the float32 ``x`` [n] into the uint32 ``out_bits`` [n] (which may be x's
+    own memory): per span of elements, the fixed-point splits first (a vector loop), then the
+    table reads (``packed``: :func:`_ex2_bits_packed`, else :func:`_ex2_bits` on ``table``),
+    each prefetched :data:`_PREFETCH_AHEAD` elements ahead: the reads are random over
+    megabytes that the GEMMs between two calls push out of the caches."""
+    n = x.size
+    idx = np.empty(_EX2_SPAN, dtype=np.int64)
+    hi = np.empty(_EX2_SPAN, dtype=np.int64)
+    for start in range(0, n, _EX2_SPAN):
+        m = min(_EX2_SPAN, n - start)
+        for e in range(m):
+            idx[e], hi[e] = _ex2_split(x[start + e])
+        for e in range(m):
+            if e + _PREFETCH_AHEAD < m:
+                ahead = max(idx[e + _PREFETCH_AHEAD], 0)  # a NaN's index -1 reads entry 0
+                if packed:
+                    _prefetch(deltas, ahead >> 4)
+                else:
+                    _prefetch(table, ahead)
+            if packed:
+                out_bits[start + e] = _ex2_bits_packed(idx[e], hi[e], deltas, t1, t2)
+            else:
+                out_bits[start + e] = _ex2_bits(idx[e], hi[e], table)
 
 
 @parallel_kernel
@@ -276,9 +345,10 @@ def ex2_rows(x, deltas, t1, t2, out_bits):
     (:func:`pack_ex2`) into the uint32 ``out_bits`` [R, n]: ``MufuModel._ex2_core`` element by
     element (a subnormal x reads as 0 through the fixed-point split, as ``.ftz`` has it)."""
     for r in prange(x.shape[0]):
-        for i in range(x.shape[1]):
-            idx, hi = _ex2_split(x[r, i])
-            out_bits[r, i] = _ex2_bits_packed(idx, hi, deltas, t1, t2)
+        _ex2_lookup(x[r], _NO_TABLE, deltas, t1, t2, True, out_bits[r])
+
+
+_NO_TABLE = np.zeros(1, dtype=np.int32)
 
 
 @parallel_kernel
