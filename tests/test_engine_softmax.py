@@ -221,6 +221,19 @@ def test_ffma_results_aimed_at_two_to_minus_126():
     assert _same(want, got.reshape(-1))
 
 
+def test_row_sums_flush_sums_that_cancel_below_two_to_minus_126():
+    """FADD.FTZ of two normal numbers just above 2^-126 whose sum falls below it (exact, a
+    subnormal in IEEE arithmetic): flushed to zero of its sign, as the model does."""
+    rng = np.random.default_rng(13)
+    p = np.ldexp(rng.uniform(1, 4, (8, 128, 2, 2)), -126).astype(np.float32)
+    p[..., 1] *= -1
+    want = thread_reduce(p, op="sum", zero_init=True)
+    flushed = (want == 0) & (p[..., 0] + p[..., 1] != 0)
+    assert flushed.sum() > 100
+    with engine.use_engine("numba"):
+        assert _same(want, engine.softmax_row_sum(p, None, None))
+
+
 def test_max_handles_nan_and_signed_zeros_like_the_model():
     x = np.array([np.nan, -0.0, 0.0, -np.inf, 1e-45, -1e-45, np.inf, np.nan], dtype=np.float32)
     grid = np.stack(np.meshgrid(x, x), -1).reshape(-1, 2)  # every ordered pair, one per thread

@@ -47,46 +47,47 @@ _F32_TINY = 2.0**-126 * (1.0 - 2.0**-25)
 
 
 @numba.njit(inline="always", **_JIT)
+def _signed_zero(x):
+    """+0 or -0 with the sign of the float32 ``x`` (bit operations: a vector select)."""
+    return _float32_of(_and_int32(_bits32(x), np.int32(-0x80000000)))
+
+
+# The operations below are written with selects only (no branch), so that loops over them
+# vectorise; each gives the bits of its simulator.numerics.float32 counterpart.
+@numba.njit(inline="always", **_JIT)
 def _ftz(x):
-    """.ftz input rule: a float32 below 2^-126 in magnitude (nonzero) reads as signed zero."""
-    if x != 0.0 and abs(x) < _FLT_MIN:
-        return np.float32(math.copysign(0.0, x))
-    return x
+    """.ftz input rule: a float32 below 2^-126 in magnitude reads as zero of its sign."""
+    return _signed_zero(x) if abs(x) < _FLT_MIN else x
 
 
 @numba.njit(inline="always", **_JIT)
 def fmax_ftz(a, b):
-    """``max.ftz.f32``: subnormals read as zero; a NaN operand loses; +0 over -0."""
+    """``max.ftz.f32``: subnormals read as zero; a NaN operand loses (b when both are NaN);
+    +0 over -0. Equal operands give the AND of their bits: the operand itself, or -0 only
+    for two -0."""
     a = _ftz(a)
     b = _ftz(b)
-    if a != a:
-        return b
-    if b != b:
-        return a
-    if a > b:
-        return a
-    if a == b:
-        if a == 0.0 and (math.copysign(1.0, a) > 0 or math.copysign(1.0, b) > 0):
-            return np.float32(0.0)
-        return a
-    return b
+    equal = _float32_of(_and_int32(_bits32(a), _bits32(b)))
+    r = a if a > b else (b if b > a else equal)
+    r = a if b != b else r
+    return b if a != a else r
 
 
 @numba.njit(inline="always", **_JIT)
 def fadd_ftz(a, b):
-    """``add.rn.ftz.f32``: the float64 sum (exact enough: 53 >= 2 * 24 + 2) cast once."""
-    r = np.float32(np.float64(_ftz(a)) + np.float64(_ftz(b)))
-    return _ftz(r)
+    """``add.rn.ftz.f32``: the IEEE float32 sum of the flushed operands (one rounding), a
+    result below 2^-126 flushed (such a sum is exact, so tininess before or after rounding
+    is the same)."""
+    return _ftz(_ftz(a) + _ftz(b))
 
 
 @numba.njit(inline="always", **_JIT)
 def fmul_ftz(a, b):
-    """``mul.rn.ftz.f32``: the exact float64 product cast once; tiny-after-rounding flushed."""
+    """``mul.rn.ftz.f32``: the exact float64 product cast once; tiny-after-rounding flushed
+    (an exact product below 2^-126 (1 - 2^-25) rounds to 24 bits below 2^-126)."""
     p = np.float64(_ftz(a)) * np.float64(_ftz(b))
     r = np.float32(p)
-    if abs(p) < _F32_TINY:
-        return np.float32(math.copysign(0.0, r))
-    return _ftz(r)
+    return _signed_zero(r) if abs(p) < _F32_TINY else r
 
 
 @numba.njit(inline="always", **_JIT)
@@ -238,12 +239,6 @@ EX2_NONE, EX2_TABLE, EX2_PACKED = 0, 1, 2
 
 
 @numba.njit(inline="always", **_JIT)
-def _signed_zero(x):
-    """+0 or -0 with the sign of the float32 ``x`` (bit operations: a vector select)."""
-    return _float32_of(_and_int32(_bits32(x), np.int32(-0x80000000)))
-
-
-@numba.njit(inline="always", **_JIT)
 def ffma_ftz_fast(a, b, c):
     """:func:`ffma_ftz` from one IEEE float32 fma, with selects only (a loop over it
     vectorises): (result, flag); where the flag is set (a result of magnitude exactly 2^-126)
@@ -390,7 +385,4 @@ def scale_rows(acc, scale, out, out_bits):
         s = scale[r, i]
         for j in range(d):
             x = fmul_ftz(acc[r, i, j], s)
-            if x != x:
-                out_bits[r, i, j] = _CANONICAL_NAN
-            else:
-                out[r, i, j] = x
+            out_bits[r, i, j] = _CANONICAL_NAN if x != x else np.uint32(_bits32(x))
