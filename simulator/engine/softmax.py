@@ -250,12 +250,8 @@ def ffma_ftz_fast(a, b, c):
     the exact value's sign, which the fma's result keeps, a zero's included: both round the
     exact sum to nearest with IEEE's signed-zero rules); one above it comes from an exact value
     above 2^-126 + 2^-150, a normal number both round alike; inf and NaN alike."""
-    a = _signed_zero(a) if abs(a) < _FLT_MIN else a
-    b = _signed_zero(b) if abs(b) < _FLT_MIN else b
-    c = _signed_zero(c) if abs(c) < _FLT_MIN else c
-    r = _fma_float32(a, b, c)
-    mag = abs(r)
-    return (_signed_zero(r) if mag < _FLT_MIN else r), mag == _FLT_MIN
+    r = _fma_float32(_ftz(a), _ftz(b), _ftz(c))
+    return _ftz(r), abs(r) == _FLT_MIN
 
 
 @parallel_kernel
