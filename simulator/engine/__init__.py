@@ -33,7 +33,7 @@ __all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "decode
            "dot_add", "dot_add_decoded",
            "numba_dot_add_decoded",
            "ex2", "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
-           "set_engine", "set_threads",
+           "serial_thread", "set_engine", "set_threads", "task_threads",
            "softmax_exp2", "softmax_row_max", "softmax_row_sum", "softmax_scale_rows",
            "use_engine", "wants_numba"]
 
@@ -118,7 +118,9 @@ def wants_numba(kernel: str, work: int) -> bool:
 
 def set_threads(n: int | None = None) -> int:
     """Threads of the compiled kernels' parallel loops (numba's pool): ``n``, or every core
-    numba sees when None; returns the count now in force. Benchmarks pass 1.
+    numba sees when None; returns the count now in force. Benchmarks pass 1. The count is
+    the calling thread's; ``flash.forward`` and ``flash.backward`` spread their chunks over
+    that many threads (:func:`task_threads`).
 
     Raises:
         ValueError: ``n`` not a positive int, or numba missing.
@@ -135,6 +137,38 @@ def set_threads(n: int | None = None) -> int:
         raise ValueError(f"n: expected a positive int, got {n!r}")
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     return numba.get_num_threads()
+
+
+def task_threads(work: int) -> int:
+    """Threads for a call's independent tasks (the forward's chunks of CTAs) of ``work``
+    products in all: numba's pool size in the calling thread (:func:`set_threads`) when the
+    engine compiles a call of that size, else 1. Each such thread runs the kernels' serial
+    twins (:func:`serial_thread`): a kernel launch per K/V block of a handful of CTAs is too
+    small to share among many threads, and the NumPy between launches would stay serial."""
+    if not wants_numba("dotadd", work):
+        return 1
+    import numba
+
+    from . import launch  # noqa: F401  (sets numba's threading layer before its pool starts)
+
+    return numba.get_num_threads()
+
+
+def serial_thread() -> None:
+    """Make the calling thread run the compiled kernels' serial twins (numba's pool size is
+    per thread): the initializer of :func:`task_threads`' workers."""
+    import numba
+
+    numba.set_num_threads(1)
+
+
+def _launch_lock():
+    """The lock around a compiled call: numba's fork-safe workqueue pool takes one parallel
+    launch at a time; a thread whose pool size is 1 runs the serial twins (no launch) and
+    takes none, so task threads run side by side."""
+    import numba
+
+    return _CALL_LOCK if numba.get_num_threads() > 1 else contextlib.nullcontext()
 
 
 def numba_dot_add(p, work: int) -> bool:
@@ -169,7 +203,7 @@ def dot_add(a64, b64, c, p, kblock: int):
     """
     from . import dotadd
 
-    with _CALL_LOCK:  # numba's fork-safe workqueue pool takes one parallel launch at a time
+    with _launch_lock():
         out = dotadd.gemm(a64, b64, c, p, kblock)
     mark_compiled("dotadd")
     return out
@@ -199,7 +233,7 @@ def dot_add_decoded(a, b, c: np.ndarray, p, kblock: int, c_index=None) -> np.nda
     """
     from . import operands
 
-    with _CALL_LOCK:  # numba's fork-safe workqueue pool takes one parallel launch at a time
+    with _launch_lock():
         out = operands.gemm(a, b, c, p, kblock, c_index)
     mark_compiled("dotadd")
     return out
@@ -230,7 +264,7 @@ def _rows3(x, lead, dtype=np.float32):
 
 
 def _launch(kernel, *args):
-    with _CALL_LOCK:  # numba's fork-safe workqueue pool takes one parallel launch at a time
+    with _launch_lock():
         kernel(*args)
     mark_compiled("softmax")
 

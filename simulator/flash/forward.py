@@ -9,7 +9,7 @@ threads or elements.
 
 from __future__ import annotations
 
-from concurrent.futures import as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import numpy as np
 
@@ -79,7 +79,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
         executor: None (serial), or a ``concurrent.futures.Executor`` (a
             ``ProcessPoolExecutor``, ``dask.distributed.Client.get_executor()``): chunks of
             CTAs run as its tasks (:mod:`simulator.flash.chunks`); the bits are the serial
-            run's. Not with ``trace``.
+            run's. Not with ``trace``. With None, a call the compiled engine runs while
+            ``simulator.engine.set_threads(N)`` holds N > 1 spreads its chunks over N threads
+            of this process, each running the serial kernels (same bits).
         memory_budget: bytes of memory for the padded inputs, the outputs and the working
             arrays (default ``chunks.DEFAULT_MEMORY_BUDGET``, 4 GiB): CTAs run in chunks that
             fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk, and
@@ -146,15 +148,24 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                    dtype=np.float64 if wide else cfg.out_dtype if cfg.splits is None else np.float32)
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF,
                   dtype=np.float64 if wide else np.float32)
-    parts = 1 if executor is None else chunks.workers(executor)
+    groups = cta_groups(cfg)
+    threads = 1 if executor is not None or wanted is not None else engine.task_threads(
+        _products(cfg, groups))
+    parts = threads if executor is None else chunks.workers(executor)
     size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
-    work = [(key, part) for key, ctas in cta_groups(cfg).items()
+    work = [(key, part) for key, ctas in groups.items()
             for part in chunks.split(ctas, size, parts)]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
     seconds = chunks.estimate_seconds(sum(visits), cfg.kblock_m, cfg.kblock_n,
                                       cfg.kernel_head_dim + cfg.kernel_head_dim_v, parts)
     bar = chunks.Progress(chunks.auto_progress(progress, seconds), sum(visits))
+    if threads > 1 and len(work) > 1:
+        # the compiled engine's threads take chunks of CTAs, each running the serial kernels
+        # (they release the GIL): one launch per K/V block of a few CTAs is too small to share
+        executor = own = ThreadPoolExecutor(threads, initializer=engine.serial_thread)
+    else:
+        own = None
     try:
         if executor is None:
             for ((n_range, masked), part), n in zip(work, visits, strict=True):
@@ -175,7 +186,16 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                 bar.update(visits[i])
     finally:
         bar.close()
+        if own is not None:
+            own.shutdown(cancel_futures=True)
     return ForwardResult(out, lse, record)
+
+
+def _products(cfg: Config, groups: dict) -> int:
+    """The tensor-core products of a forward: per CTA and K/V block visit, S = Q K^T and
+    O += P V over a kBlockM x kBlockN tile."""
+    visits = sum(len(ctas) * max(0, n_max - n_min) for ((n_min, n_max), _), ctas in groups.items())
+    return visits * cfg.kblock_m * cfg.kblock_n * (cfg.kernel_head_dim + cfg.kernel_head_dim_v)
 
 
 def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
