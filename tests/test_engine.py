@@ -412,10 +412,11 @@ def test_a_kernel_runs_serial_on_one_thread_and_parallel_on_more(monkeypatch):
 @pytest.mark.skipif(not engine.available(), reason="numba is not installed")
 @pytest.mark.parametrize("causal", [False, True])
 def test_forward_and_backward_on_task_threads_give_the_one_thread_bits(causal, monkeypatch):
-    """With ``engine.set_threads(N)``, N > 1, the forward's chunks of CTAs and the backward's
-    chunks of (batch, head) rows run on N threads of the process, each running the serial
-    kernels without the launch lock: O, LSE, dQ, dK, dV bits of the one-thread run, and the
-    task threads really ran (their initializer was called) only when N > 1."""
+    """With ``engine.set_threads(N)``, N > 1, the backward's chunks of (batch, head) rows, and
+    the forward's chunks of CTAs where each gets ``MIN_TASK_CTAS`` or more (here the
+    non-causal forward's 48 CTAs in one group; the causal one's groups are too small and keep
+    the parallel kernels), run on N threads of the process, each running the serial kernels
+    without the launch lock: O, LSE, dQ, dK, dV bits of the one-thread run."""
     import numba
 
     from simulator import flash
@@ -423,23 +424,28 @@ def test_forward_and_backward_on_task_threads_give_the_one_thread_bits(causal, m
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba sees one core: no second thread to spread chunks over")
     rng = np.random.default_rng(11)
-    q, k, v, do = (rng.standard_normal((2, 200, 2, 64)).astype(ml_dtypes.bfloat16)
+    q, k, v, do = (rng.standard_normal((2, 1100, 4, 64)).astype(ml_dtypes.bfloat16)
                    for _ in range(4))
     before = numba.get_num_threads()
-    got, started = {}, []
+    got, started = {}, {}
     real = engine.serial_thread
-    monkeypatch.setattr(engine, "serial_thread", lambda: (started.append(1), real())[1])
     try:
         for threads in (1, 2):
             engine.set_threads(threads)
             with engine.use_engine("numba"):
-                fwd = flash.forward(q, k, v, causal=causal)
-                bwd = flash.backward(do, q, k, v, fwd.out, fwd.lse, causal=causal)
+                for step in ("forward", "backward"):
+                    monkeypatch.setattr(engine, "serial_thread",
+                                        lambda _s=step, _t=threads: (started.setdefault((_t, _s), 1), real()))
+                    if step == "forward":
+                        fwd = flash.forward(q, k, v, causal=causal)
+                    else:
+                        bwd = flash.backward(do, q, k, v, fwd.out, fwd.lse, causal=causal)
             got[threads] = [np.asarray(x).view(np.uint16) for x in (fwd.out, bwd.dq, bwd.dk, bwd.dv)]
             got[threads].append(fwd.lse.view(np.uint32))
-            assert bool(started) == (threads > 1)  # a pool spawns its threads as tasks come
     finally:
         engine.set_threads(before)
+    # a pool spawns its threads as tasks come: the task threads ran where they should
+    assert set(started) == ({(2, "backward")} if causal else {(2, "forward"), (2, "backward")})
     for one, two in zip(got[1], got[2], strict=True):
         assert np.array_equal(one, two)
 

@@ -26,7 +26,7 @@ sequential structure of the kernels, never threads or elements.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -316,10 +316,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             ``ProcessPoolExecutor``, ``dask.distributed.Client.get_executor()``): chunks of
             whole (batch, head) rows of CTAs run as its tasks, each with the batches it needs
             and a W-th of ``memory_budget`` (W: its workers); the bits are the serial run's
-            (no chunk shares a dQaccum tile or a dK / dV accumulator with another). With
-            None and no ``trace``, a call the compiled engine runs while
-            ``simulator.engine.set_threads(N)`` holds N > 1 spreads those chunks over N
-            threads of this process, each running the serial kernels (same bits).
+            (no chunk shares a dQaccum tile or a dK / dV accumulator with another). None:
+            with ``engine.set_threads(N)``, N > 1, the compiled engine runs them on N threads.
     Returns:
         :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2; with
         ``spread`` a dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` of arrays like dq, dk, dv;
@@ -346,11 +344,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
     steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
     t = cfg.tiles
-    # the compiled engine's threads take chunks of (batch, head) rows, each running the serial
-    # kernels (they release the GIL), as an executor's workers would (five GEMMs a step)
-    threads = 1 if executor is not None or tracer is not None else engine.task_threads(
-        5 * steps * t.kblock_m * t.kblock_n * t.kernel_head_dim)
-    own = None if threads == 1 else ThreadPoolExecutor(threads, initializer=engine.serial_thread)
+    own = None if executor is not None or tracer is not None else chunks.task_pool(
+        engine.task_threads(5 * steps * t.kblock_m * t.kblock_n * t.kernel_head_dim))
     executor = executor if own is None else own
     seconds = chunks.BACKWARD_COST * chunks.estimate_seconds(
         steps, t.kblock_m, t.kblock_n, 2 * t.kernel_head_dim,
@@ -361,8 +356,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
                                               tracer, executor)
     finally:
         bar.close()
-        if own is not None:
-            own.shutdown(cancel_futures=True)
+        chunks.shutdown(own)
     dq = _postprocess_dq(cfg, dq_accum)
     (dk, dv), kv_bounds = _postprocess_kv(cfg, dk, dv, want)
     result = BackwardResult(dq, dk, dv, dpsum, lse_log2, cfg.tiles,
@@ -411,8 +405,7 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False,
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
     padded = [pad_rows(x, length, kd) for x, length in ((q, rows), (dout, rows), (k, keys), (v, keys))]
     ctas = _ctas(cfg)
-    dk = np.zeros((len(ctas[0]), N, kd), np.float32)
-    dv = np.zeros((len(ctas[0]), N, kd), np.float32)
+    dk, dv = (np.zeros((len(ctas[0]), N, kd), np.float32) for _ in range(2))
     dq_accum = np.zeros((cfg.batch * cfg.heads, rows, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     fixed = chunks.fixed_bytes(*padded, dk, dv, dq_accum, dpsum, lse_log2) * (2 if spread else 1)

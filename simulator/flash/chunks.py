@@ -15,7 +15,7 @@ budget of the calling process does not count).
 from __future__ import annotations
 
 import math
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 
@@ -71,6 +71,23 @@ def split(ctas: np.ndarray, size: int, parts: int = 1) -> list[np.ndarray]:
     chunks when there are that many CTAs (so that an executor's workers all get work)."""
     count = max(math.ceil(len(ctas) / max(1, size)), min(parts, len(ctas)), 1)
     return [c for c in np.array_split(ctas, count) if len(c)]
+
+
+def task_pool(threads: int) -> ThreadPoolExecutor | None:
+    """None for one thread, else a pool of ``threads`` task threads, each running the compiled
+    kernels' serial twins (``simulator.engine.serial_thread``; they release the GIL, so the
+    tasks run side by side). The caller shuts it down."""
+    if threads <= 1:
+        return None
+    from .. import engine
+
+    return ThreadPoolExecutor(threads, initializer=engine.serial_thread)
+
+
+def shutdown(pool: ThreadPoolExecutor | None) -> None:
+    """Stop a :func:`task_pool` (None: nothing), dropping tasks not yet started."""
+    if pool is not None:
+        pool.shutdown(cancel_futures=True)
 
 
 def check_executor(executor) -> Executor | None:

@@ -9,7 +9,7 @@ threads or elements.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 
 import numpy as np
 
@@ -149,23 +149,20 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF,
                   dtype=np.float64 if wide else np.float32)
     groups = cta_groups(cfg)
-    threads = 1 if executor is not None or wanted is not None else engine.task_threads(
-        _products(cfg, groups))
+    threads = 1 if executor is not None or wanted is not None else _task_threads(cfg, groups)
     parts = threads if executor is None else chunks.workers(executor)
     size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
     work = [(key, part) for key, ctas in groups.items()
-            for part in chunks.split(ctas, size, parts)]
+            for part in chunks.split(ctas, size, _group_parts(len(ctas), parts, threads))]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
     seconds = chunks.estimate_seconds(sum(visits), cfg.kblock_m, cfg.kblock_n,
                                       cfg.kernel_head_dim + cfg.kernel_head_dim_v, parts)
     bar = chunks.Progress(chunks.auto_progress(progress, seconds), sum(visits))
-    if threads > 1 and len(work) > 1:
-        # the compiled engine's threads take chunks of CTAs, each running the serial kernels
-        # (they release the GIL): one launch per K/V block of a few CTAs is too small to share
-        executor = own = ThreadPoolExecutor(threads, initializer=engine.serial_thread)
-    else:
-        own = None
+    # the compiled engine's threads take chunks of CTAs: a launch per K/V block of a few CTAs
+    # is too small to share among the kernels' own parallel loops
+    own = chunks.task_pool(threads if len(work) > 1 else 1)
+    executor = executor if own is None else own
     try:
         if executor is None:
             for ((n_range, masked), part), n in zip(work, visits, strict=True):
@@ -186,9 +183,30 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                 bar.update(visits[i])
     finally:
         bar.close()
-        if own is not None:
-            own.shutdown(cancel_futures=True)
+        chunks.shutdown(own)
     return ForwardResult(out, lse, record)
+
+
+# the fewest CTAs a task thread's chunk holds: with fewer, the NumPy between the serial kernel
+# launches (serialised by the GIL) outweighs them; below it the kernels' own parallel loops win
+# (benchmarks/results/task_threads_sweep.json: 16 cores, causal 4096 x 8 heads in chunks of one
+# CTA 6.6 s on task threads vs 2.0 s on parallel kernels; non-causal in chunks of 16, 0.89 vs 1.93)
+MIN_TASK_CTAS = 16
+
+
+def _task_threads(cfg: Config, groups: dict) -> int:
+    """Threads for the forward's chunks (:func:`simulator.engine.task_threads`) where every
+    one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs, else 1 (the kernels' own
+    parallel loops take the pool)."""
+    threads = engine.task_threads(_products(cfg, groups))
+    fit = sum(len(ctas) // MIN_TASK_CTAS for ctas in groups.values())
+    return threads if threads > 1 and fit >= threads else 1
+
+
+def _group_parts(ctas: int, parts: int, threads: int) -> int:
+    """Chunks a group of ``ctas`` CTAs at least splits into: ``parts`` for an executor's
+    workers, at most one per ``MIN_TASK_CTAS`` CTAs for task threads."""
+    return parts if threads == 1 else max(1, min(parts, ctas // MIN_TASK_CTAS))
 
 
 def _products(cfg: Config, groups: dict) -> int:
