@@ -170,7 +170,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                            exact)
                 bar.update(n)
         else:
-            futures = {executor.submit(_chunk_task, cfg, n_range, masked, part, (qp, kp, vp, qvp),
+            # task threads store their own disjoint CTAs in place, as the serial loop does
+            task, dest = (_chunk_task, ()) if own is None else (_run_group, (out, lse, None, None))
+            futures = {executor.submit(task, cfg, n_range, masked, part, (qp, kp, vp, qvp), *dest,
                                        exact): i
                        for i, ((n_range, masked), part) in enumerate(work)}
             for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
