@@ -26,7 +26,7 @@ sequential structure of the kernels, never threads or elements.
 
 from __future__ import annotations
 
-from concurrent.futures import as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -419,9 +419,11 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False,
             res = _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer)
             _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds)
     else:
-        futures = {executor.submit(_run_chunk, cfg, job, ctas, _batch_slice(cfg, job, padded),
-                                   *(x[job[0]:job[1]] for x in flat), spread, None, None,
-                                   True): job for job in jobs}
+        shared = isinstance(executor, ThreadPoolExecutor)  # threads read the arrays in place
+        futures = {executor.submit(_run_chunk, cfg, job, ctas,
+                                   padded if shared else _batch_slice(cfg, job, padded),
+                                   *(x if shared else x[job[0]:job[1]] for x in flat), spread,
+                                   None, None, not shared): job for job in jobs}
         for future in as_completed(futures):  # stored as they finish: chunks are disjoint
             job = futures[future]
             _store_chunk(cfg, job, future.result(), dk, dv, dq_accum, bounds)
@@ -473,16 +475,14 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
     (dQaccum [rows, M * m_blocks, kd], dK, dV [CTAs, kBlockN, kd], dQaccum's (lo, hi) or
     None), float32. ``padded`` holds every batch, or with ``sliced`` only those of ``job``
     (:func:`_batch_slice`); ``dpsum`` / ``lse_log2`` are [B * H, rows], or the job's rows."""
-    M, N = cfg.tiles.kblock_m, cfg.tiles.kblock_n
-    kd = cfg.tiles.kernel_head_dim
+    M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     sel = np.arange(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
     b, h, n, m_min, m_max = (x[sel] for x in ctas)
     local = b * cfg.heads + h - job[0]                  # the CTA's (b, h) row in this chunk
     b0, r0 = (job[0] // cfg.heads, job[0]) if sliced else (0, 0)
     b = b - b0                                          # index into ``padded``
     qp, dop, kp, vp = padded
-    dk = np.zeros((len(sel), N, kd), np.float32)
-    dv = np.zeros_like(dk)
+    dk, dv = (np.zeros((len(sel), N, kd), np.float32) for _ in range(2))
     dq_accum = np.zeros((job[1] - job[0], cfg.m_blocks * M, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     g = cfg.heads // cfg.heads_kv
