@@ -461,3 +461,55 @@ def test_task_threads_follow_the_engine_and_the_pool():
 
         with engine.use_engine("numba"):
             assert engine.task_threads(1) == numba.get_num_threads()
+
+
+@pytest.mark.skipif(not engine.available(), reason="numba is not installed")
+def test_task_threads_shrink_to_what_the_memory_budget_affords():
+    """A budget with room for one CTA beside the fixed arrays runs on one thread, within its
+    budget, where two task threads would each need a CTA: no MemoryError, the same bits."""
+    import numba
+
+    from memory_peak import traced_peak
+    from simulator import flash
+    from simulator.flash.forward import memory_needed
+
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((2, 1100, 4, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    before = numba.get_num_threads()
+    try:
+        engine.set_threads(2)
+        with engine.use_engine("numba"):
+            want = flash.forward(q, k, v)
+            fixed, per_cta = memory_needed(flash.make_config(q, k, v), q.dtype)
+            got, peak = traced_peak(lambda: flash.forward(q, k, v, memory_budget=fixed + per_cta))
+    finally:
+        engine.set_threads(before)
+    assert np.array_equal(np.asarray(got.out).view(np.uint16), np.asarray(want.out).view(np.uint16))
+    assert peak <= fixed + per_cta
+
+
+def test_a_gated_task_runs_at_most_so_many_at_once():
+    """``chunks.gated``: eight calls on a pool of four threads, gated to two, never overlap by
+    more than two (the backward's chunks on a thread pool larger than its budget affords)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from simulator.flash import chunks
+
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def task(i):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.02)
+        with lock:
+            now[0] -= 1
+        return i
+
+    run = chunks.gated(task, 2)
+    with ThreadPoolExecutor(4) as pool:
+        assert sorted(pool.map(run, range(8))) == list(range(8))
+    assert most[0] == 2
+    assert chunks.affordable(16, 100, 40, 20) == 3 and chunks.affordable(16, 100, 90, 20) == 1

@@ -396,11 +396,10 @@ def _ctas(cfg: BackwardConfig):
 
 def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False, budget=None,
               bar=None, tracer=None, executor=None):
-    """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32
-    [B, H, n_blocks * kBlockN, kd], and with ``spread`` dQaccum's (lo, hi) over every order of
-    its reduce-adds (else None). CTAs run in chunks of whole (batch, head) rows of n_blocks
-    (their dQ tiles meet no other chunk's) that fit ``budget`` bytes; with an ``executor``
-    each chunk is one task (a W-th of the budget each, W its workers), stored as it finishes."""
+    """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32 [B, H, n_blocks
+    * kBlockN, kd], with ``spread`` dQaccum's (lo, hi) over every order of its reduce-adds (else
+    None). CTAs run in chunks of whole (batch, head) rows (their dQ tiles meet no other chunk's)
+    within ``budget`` bytes; an ``executor``'s W workers run W chunks of a W-th each at once."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
     padded = [pad_rows(x, length, kd) for x, length in ((q, rows), (dout, rows), (k, keys), (v, keys))]
@@ -410,7 +409,9 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False,
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     fixed = chunks.fixed_bytes(*padded, dk, dv, dq_accum, dpsum, lse_log2) * (2 if spread else 1)
     per_cta = 2 * chunks.cta_bytes(M, N, kd)  # five GEMMs per step, two of them of [M, N]
+    shared = isinstance(executor, ThreadPoolExecutor)  # threads share the arrays and the memory
     parts = 1 if executor is None else chunks.workers(executor)
+    parts = chunks.affordable(parts, budget, fixed, per_cta) if shared else parts
     size = chunks.chunk_size(budget, fixed, per_cta, "this backward", parts)
     jobs = _row_jobs(cfg, size, parts)
     flat = (dpsum.reshape(-1, rows), lse_log2.reshape(-1, rows))
@@ -419,16 +420,15 @@ def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False,
             res = _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer)
             _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds)
     else:
-        shared = isinstance(executor, ThreadPoolExecutor)  # threads read the arrays in place
-        futures = {executor.submit(_run_chunk, cfg, job, ctas,
+        run = chunks.gated(_run_chunk, parts) if shared else _run_chunk  # at most parts at once
+        futures = {executor.submit(run, cfg, job, ctas,
                                    padded if shared else _batch_slice(cfg, job, padded),
                                    *(x if shared else x[job[0]:job[1]] for x in flat), spread,
                                    None, None, not shared): job for job in jobs}
         for future in as_completed(futures):  # stored as they finish: chunks are disjoint
             job = futures[future]
             _store_chunk(cfg, job, future.result(), dk, dv, dq_accum, bounds)
-            if bar is not None:
-                bar.update(_chunk_steps(cfg, job, ctas))
+            bar.update(_chunk_steps(cfg, job, ctas))
     if tracer is not None:
         tracer.finish(dk, dv)
     dk = fmul(dk, cfg.softmax_scale, ftz=True)

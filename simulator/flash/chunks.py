@@ -15,6 +15,7 @@ budget of the calling process does not count).
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
@@ -82,6 +83,25 @@ def task_pool(threads: int) -> ThreadPoolExecutor | None:
     from .. import engine
 
     return ThreadPoolExecutor(threads, initializer=engine.serial_thread)
+
+
+def affordable(threads: int, budget: int, fixed: int, per_unit: int) -> int:
+    """Of ``threads`` chunks sharing this process's memory, how many may run at once within
+    ``budget`` bytes, one ``per_unit`` at least each beside ``fixed`` (at least 1: where not
+    even one fits, :func:`chunk_size` raises)."""
+    return max(1, min(threads, (budget - fixed) // max(1, per_unit)))
+
+
+def gated(task, concurrent: int):
+    """``task`` wrapped so that at most ``concurrent`` calls run at once (thread pools larger
+    than what the memory budget affords)."""
+    gate = threading.BoundedSemaphore(concurrent)
+
+    def run(*args):
+        with gate:
+            return task(*args)
+
+    return run
 
 
 def shutdown(pool: ThreadPoolExecutor | None) -> None:

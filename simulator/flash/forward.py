@@ -150,8 +150,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                   dtype=np.float64 if wide else np.float32)
     groups = cta_groups(cfg)
     threads = 1 if executor is not None or wanted is not None else _task_threads(cfg, groups)
+    fixed, per_cta = memory_needed(cfg, q.dtype)
+    threads = chunks.affordable(threads, budget, fixed, per_cta)
     parts = threads if executor is None else chunks.workers(executor)
-    size = chunks.chunk_size(budget, *memory_needed(cfg, q.dtype), "this forward", parts)
+    size = chunks.chunk_size(budget, fixed, per_cta, "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
     work = [(key, part) for key, ctas in groups.items()
             for part in chunks.split(ctas, size, _group_parts(len(ctas), parts, threads))]
