@@ -468,8 +468,8 @@ def test_task_threads_shrink_to_what_the_memory_budget_affords():
     """A budget with room for one CTA beside the fixed arrays runs on one thread, within its
     budget, where two task threads would each need a CTA: no MemoryError, the same bits."""
     import numba
-
     from memory_peak import traced_peak
+
     from simulator import flash
     from simulator.flash.forward import memory_needed
 
