@@ -119,8 +119,8 @@ def wants_numba(kernel: str, work: int) -> bool:
 def set_threads(n: int | None = None) -> int:
     """Threads of the compiled kernels' parallel loops (numba's pool): ``n``, or every core
     numba sees when None; returns the count now in force. Benchmarks pass 1. The count is
-    the calling thread's; ``flash.forward`` and ``flash.backward`` spread their chunks over
-    that many threads (:func:`task_threads`).
+    the calling thread's; ``flash.backward``, and ``flash.forward`` where its chunks are large
+    enough, run their chunks on up to that many threads (:func:`task_threads`).
 
     Raises:
         ValueError: ``n`` not a positive int, or numba missing.
@@ -140,7 +140,7 @@ def set_threads(n: int | None = None) -> int:
 
 
 def task_threads(work: int) -> int:
-    """Threads for a call's independent tasks (the forward's chunks of CTAs) of ``work``
+    """Threads for a call's independent tasks (the forward's and the backward's chunks) of ``work``
     products in all: numba's pool size in the calling thread (:func:`set_threads`) when the
     engine compiles a call of that size, else 1. Each such thread runs the kernels' serial
     twins (:func:`serial_thread`): a kernel launch per K/V block of a handful of CTAs is too

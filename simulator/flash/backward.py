@@ -394,8 +394,8 @@ def _ctas(cfg: BackwardConfig):
     return b, h, n, m_min, m_max
 
 
-def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread=False, budget=None,
-              bar=None, tracer=None, executor=None):
+def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
+              executor):
     """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32 [B, H, n_blocks
     * kBlockN, kd], with ``spread`` dQaccum's (lo, hi) over every order of its reduce-adds (else
     None). CTAs run in chunks of whole (batch, head) rows (their dQ tiles meet no other chunk's)
