@@ -89,7 +89,8 @@ def test_sample_full_bits():
 def test_a_wrong_reduce_order_is_caught(monkeypatch):
     """FA3's deterministic dQ order is descending n_block with a causal mask: the ascending
     order gives other bits on the recorded causal case."""
-    monkeypatch.setattr(bwd, "dq_order", lambda cfg, n: n)
+    monkeypatch.setattr(importlib.import_module("simulator.flash.backward_mainloop"), "dq_order",
+                        lambda cfg, n: n)
     r = replay.check("m143", _entry(143), DIFFS)
     assert "deterministic dq" in r["mismatches"]
 

@@ -26,21 +26,21 @@ sequential structure of the kernels, never threads or elements.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import engine, mma
-from ..numerics import convert, fadd, ffma, fmul, fsub
-from ..numerics.mufu import ex2, tanh
+from .. import engine
+from ..numerics import convert, fadd, ffma, fmul
 from . import chunks
+from .backward_mainloop import dq_add_ftz as dq_add_ftz  # the public names stay here
+from .backward_mainloop import dq_order as dq_order
+from .backward_mainloop import m_block_range, mainloop
 from .backward_trace import make_tracer
 from .config import ARCHS, input_format
 from .constants import host_constants
 from .dispatch import kernel_head_dim
-from .grid import ceil_div, pad_rows, trunc_div
-from .masks import allowed, fa3_window, kernel_flags, normalize_window
+from .masks import fa3_window, kernel_flags, normalize_window
 from .spread import ordered_sum, sum_bounds
 
 _LOG2E_F32 = np.float32(np.log2(np.e))  # float(M_LOG2E), 0x3fb8aa3b
@@ -243,22 +243,6 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
                           consts["softcap_val"], bool(deterministic), arch)
 
 
-def m_block_range(cfg: BackwardConfig, n_block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(m_block_min, m_block_max)`` of n_block CTAs (``get_m_block_min_max`` in
-    ``hopper/block.h``, with C's truncating division)."""
-    m, n = cfg.tiles.kblock_m, cfg.tiles.kblock_n
-    wl, wr = cfg.kernel_window
-    sq, sk = cfg.seqlen_q, cfg.seqlen_k
-    m_max = np.full(n_block.shape, -(-sq // m), dtype=np.int64)
-    if cfg.local:
-        m_max = np.minimum(m_max, ceil_div((n_block + 1) * n + sq - sk + wl, m))
-    m_min = np.zeros_like(m_max)
-    if cfg.causal or cfg.local:
-        right = 0 if cfg.causal else wr
-        m_min = np.maximum(0, trunc_div(n_block * n + sq - sk - right, m))
-    return m_min, m_max
-
-
 def max_dq_partials(cfg: BackwardConfig) -> int:
     """The most float32 partials one dQaccum value receives: the n_blocks visiting an m_block,
     at the busiest m_block (0 when none is visited)."""
@@ -267,20 +251,6 @@ def max_dq_partials(cfg: BackwardConfig) -> int:
         return 0
     m = np.arange(cfg.m_blocks)[:, None]
     return int(((m_min[None, :] <= m) & (m < m_max[None, :])).sum(axis=1).max())
-
-
-def dq_add_ftz(cfg: BackwardConfig) -> bool:
-    """Whether dQ's reduce-adds flush subnormals: ``atomicAdd`` (REDG.ADD.F32.FTZ) at kernel
-    head dim 256, else the TMA bulk reduce (``dQacc_use_TMA = kHeadDim < 256`` in
-    ``mainloop_bwd_sm90_tma_gmma_ws.hpp``; UBLKRED.ADD.F32.RN keeps them). Measured:
-    ``simulator/data/device/reduce_add_probe.json``."""
-    return cfg.tiles.kernel_head_dim >= 256
-
-
-def dq_order(cfg: BackwardConfig, n_block: np.ndarray) -> np.ndarray:
-    """The rank of each n_block's dQ partial in FA3's deterministic order of arrival at an
-    m_block (``store_dq``: ascending n_block, descending with a causal mask): a sort key."""
-    return -n_block if cfg.causal else n_block
 
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
@@ -352,7 +322,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         1 if executor is None else chunks.workers(executor))
     bar = chunks.Progress(chunks.auto_progress(progress, seconds), steps, "flash.backward")
     try:
-        dq_accum, dk, dv, bounds = _mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar,
+        dq_accum, dk, dv, bounds = mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar,
                                               tracer, executor)
     finally:
         bar.close()
@@ -383,192 +353,6 @@ def _preprocess(cfg: BackwardConfig, out, dout, lse):
                                                   cfg.tiles.kernel_head_dim)
     lse_log2[..., : cfg.seqlen_q] = preprocess_lse_log2(lse)
     return dpsum, lse_log2
-
-
-def _ctas(cfg: BackwardConfig):
-    """Every (batch, head, n_block) CTA: int arrays [C] and its m_block range."""
-    b, h, n = np.meshgrid(np.arange(cfg.batch), np.arange(cfg.heads), np.arange(cfg.n_blocks),
-                          indexing="ij")
-    b, h, n = b.ravel(), h.ravel(), n.ravel()
-    m_min, m_max = m_block_range(cfg, n)
-    return b, h, n, m_min, m_max
-
-
-def _mainloop(cfg: BackwardConfig, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
-              executor):
-    """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32 [B, H, n_blocks
-    * kBlockN, kd], with ``spread`` dQaccum's (lo, hi) over every order of its reduce-adds (else
-    None). CTAs run in chunks of whole (batch, head) rows (their dQ tiles meet no other chunk's)
-    within ``budget`` bytes; an ``executor``'s W workers run W chunks of a W-th each at once."""
-    M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
-    rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
-    padded = [pad_rows(x, length, kd) for x, length in ((q, rows), (dout, rows), (k, keys), (v, keys))]
-    ctas = _ctas(cfg)
-    dk, dv = (np.zeros((len(ctas[0]), N, kd), np.float32) for _ in range(2))
-    dq_accum = np.zeros((cfg.batch * cfg.heads, rows, kd), np.float32)
-    bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
-    fixed = chunks.fixed_bytes(*padded, dk, dv, dq_accum, dpsum, lse_log2) * (2 if spread else 1)
-    per_cta = 2 * chunks.cta_bytes(M, N, kd)  # five GEMMs per step, two of them of [M, N]
-    shared = isinstance(executor, ThreadPoolExecutor)  # threads share the arrays and the memory
-    parts = 1 if executor is None else chunks.workers(executor)
-    parts = chunks.affordable(parts, budget, fixed, per_cta) if shared else parts
-    size = chunks.chunk_size(budget, fixed, per_cta, "this backward", parts)
-    jobs = _row_jobs(cfg, size, parts)
-    flat = (dpsum.reshape(-1, rows), lse_log2.reshape(-1, rows))
-    if executor is None:
-        for job in jobs:
-            res = _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer)
-            _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds)
-    else:
-        run = chunks.gated(_run_chunk, parts) if shared else _run_chunk  # at most parts at once
-        futures = {executor.submit(run, cfg, job, ctas,
-                                   padded if shared else _batch_slice(cfg, job, padded),
-                                   *(x if shared else x[job[0]:job[1]] for x in flat), spread,
-                                   None, None, not shared): job for job in jobs}
-        for future in as_completed(futures):  # stored as they finish: chunks are disjoint
-            job = futures[future]
-            _store_chunk(cfg, job, future.result(), dk, dv, dq_accum, bounds)
-            bar.update(_chunk_steps(cfg, job, ctas))
-    if tracer is not None:
-        tracer.finish(dk, dv)
-    dk = fmul(dk, cfg.softmax_scale, ftz=True)
-    shape = (cfg.batch, cfg.heads, keys, kd)
-    bounds = None if bounds is None else tuple(x.reshape(shape[:2] + (rows, kd)) for x in bounds)
-    return (dq_accum.reshape(shape[:2] + (rows, kd)), dk.reshape(shape), dv.reshape(shape),
-            bounds)
-
-
-def _row_jobs(cfg: BackwardConfig, size: int, parts: int) -> list[tuple[int, int]]:
-    """Chunks of (batch, head) rows, ``[start, stop)`` in ``batch * heads + head``, of at most
-    ``size`` CTAs each (at least one row), and at least ``parts`` chunks when there are that
-    many rows (so that an executor's workers all get work)."""
-    per_row = max(1, size // max(1, cfg.n_blocks))
-    rows = chunks.split(np.arange(cfg.batch * cfg.heads), per_row, parts)
-    return [(int(r[0]), int(r[-1]) + 1) for r in rows]
-
-
-def _batch_slice(cfg: BackwardConfig, job, padded):
-    """The padded q, dO, k, v of the batches the rows ``job`` cover (an executor task's
-    inputs: what a process pool pickles)."""
-    b0, b1 = job[0] // cfg.heads, (job[1] - 1) // cfg.heads + 1
-    return [x[b0:b1] for x in padded]
-
-
-def _chunk_steps(cfg: BackwardConfig, job, ctas) -> int:
-    """CTA m_block steps of the rows ``job`` (the progress bar's unit)."""
-    sel = slice(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
-    return int(np.maximum(ctas[4][sel] - ctas[3][sel], 0).sum())
-
-
-def _store_chunk(cfg: BackwardConfig, job, res, dk, dv, dq_accum, bounds) -> None:
-    """Put a chunk's results (:func:`_run_chunk`) into the launch's arrays."""
-    dq_c, dk_c, dv_c, bounds_c = res
-    sel = slice(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
-    dk[sel], dv[sel] = dk_c, dv_c
-    dq_accum[job[0]:job[1]] = dq_c
-    if bounds is not None:
-        bounds[0][job[0]:job[1]], bounds[1][job[0]:job[1]] = bounds_c
-
-
-def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sliced=False):
-    """The m_block loop of the CTAs of the (batch, head) rows ``job = (start, stop)``:
-    (dQaccum [rows, M * m_blocks, kd], dK, dV [CTAs, kBlockN, kd], dQaccum's (lo, hi) or
-    None), float32. ``padded`` holds every batch, or with ``sliced`` only those of ``job``
-    (:func:`_batch_slice`); ``dpsum`` / ``lse_log2`` are [B * H, rows], or the job's rows."""
-    M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
-    sel = np.arange(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
-    b, h, n, m_min, m_max = (x[sel] for x in ctas)
-    local = b * cfg.heads + h - job[0]                  # the CTA's (b, h) row in this chunk
-    b0, r0 = (job[0] // cfg.heads, job[0]) if sliced else (0, 0)
-    b = b - b0                                          # index into ``padded``
-    qp, dop, kp, vp = padded
-    dk, dv = (np.zeros((len(sel), N, kd), np.float32) for _ in range(2))
-    dq_accum = np.zeros((job[1] - job[0], cfg.m_blocks * M, kd), np.float32)
-    bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
-    g = cfg.heads // cfg.heads_kv
-    key_idx = n[:, None] * N + np.arange(N)[None, :]                                  # [C, N]
-    kc = kp[b[:, None], key_idx, (h // g)[:, None]]                                   # [C, N, kd]
-    vc = vp[b[:, None], key_idx, (h // g)[:, None]]
-    ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}")
-    order = dq_order(cfg, n)
-    for m in range(int(m_min.min(initial=0)), int(m_max.max(initial=0))):
-        act = np.flatnonzero((m_min <= m) & (m < m_max))
-        if act.size == 0:
-            continue
-        ab, ah, tile = b[act], h[act], local[act]
-        r = m * M + np.arange(M)
-        qm = qp[ab[:, None], r[None, :], ah[:, None]]                                 # [A, M, kd]
-        dom = dop[ab[:, None], r[None, :], ah[:, None]]
-        kt, vt = kc[act], vc[act]
-        zero = np.full((act.size, M, N), -0.0, np.float32)  # zero_init: scale-d = 0
-        s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)                # [A, M, N]
-        dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
-        traced = {"s": s, "dp": dp}
-        dtanh = None
-        if cfg.softcap_val > 0:
-            # apply_softcap then calculate_dtanh (hopper/utils.h), before the mask as FA3 does it
-            # (after it, 1 - (-inf)^2 would be NaN); 1 - t*t is one FFMA (docs/backward.md)
-            s = tanh(fmul(s, cfg.softcap_val, ftz=True), arch=cfg.arch)
-            dtanh = ffma(-s, s, np.float32(1), ftz=True)
-            traced["dtanh"] = dtanh
-        ok = allowed(r[None, :, None], key_idx[act][:, None, :], cfg.seqlen_q, cfg.seqlen_k,
-                     cfg.window)
-        s = np.where(ok, s, _NEG_INF)
-        row = tile + job[0] - r0                       # the (b, h) row in dpsum / lse_log2
-        lse_m = lse_log2[row][:, r]                                                     # [A, M]
-        if engine.numba_softmax(s, rowcol=False):  # P: the compiled twin (simulator.engine)
-            p = engine.ex2_ffma_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.arch)
-        else:
-            p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
-        ds = fmul(p, fsub(dp, dpsum[row][:, r][..., None], ftz=True), ftz=True)
-        if dtanh is not None:
-            ds = fmul(ds, dtanh, ftz=True)
-        p16 = convert(p, cfg.fmt)
-        ds16 = convert(ds, cfg.fmt)
-        dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
-        dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), instruction=ins)
-        dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
-        if tracer is not None:
-            tracer.record(m, sel[act], {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
-        _ordered_add(dq_accum, tile, r, dqp, order[act], bounds, dq_add_ftz(cfg))
-        if bar is not None:
-            bar.update(int(act.size))
-    return dq_accum, dk, dv, bounds
-
-
-def _ordered_add(acc, tile, rows, parts, key, bounds=None, ftz=True):
-    """``acc[tile, rows] += parts`` (float32 adds, FTZ) in ascending ``key`` within each tile
-    (a (batch, head) row of dQaccum): the reduce-adds of several CTAs into one dQaccum tile,
-    one after the other (``ftz``: subnormals flushed, :func:`dq_add_ftz`). With ``bounds =
-    (lo, hi)`` arrays like ``acc``, also what any order of those adds gives
-    (:func:`simulator.flash.spread.sum_bounds`; the tile is zero before this m_block's adds)."""
-    bh = tile
-    idx = np.lexsort((key, bh))
-    bh_sorted = bh[idx]
-    first = np.r_[True, bh_sorted[1:] != bh_sorted[:-1]]
-    start = np.maximum.accumulate(np.where(first, np.arange(len(idx)), 0))
-    rank = np.empty(len(idx), np.int64)
-    rank[idx] = np.arange(len(idx)) - start
-    for k in range(int(rank.max()) + 1):
-        sel = np.flatnonzero(rank == k)
-        cur = acc[bh[sel][:, None], rows[None, :]]
-        acc[bh[sel][:, None], rows[None, :]] = fadd(cur, parts[sel], ftz=ftz)
-    if bounds is None:
-        return
-    count = np.bincount(bh, minlength=int(bh.max()) + 1)[bh]
-    for c in np.unique(count):
-        tiles = np.flatnonzero((count == c) & (rank == 0))        # one CTA per (b, h) tile
-        stack = np.stack([parts[_member(bh, rank, bh[tiles], j)] for j in range(c)])
-        lo, hi = sum_bounds(stack, ftz)
-        at = (bh[tiles][:, None], rows[None, :])
-        bounds[0][at], bounds[1][at] = lo, hi
-
-
-def _member(bh, rank, tiles_bh, j):
-    """Index of the CTA of rank ``j`` in each tile ``tiles_bh`` (ranks are unique per tile)."""
-    pos = np.flatnonzero(rank == j)
-    order = np.argsort(bh[pos])
-    return pos[order[np.searchsorted(bh[pos][order], tiles_bh)]]
 
 
 def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread=False):
