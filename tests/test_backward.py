@@ -237,7 +237,7 @@ def test_executor_gives_the_serial_bits_and_spread(pool):
     make = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
     seen = []
     with make(2) as ex:
-        for budget in (None, 24_000_000):
+        for budget in (None, 36_000_000):  # one (batch, head) row per chunk: four chunks
             got = flash.backward(*args, causal=True, spread=True, executor=ex,
                                  memory_budget=budget, progress=lambda d, t: seen.append((d, t)))
             _same_bits(whole, got)
@@ -308,13 +308,66 @@ def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps():
     whole = flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, causal=True)
     seen = []
     parts = flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, causal=True,
-                           memory_budget=8_000_000, progress=lambda d, t: seen.append((d, t)))
+                           memory_budget=18_000_000, progress=lambda d, t: seen.append((d, t)))
     for name in ("dq", "dk", "dv"):
         np.testing.assert_array_equal(getattr(whole, name).view(np.uint16),
                                       getattr(parts, name).view(np.uint16))
     assert len(seen) > 2 and seen[-1][0] == seen[-1][1]
     with pytest.raises(MemoryError, match="memory_budget"):
         flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, memory_budget=1000)
+
+
+@pytest.mark.parametrize("name, threads", [("numpy", 1), ("numba", 1), ("numba", 2)])
+def test_the_backward_stays_within_its_memory_budget(name, threads):
+    """A GQA backward with its spread at a budget of its fixed arrays plus two (batch, head)
+    rows (``backward_mainloop.memory_needed``; fixed plus one is the least it takes): the
+    traced peak of the whole call (preprocess, chunks, postprocess) stays under it, on one
+    thread of either engine and on two task threads of the compiled one, with the unchunked
+    call's bits."""
+    import sys
+    from pathlib import Path
+
+    from simulator import engine
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from memory_peak import traced_peak
+
+    if name == "numba" and not engine.available():
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(3)
+    q, do = (rng.standard_normal((2, 300, 4, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    k, v = (rng.standard_normal((2, 300, 2, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    f = flash.forward(q, k, v)
+    cfg = bwd.make_backward_config(do, q, k, v, f.out, f.lse)
+    fixed, per_row = importlib.import_module("simulator.flash.backward_mainloop").memory_needed(
+        cfg, True)
+    budget = fixed + 2 * per_row
+    with pytest.raises(MemoryError, match=r"per \(batch, head\) row of CTAs"):
+        flash.backward(do, q, k, v, f.out, f.lse, spread=True, memory_budget=fixed + per_row - 1)
+    def call(budget=None):
+        return flash.backward(do, q, k, v, f.out, f.lse, spread=True, memory_budget=budget)
+
+    if not engine.available():
+        whole = call()
+        got, peak = traced_peak(lambda: call(budget))
+    else:
+        import numba
+
+        if numba.config.NUMBA_NUM_THREADS < threads:
+            pytest.skip("numba sees one core: no second task thread")
+        before = numba.get_num_threads()
+        try:
+            engine.set_threads(threads)
+            with engine.use_engine(name):
+                whole = call()  # also compiles what the call needs: not the arrays' memory
+                got, peak = traced_peak(lambda: call(budget))
+        finally:
+            engine.set_threads(before)
+    _same_bits(whole, got)
+    for name in ("dq", "dk", "dv"):
+        for w, g in zip(whole.spread[name], got.spread[name], strict=True):
+            np.testing.assert_array_equal(w.view(np.uint16), g.view(np.uint16))
+    assert peak <= budget, f"peak {peak / budget:.2f} x the budget"
 
 
 @pytest.mark.parametrize("change, match", [

@@ -310,6 +310,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
                                max_seqlen_k=max_seqlen_k, arch=arch)
     want = spread and not cfg.deterministic
     tracer = make_tracer(cfg, trace)
+    post = _post_rows(cfg, budget, want)  # its MemoryError before the long part
     dpsum, lse_log2 = _preprocess(cfg, out, dout, lse)
     m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
     steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
@@ -327,21 +328,26 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     finally:
         bar.close()
         chunks.shutdown(own)
-    dq = _postprocess_dq(cfg, dq_accum)
-    (dk, dv), kv_bounds = _postprocess_kv(cfg, dk, dv, want)
+    g = cfg.heads // cfg.heads_kv
+    dq = _postprocess_dq(cfg, dq_accum, post * g)
+    (dk, dv), kv_bounds = _postprocess_kv(cfg, dk, dv, want, post)
     result = BackwardResult(dq, dk, dv, dpsum, lse_log2, cfg.tiles,
                             trace=None if tracer is None else tracer.arrays())
     if want:
-        result.spread = {"dq": tuple(_postprocess_dq(cfg, x) for x in bounds), **kv_bounds}
+        result.spread = {"dq": tuple(_postprocess_dq(cfg, x, post * g) for x in bounds),
+                         **kv_bounds}
     elif spread:  # one order only: the deterministic kernel
         result.spread = {"dq": (dq, dq.copy()), "dk": (dk, dk.copy()), "dv": (dv, dv.copy())}
     return result
 
 
-def _postprocess_dq(cfg: BackwardConfig, dq_accum):
-    """dQ [B, Sq, H, d] in the input type: ``dQaccum * scale`` (FMUL.FTZ), rounded."""
-    x = fmul(dq_accum[:, :, : cfg.seqlen_q, : cfg.head_dim], cfg.softmax_scale, ftz=True)
-    return np.ascontiguousarray(np.swapaxes(convert(x, cfg.fmt), 1, 2))
+def _postprocess_dq(cfg: BackwardConfig, dq_accum, size: int):
+    """dQ [B, Sq, H, d] in the input type: ``dQaccum * scale`` (FMUL.FTZ), rounded; ``size``
+    query heads' rows at a time (:func:`_post_rows`)."""
+    flat = dq_accum.reshape(cfg.batch * cfg.heads, *dq_accum.shape[2:])
+    x = flat[:, : cfg.seqlen_q, : cfg.head_dim]
+    return _by_rows(cfg.batch, cfg.heads, size, lambda r0, r1: (
+        convert(fmul(x[r0:r1], cfg.softmax_scale, ftz=True), cfg.fmt),))[0]
 
 
 def _preprocess(cfg: BackwardConfig, out, dout, lse):
@@ -355,30 +361,64 @@ def _preprocess(cfg: BackwardConfig, out, dout, lse):
     return dpsum, lse_log2
 
 
-def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread=False):
+def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread: bool, size: int):
     """(dK, dV) [B, Sk, Hkv, d] in the input type, and with ``spread`` their (lo, hi) over
-    every order of the GQA reduce-adds ({} without). With GQA the query heads of each kv head
-    are reduce-added in ascending head order into zeroed float32 accumulators (the TMA bulk
-    reduce of ``CollectiveEpilogueBwdGQA``: subnormals kept), then ``* 1.0`` (FMUL.FTZ) and
-    rounded; without GQA each CTA's accumulator is rounded."""
+    every order of the GQA reduce-adds ({} without); ``size`` kv heads' rows at a time
+    (:func:`_post_rows`). With GQA the query heads of each kv head are reduce-added in
+    ascending head order into zeroed float32 accumulators (the TMA bulk reduce of
+    ``CollectiveEpilogueBwdGQA``: subnormals kept), then ``* 1.0`` (FMUL.FTZ) and rounded;
+    without GQA each CTA's accumulator is rounded."""
     g = cfg.heads // cfg.heads_kv
     res, bounds = [], {}
     for name, x in (("dk", dk), ("dv", dv)):
-        x = x[:, :, : cfg.seqlen_k, : cfg.head_dim]
-        if g > 1:
-            x = np.moveaxis(x.reshape(cfg.batch, cfg.heads_kv, g, cfg.seqlen_k, cfg.head_dim), 2, 0)
-            if spread:
-                bounds[name] = tuple(_round_kv(cfg, b) for b in sum_bounds(x, ftz=False))
-            x = ordered_sum(x, ftz=False)
-        elif spread:
-            r = _round_kv(cfg, x)
-            bounds[name] = (r, r.copy())
-        res.append(_round_kv(cfg, x))
+        x = x.reshape(cfg.batch * cfg.heads_kv, g, *x.shape[2:])[:, :, : cfg.seqlen_k,
+                                                                   : cfg.head_dim]
+        got = _by_rows(cfg.batch, cfg.heads_kv, size, lambda r0, r1, x=x: _reduce_kv(cfg, x[r0:r1], spread))
+        res.append(got[0])
+        if spread:
+            bounds[name] = got[1:] if g > 1 else (got[0].copy(), got[0].copy())
     return res, bounds
 
 
-def _round_kv(cfg: BackwardConfig, x):
-    """[B, Hkv, Sk, d] float32 -> [B, Sk, Hkv, d] in the input type (GQA sums ``* 1.0`` first)."""
-    if cfg.heads != cfg.heads_kv:
-        x = fmul(x, np.float32(1.0), ftz=True)
-    return np.ascontiguousarray(np.swapaxes(convert(x, cfg.fmt), 1, 2))
+def _reduce_kv(cfg: BackwardConfig, x, spread: bool):
+    """(sum,) or with ``spread`` and GQA (sum, lo, hi), [R, Sk, d] in the input type, of the
+    float32 accumulators ``x`` [R, g, Sk, d] of R kv heads' query heads (see
+    :func:`_postprocess_kv`)."""
+    if x.shape[1] == 1:
+        return (convert(x[:, 0], cfg.fmt),)
+    parts = np.moveaxis(x, 1, 0)
+    sums = [ordered_sum(parts, ftz=False)] + (list(sum_bounds(parts, ftz=False)) if spread else [])
+    return tuple(convert(fmul(y, np.float32(1.0), ftz=True), cfg.fmt) for y in sums)
+
+
+def _by_rows(batch: int, heads: int, size: int, piece):
+    """Arrays [batch, S, heads, d] assembled from ``piece(r0, r1)``, a tuple of arrays
+    [r1 - r0, S, d] for the (batch, head) rows ``r0 .. r1 - 1`` (``batch * heads + head``),
+    called on ``size`` rows at a time: the postprocess's working arrays stay one chunk's."""
+    count, outs = batch * heads, None
+    for r0 in range(0, max(count, 1), size):
+        r1 = min(r0 + size, count)
+        parts = piece(r0, r1)
+        if outs is None:
+            outs = tuple(np.empty((batch, x.shape[1], heads, x.shape[2]), x.dtype) for x in parts)
+        b, h = np.divmod(np.arange(r0, r1), heads)
+        for out, x in zip(outs, parts, strict=True):
+            out[b, :, h] = x
+    return outs
+
+
+def _post_rows(cfg: BackwardConfig, budget: int, spread: bool) -> int:
+    """kv heads' rows per chunk of the postprocess within ``budget`` bytes: beside the float32
+    accumulators (with ``spread`` their bounds) and the outputs, each (batch, kv head) row
+    costs :data:`chunks.POSTPROCESS_BYTES` per accumulator value of its query heads.
+
+    Raises:
+        MemoryError: not even one row fits (checked before the mainloop runs).
+    """
+    t, g = cfg.tiles, cfg.heads // cfg.heads_kv
+    rows, keys = cfg.m_blocks * t.kblock_m, cfg.n_blocks * t.kblock_n
+    acc = 4 * cfg.batch * cfg.heads * (t.kernel_head_dim * (rows + 2 * keys) + 2 * rows)
+    outs = 2 * cfg.batch * cfg.head_dim * (cfg.heads * cfg.seqlen_q + 2 * cfg.heads_kv * cfg.seqlen_k)
+    per_row = chunks.POSTPROCESS_BYTES * g * max(rows, keys) * t.kernel_head_dim
+    return chunks.chunk_size(budget, (acc + outs) * (3 if spread else 1), per_row,
+                             "this backward's postprocess", unit="(batch, kv head) row")

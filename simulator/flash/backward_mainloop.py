@@ -78,43 +78,66 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
     dk, dv = (np.zeros((len(ctas[0]), N, kd), np.float32) for _ in range(2))
     dq_accum = np.zeros((cfg.batch * cfg.heads, rows, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
-    fixed = chunks.fixed_bytes(*padded, dk, dv, dq_accum, dpsum, lse_log2) * (2 if spread else 1)
-    per_cta = 2 * chunks.cta_bytes(M, N, kd)  # five GEMMs per step, two of them of [M, N]
+    fixed, per_row = memory_needed(cfg, spread)
     shared = isinstance(executor, ThreadPoolExecutor)  # threads share the arrays and the memory
     parts = 1 if executor is None else chunks.workers(executor)
-    parts = chunks.affordable(parts, budget, fixed, per_cta) if shared else parts
-    size = chunks.chunk_size(budget, fixed, per_cta, "this backward", parts)
+    parts = chunks.affordable(parts, budget, fixed, per_row) if shared else parts
+    size = chunks.chunk_size(budget, fixed, per_row, "this backward", parts,
+                             unit="(batch, head) row of CTAs")
     jobs = _row_jobs(cfg, size, parts)
     flat = (dpsum.reshape(-1, rows), lse_log2.reshape(-1, rows))
     if executor is None:
         for job in jobs:
-            res = _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer)
-            _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds)
-    else:
-        run = chunks.gated(_run_chunk, parts) if shared else _run_chunk  # at most parts at once
-        futures = {executor.submit(run, cfg, job, ctas,
-                                   padded if shared else _batch_slice(cfg, job, padded),
-                                   *(x if shared else x[job[0]:job[1]] for x in flat), spread,
-                                   None, None, not shared): job for job in jobs}
+            _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer,
+                       out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds))
+    elif shared:  # threads write their disjoint rows in place: nothing waits to be stored
+        run = chunks.gated(_run_chunk, parts)  # at most parts at once
+        futures = {executor.submit(run, cfg, job, ctas, padded, *flat, spread, None, None,
+                                   out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds)): job
+                   for job in jobs}
+        for future in as_completed(futures):
+            future.result()
+            bar.update(_chunk_steps(cfg, futures[future], ctas))
+    else:  # other processes: each task gets its batches and returns its rows' arrays
+        futures = {executor.submit(_run_chunk, cfg, job, ctas, _batch_slice(cfg, job, padded),
+                                   *(x[job[0]:job[1]] for x in flat), spread, None, None,
+                                   sliced=True): job for job in jobs}
         for future in as_completed(futures):  # stored as they finish: chunks are disjoint
             job = futures[future]
             _store_chunk(cfg, job, future.result(), dk, dv, dq_accum, bounds)
             bar.update(_chunk_steps(cfg, job, ctas))
-    if tracer is not None:
-        tracer.finish(dk, dv)
-    dk = fmul(dk, cfg.softmax_scale, ftz=True)
     shape = (cfg.batch, cfg.heads, keys, kd)
     bounds = None if bounds is None else tuple(x.reshape(shape[:2] + (rows, kd)) for x in bounds)
     return (dq_accum.reshape(shape[:2] + (rows, kd)), dk.reshape(shape), dv.reshape(shape),
             bounds)
 
 
+def memory_needed(cfg, spread: bool) -> tuple[int, int]:
+    """(fixed, per_row), bytes: what the mainloop holds throughout (the padded q, dO, k, v,
+    the float32 dK / dV / dQaccum accumulators, dPsum and LSE_log2; doubled with ``spread``,
+    for dQaccum's bounds and their working arrays) and what each (batch, head) row of a
+    chunk adds (:func:`row_bytes`)."""
+    t = cfg.tiles
+    rows, keys, kd = cfg.m_blocks * t.kblock_m, cfg.n_blocks * t.kblock_n, t.kernel_head_dim
+    itemsize = 2  # bf16 / f16, the backward's input formats
+    inputs = 2 * itemsize * cfg.batch * kd * (rows * cfg.heads + keys * cfg.heads_kv)
+    accumulators = 4 * cfg.batch * cfg.heads * (kd * (rows + 2 * keys) + 2 * rows)
+    return (inputs + accumulators) * (2 if spread else 1), row_bytes(cfg)
+
+
+def row_bytes(cfg) -> int:
+    """Working bytes of one (batch, head) row of a chunk: its n_blocks CTAs (the unit of the
+    chunks: a row's CTAs reduce-add into the same dQaccum tiles)."""
+    t = cfg.tiles
+    return max(1, cfg.n_blocks) * chunks.backward_cta_bytes(t.kblock_m, t.kblock_n,
+                                                           t.kernel_head_dim)
+
+
 def _row_jobs(cfg, size: int, parts: int) -> list[tuple[int, int]]:
     """Chunks of (batch, head) rows, ``[start, stop)`` in ``batch * heads + head``, of at most
-    ``size`` CTAs each (at least one row), and at least ``parts`` chunks when there are that
-    many rows (so that an executor's workers all get work)."""
-    per_row = max(1, size // max(1, cfg.n_blocks))
-    rows = chunks.split(np.arange(cfg.batch * cfg.heads), per_row, parts)
+    ``size`` rows each, and at least ``parts`` chunks when there are that many rows (so that
+    an executor's workers all get work)."""
+    rows = chunks.split(np.arange(cfg.batch * cfg.heads), size, parts)
     return [(int(r[0]), int(r[-1]) + 1) for r in rows]
 
 
@@ -131,20 +154,31 @@ def _chunk_steps(cfg, job, ctas) -> int:
     return int(np.maximum(ctas[4][sel] - ctas[3][sel], 0).sum())
 
 
-def _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds) -> None:
-    """Put a chunk's results (:func:`_run_chunk`) into the launch's arrays."""
-    dq_c, dk_c, dv_c, bounds_c = res
+def _chunk_views(cfg, job, dk, dv, dq_accum, bounds):
+    """The launch arrays' parts that the rows ``job`` own: (dQaccum, dK, dV, bounds or None)
+    views that :func:`_run_chunk` accumulates into in place."""
     sel = slice(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
-    dk[sel], dv[sel] = dk_c, dv_c
-    dq_accum[job[0]:job[1]] = dq_c
+    rows = slice(job[0], job[1])
+    return (dq_accum[rows], dk[sel], dv[sel],
+            None if bounds is None else (bounds[0][rows], bounds[1][rows]))
+
+
+def _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds) -> None:
+    """Put a chunk's results (:func:`_run_chunk` in another process) into the launch's arrays."""
+    dq_c, dk_c, dv_c, bounds_c = res
+    for dst, src in zip(_chunk_views(cfg, job, dk, dv, dq_accum, bounds)[:3], (dq_c, dk_c, dv_c),
+                        strict=True):
+        dst[...] = src
     if bounds is not None:
         bounds[0][job[0]:job[1]], bounds[1][job[0]:job[1]] = bounds_c
 
 
-def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sliced=False):
+def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sliced=False,
+               out=None):
     """The m_block loop of the CTAs of the (batch, head) rows ``job = (start, stop)``:
     (dQaccum [rows, M * m_blocks, kd], dK, dV [CTAs, kBlockN, kd], dQaccum's (lo, hi) or
-    None), float32. ``padded`` holds every batch, or with ``sliced`` only those of ``job``
+    None), float32, zeroed here or ``out`` (those arrays, zero: :func:`_chunk_views`) added
+    into in place. ``padded`` holds every batch, or with ``sliced`` only those of ``job``
     (:func:`_batch_slice`); ``dpsum`` / ``lse_log2`` are [B * H, rows], or the job's rows."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     sel = np.arange(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
@@ -153,9 +187,12 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
     b0, r0 = (job[0] // cfg.heads, job[0]) if sliced else (0, 0)
     b = b - b0                                          # index into ``padded``
     qp, dop, kp, vp = padded
-    dk, dv = (np.zeros((len(sel), N, kd), np.float32) for _ in range(2))
-    dq_accum = np.zeros((job[1] - job[0], cfg.m_blocks * M, kd), np.float32)
-    bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
+    if out is None:
+        dk, dv = (np.zeros((len(sel), N, kd), np.float32) for _ in range(2))
+        dq_accum = np.zeros((job[1] - job[0], cfg.m_blocks * M, kd), np.float32)
+        bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
+    else:
+        dq_accum, dk, dv, bounds = out
     g = cfg.heads // cfg.heads_kv
     key_idx = n[:, None] * N + np.arange(N)[None, :]                                  # [C, N]
     kc = kp[b[:, None], key_idx, (h // g)[:, None]]                                   # [C, N, kd]
@@ -204,6 +241,9 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         _ordered_add(dq_accum, tile, r, dqp, order[act], bounds, dq_add_ftz(cfg))
         if bar is not None:
             bar.update(int(act.size))
+    if tracer is not None:
+        tracer.finish(dk, dv, job[0] * cfg.n_blocks)
+    dk[...] = fmul(dk, cfg.softmax_scale, ftz=True)  # after the loop, each CTA's own (FMUL.FTZ)
     return dq_accum, dk, dv, bounds
 
 

@@ -30,8 +30,12 @@ class CtaTrace:
         for name, x in arrays.items():
             self.steps.setdefault(name, []).append(np.array(x[hit[0]], np.float32))
 
-    def finish(self, dk: np.ndarray, dv: np.ndarray) -> None:
-        self.final = {"dk_accum": dk[self.cta].copy(), "dv_accum": dv[self.cta].copy()}
+    def finish(self, dk: np.ndarray, dv: np.ndarray, first: int = 0) -> None:
+        """Keep the final accumulators when this CTA is among ``dk`` / ``dv`` [C, kBlockN,
+        kd], the CTAs ``first`` to ``first + C - 1`` (a chunk's)."""
+        if first <= self.cta < first + len(dk):
+            self.final = {"dk_accum": dk[self.cta - first].copy(),
+                          "dv_accum": dv[self.cta - first].copy()}
 
     def arrays(self) -> dict[str, np.ndarray]:
         """``{name: [steps, ...] float32}`` for the per-m_block steps (empty [0] when the CTA

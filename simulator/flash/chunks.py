@@ -32,6 +32,23 @@ def cta_bytes(kblock_m: int, kblock_n: int, head_dim_v: int) -> int:
     return kblock_m * (kblock_n * 80 + head_dim_v * 48)
 
 
+def backward_cta_bytes(kblock_m: int, kblock_n: int, kernel_head_dim: int) -> int:
+    """Working memory of one backward CTA inside a chunk of (batch, head) rows, bytes: an upper
+    estimate over both engines of its m_block step (five GEMMs, S / dP / P / dS and their
+    roundings, the masks) and its own K / V tiles. Measured with tracemalloc on bf16 backwards
+    (head dims 64-256, causal, softcap, spread; chunks of one and two rows): the NumPy
+    engine's GEMM (about a byte per product term) makes it 2.5-4.0 MB per CTA in one-row
+    chunks at head dim 128 (this gives 4.7-5.7), the compiled engine 0.64-1.0 MB."""
+    return kblock_m * kblock_n * (4 * kernel_head_dim + 64)
+
+
+#: working bytes per float32 accumulator value of a chunk of the backward's postprocess
+#: (``* scale`` rounded once through float64, the GQA reduce-adds, the rounding to the input
+#: type): measured with tracemalloc on chunks of one (batch, kv head) row, bf16, head dims
+#: 64-256, 1-4 query heads per kv head, with and without spread: 7-21 bytes per value
+POSTPROCESS_BYTES = 32
+
+
 def fixed_bytes(*arrays: np.ndarray | None) -> int:
     """Bytes of the arrays a forward holds for its whole duration (padded inputs, outputs);
     None stands for an input the call lacks (a padded qv without qv) and counts 0."""
@@ -97,9 +114,9 @@ def gated(task, concurrent: int):
     than what the memory budget affords)."""
     gate = threading.BoundedSemaphore(concurrent)
 
-    def run(*args):
+    def run(*args, **kwargs):
         with gate:
-            return task(*args)
+            return task(*args, **kwargs)
 
     return run
 
