@@ -513,3 +513,52 @@ def test_a_gated_task_runs_at_most_so_many_at_once():
         assert sorted(pool.map(run, range(8))) == list(range(8))
     assert most[0] == 2
     assert chunks.affordable(16, 100, 40, 20) == 3 and chunks.affordable(16, 100, 90, 20) == 1
+
+
+@pytest.mark.skipif(not engine.available(), reason="numba is not installed")
+def test_auto_decides_once_for_a_whole_launch(monkeypatch):
+    """Under "auto", ``flash.forward`` and ``flash.backward`` choose the engine by the work of
+    the whole launch (``engine.launching``): at a threshold equal to a launch's products, every
+    kernel call of it runs compiled though each call alone is smaller, the backward's task
+    threads included (``engine.carry``); a threshold above it keeps the launch on NumPy. The
+    bits are the NumPy engine's either way."""
+    import threading
+
+    import numba
+
+    from simulator import flash
+
+    rng = np.random.default_rng(5)
+    q, k, v, do = (rng.standard_normal((1, 512, 4, 64)).astype(ml_dtypes.bfloat16)
+                   for _ in range(4))
+    works, ran = [], []
+    real_launching, real_mark = engine.launching, engine.mark_compiled
+    monkeypatch.setattr(engine, "launching", lambda work: (works.append(work),
+                                                          real_launching(work))[1])
+    monkeypatch.setattr(engine, "mark_compiled",
+                        lambda kernel: (ran.append(threading.current_thread()), real_mark(kernel)))
+    with engine.use_engine("numpy"):
+        want_f = flash.forward(q, k, v)
+        want_b = flash.backward(do, q, k, v, want_f.out, want_f.lse)
+    fwd_work, bwd_work = works
+    before = numba.get_num_threads()
+    try:
+        engine.set_threads(2)
+        with engine.use_engine("auto"):
+            for step, threshold in (("forward", fwd_work), ("backward", bwd_work)):
+                for limit, compiled in ((threshold + 1, False), (threshold, True)):
+                    monkeypatch.setattr(engine, "AUTO_MIN_WORK", limit)
+                    ran.clear()
+                    if step == "forward":
+                        got = flash.forward(q, k, v)
+                        pairs = ((got.out, want_f.out), (got.lse, want_f.lse))
+                    else:
+                        got = flash.backward(do, q, k, v, want_f.out, want_f.lse)
+                        pairs = tuple((getattr(got, n), getattr(want_b, n)) for n in ("dq", "dk", "dv"))
+                    assert bool(ran) == compiled, (step, limit)
+                    for a, b in pairs:
+                        assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+                    if step == "backward" and compiled and numba.config.NUMBA_NUM_THREADS > 1:
+                        assert any(t is not threading.main_thread() for t in ran)  # task threads
+    finally:
+        engine.set_threads(before)

@@ -10,10 +10,12 @@ One switch for the whole process::
 
 ``SIMULATOR_ENGINE=numpy|numba|auto`` in the environment sets the start value (it reaches
 process-pool and dask workers too). ``"auto"`` takes the compiled path when numba is installed
-and the call is large enough that a first compile (a few seconds, once per machine: numba's
-on-disk cache keeps the machine code) is a small part of its NumPy time (the rule depends on
-the call only, never on what ran before in the process); small calls (the default ``python -m simulator run``)
-stay on NumPy, so the cold start does not grow. Both engines give the same bits
+and the work is large enough that a first compile (a few seconds, once per machine: numba's
+on-disk cache keeps the machine code) is a small part of its NumPy time: a whole launch's
+(``flash.forward`` and ``flash.backward`` decide once for all their kernel calls,
+:func:`launching`), else the call's (the rule depends on the work only, never on what ran before
+in the process); small launches (the default ``python -m simulator run``) stay on NumPy, so
+the cold start does not grow. Both engines give the same bits
 (``tests/test_engine*.py``), so the choice changes speed only.
 
 This module never imports numba itself: the kernels (:mod:`.dotadd`, :mod:`.softmax`) are
@@ -23,6 +25,7 @@ imported, and compiled, on their first use.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import threading
@@ -30,7 +33,7 @@ import threading
 import numpy as np
 
 __all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "decode_operand",
-           "dot_add", "dot_add_decoded",
+           "carry", "dot_add", "dot_add_decoded", "launching",
            "numba_dot_add_decoded",
            "ex2", "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
            "serial_thread", "set_engine", "set_threads", "task_threads",
@@ -48,6 +51,8 @@ _AUTO_MIN = {"softmax": AUTO_MIN_ELEMENTS}
 
 _CALL_LOCK = threading.Lock()
 _state = {"engine": None, "compiled": set(), "available": None}
+#: per thread: whether the launch running in it took the compiled engine under "auto"
+_local = threading.local()
 
 
 def _check(name) -> str:
@@ -101,7 +106,8 @@ def use_engine(name: str):
 
 
 def mark_compiled(kernel: str) -> None:
-    """Record that ``kernel`` is compiled in this process ("auto" then always uses it)."""
+    """Record that ``kernel`` ran compiled in this process (a record only: "auto" decides by
+    the work, never by what ran before)."""
     _state["compiled"].add(kernel)
 
 
@@ -113,7 +119,38 @@ def wants_numba(kernel: str, work: int) -> bool:
         return False
     if name == "numba":
         return True
-    return available() and work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK)
+    return available() and (getattr(_local, "launch", False)
+                            or work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK))
+
+
+@contextlib.contextmanager
+def launching(work: int):
+    """``with launching(work): ...``: under ``"auto"``, every kernel call of the block (in this
+    thread, and in tasks wrapped by :func:`carry`) takes the compiled engine when the whole
+    launch has ``work`` >= :data:`AUTO_MIN_WORK` products, however small each call is (a
+    forward's calls are one K/V block of a chunk of CTAs each: judged alone, they would all
+    stay on NumPy). Nested launches keep the outer choice; other settings are not touched."""
+    before = getattr(_local, "launch", False)
+    _local.launch = before or (get_engine() == "auto" and available() and work >= AUTO_MIN_WORK)
+    try:
+        yield
+    finally:
+        _local.launch = before
+
+
+def carry(task):
+    """``task`` for another thread or process of an executor, run there with the calling
+    thread's :func:`launching` choice (a picklable partial of a module-level ``task``)."""
+    return functools.partial(_carried, bool(getattr(_local, "launch", False)), task)
+
+
+def _carried(chosen: bool, task, *args, **kwargs):
+    before = getattr(_local, "launch", False)
+    _local.launch = chosen
+    try:
+        return task(*args, **kwargs)
+    finally:
+        _local.launch = before
 
 
 def set_threads(n: int | None = None) -> int:

@@ -315,16 +315,18 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     m_min, m_max = m_block_range(cfg, np.arange(cfg.n_blocks))
     steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
     t = cfg.tiles
+    work = 5 * steps * t.kblock_m * t.kblock_n * t.kernel_head_dim  # products: five GEMMs a step
     own = None if executor is not None or tracer is not None else chunks.task_pool(
-        engine.task_threads(5 * steps * t.kblock_m * t.kblock_n * t.kernel_head_dim))
+        engine.task_threads(work))
     executor = executor if own is None else own
     seconds = chunks.BACKWARD_COST * chunks.estimate_seconds(
         steps, t.kblock_m, t.kblock_n, 2 * t.kernel_head_dim,
         1 if executor is None else chunks.workers(executor))
     bar = chunks.Progress(chunks.auto_progress(progress, seconds), steps, "flash.backward")
     try:
-        dq_accum, dk, dv, bounds = mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget, bar,
-                                              tracer, executor)
+        with engine.launching(work):  # "auto": the launch's work decides for all its calls
+            dq_accum, dk, dv, bounds = mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget,
+                                                bar, tracer, executor)
     finally:
         bar.close()
         chunks.shutdown(own)

@@ -92,14 +92,14 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
                        out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds))
     elif shared:  # threads write their disjoint rows in place: nothing waits to be stored
         run = chunks.gated(_run_chunk, parts)  # at most parts at once
-        futures = {executor.submit(run, cfg, job, ctas, padded, *flat, spread, None, None,
+        futures = {executor.submit(engine.carry(run), cfg, job, ctas, padded, *flat, spread, None, None,
                                    out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds)): job
                    for job in jobs}
         for future in as_completed(futures):
             future.result()
             bar.update(_chunk_steps(cfg, futures[future], ctas))
     else:  # other processes: each task gets its batches and returns its rows' arrays
-        futures = {executor.submit(_run_chunk, cfg, job, ctas, _batch_slice(cfg, job, padded),
+        futures = {executor.submit(engine.carry(_run_chunk), cfg, job, ctas, _batch_slice(cfg, job, padded),
                                    *(x[job[0]:job[1]] for x in flat), spread, None, None,
                                    sliced=True): job for job in jobs}
         for future in as_completed(futures):  # stored as they finish: chunks are disjoint

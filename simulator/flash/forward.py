@@ -166,29 +166,36 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     own = chunks.task_pool(threads if len(work) > 1 else 1)
     executor = executor if own is None else own
     try:
-        if executor is None:
-            for ((n_range, masked), part), n in zip(work, visits, strict=True):
-                _run_group(cfg, n_range, masked, part, (qp, kp, vp, qvp), out, lse, wanted, record,
-                           exact)
-                bar.update(n)
-        else:
-            # task threads store their own disjoint CTAs in place, as the serial loop does
-            task, dest = (_chunk_task, ()) if own is None else (_run_group, (out, lse, None, None))
-            futures = {executor.submit(task, cfg, n_range, masked, part, (qp, kp, vp, qvp), *dest,
-                                       exact): i
-                       for i, ((n_range, masked), part) in enumerate(work)}
-            for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
-                i = futures[future]
-                result = future.result()
-                if result is not None:
-                    part = work[i][1]
-                    rows, heads, _ = _tile_rows(cfg, part)
-                    _store(cfg, part, rows, heads, *result, out, lse, exact)
-                bar.update(visits[i])
+        with engine.launching(_products(cfg, groups)):  # "auto": the launch's work decides
+            _execute(cfg, work, visits, (qp, kp, vp, qvp), out, lse, wanted, record, exact,
+                     executor, own is not None, bar)
     finally:
         bar.close()
         chunks.shutdown(own)
     return ForwardResult(out, lse, record)
+
+
+def _execute(cfg: Config, work, visits, padded, out, lse, wanted, record, exact, executor,
+             threads: bool, bar) -> None:
+    """Run the chunks ``work`` (``((n_range, masked), ctas)`` each) serially, on task
+    ``threads`` storing their own CTAs, or as an executor's tasks returning theirs."""
+    if executor is None:
+        for ((n_range, masked), part), n in zip(work, visits, strict=True):
+            _run_group(cfg, n_range, masked, part, padded, out, lse, wanted, record, exact)
+            bar.update(n)
+        return
+    task, dest = (_run_group, (out, lse, None, None)) if threads else (_chunk_task, ())
+    futures = {executor.submit(engine.carry(task), cfg, n_range, masked, part, padded, *dest,
+                               exact): i
+               for i, ((n_range, masked), part) in enumerate(work)}
+    for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
+        i = futures[future]
+        result = future.result()
+        if result is not None:
+            part = work[i][1]
+            rows, heads, _ = _tile_rows(cfg, part)
+            _store(cfg, part, rows, heads, *result, out, lse, exact)
+        bar.update(visits[i])
 
 
 # the fewest CTAs a task thread's chunk holds: with fewer, the NumPy between the serial kernel
