@@ -302,17 +302,28 @@ def test_tiles_follow_fa3():
     assert bwd.bwd_tiles(64, True, False, softcap=True).kblock_m == 96
 
 
-def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps():
+def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps(monkeypatch):
+    """At a budget of the fixed arrays plus one (batch, head) row, the serial backward runs one
+    chunk per row (four here) with the whole call's bits; progress counts every m_block step."""
+    from simulator import engine
+
+    bm = importlib.import_module("simulator.flash.backward_mainloop")
     x = bwd_cases.case_inputs(_entry(143)["case"])
     out, lse = fa3.flash_attn_func(x["q"], x["k"], x["v"], causal=True, return_attn_probs=True)
-    whole = flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, causal=True)
-    seen = []
-    parts = flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, causal=True,
-                           memory_budget=18_000_000, progress=lambda d, t: seen.append((d, t)))
+    args = (x["dout"], x["q"], x["k"], x["v"], out, lse)
+    seen, chunks = [], []
+    real = bm._run_chunk
+    with engine.use_engine("numpy"):  # serial: progress after every m_block step
+        whole = flash.backward(*args, causal=True)
+        fixed, per_row = bm.memory_needed(bwd.make_backward_config(*args, causal=True), False)
+        monkeypatch.setattr(bm, "_run_chunk", lambda *a, **kw: (chunks.append(a[1]), real(*a, **kw))[1])
+        parts = flash.backward(*args, causal=True, memory_budget=fixed + per_row,
+                               progress=lambda d, t: seen.append((d, t)))
+    assert chunks == [(0, 1), (1, 2), (2, 3), (3, 4)]
     for name in ("dq", "dk", "dv"):
         np.testing.assert_array_equal(getattr(whole, name).view(np.uint16),
                                       getattr(parts, name).view(np.uint16))
-    assert len(seen) > 2 and seen[-1][0] == seen[-1][1]
+    assert len(seen) > 4 and seen[-1][0] == seen[-1][1]
     with pytest.raises(MemoryError, match="memory_budget"):
         flash.backward(x["dout"], x["q"], x["k"], x["v"], out, lse, memory_budget=1000)
 
@@ -320,10 +331,10 @@ def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps():
 @pytest.mark.parametrize("name, threads", [("numpy", 1), ("numba", 1), ("numba", 2)])
 def test_the_backward_stays_within_its_memory_budget(name, threads):
     """A GQA backward with its spread at a budget of its fixed arrays plus two (batch, head)
-    rows (``backward_mainloop.memory_needed``; fixed plus one is the least it takes): the
-    traced peak of the whole call (preprocess, chunks, postprocess) stays under it, on one
-    thread of either engine and on two task threads of the compiled one, with the unchunked
-    call's bits."""
+    rows (``backward_mainloop.memory_needed`` on the engine that runs it; fixed plus one is
+    the least it takes): the traced peak of the whole call (preprocess, chunks, postprocess)
+    stays under it, on one thread of either engine and on two task threads of the compiled
+    one, with the unchunked call's bits."""
     import sys
     from pathlib import Path
 
@@ -339,29 +350,29 @@ def test_the_backward_stays_within_its_memory_budget(name, threads):
     k, v = (rng.standard_normal((2, 300, 2, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
     f = flash.forward(q, k, v)
     cfg = bwd.make_backward_config(do, q, k, v, f.out, f.lse)
-    fixed, per_row = importlib.import_module("simulator.flash.backward_mainloop").memory_needed(
-        cfg, True)
-    budget = fixed + 2 * per_row
-    with pytest.raises(MemoryError, match=r"per \(batch, head\) row of CTAs"):
-        flash.backward(do, q, k, v, f.out, f.lse, spread=True, memory_budget=fixed + per_row - 1)
+
     def call(budget=None):
         return flash.backward(do, q, k, v, f.out, f.lse, spread=True, memory_budget=budget)
 
-    if not engine.available():
-        whole = call()
-        got, peak = traced_peak(lambda: call(budget))
-    else:
+    before = None
+    if engine.available():
         import numba
 
         if numba.config.NUMBA_NUM_THREADS < threads:
             pytest.skip("numba sees one core: no second task thread")
         before = numba.get_num_threads()
-        try:
-            engine.set_threads(threads)
-            with engine.use_engine(name):
-                whole = call()  # also compiles what the call needs: not the arrays' memory
-                got, peak = traced_peak(lambda: call(budget))
-        finally:
+        engine.set_threads(threads)
+    try:
+        with engine.use_engine(name):
+            fixed, per_row = importlib.import_module(
+                "simulator.flash.backward_mainloop").memory_needed(cfg, True)
+            budget = fixed + 2 * per_row
+            with pytest.raises(MemoryError, match=r"per \(batch, head\) row of CTAs"):
+                call(fixed + per_row - 1)
+            whole = call()  # also compiles what the call needs: not the arrays' memory
+            got, peak = traced_peak(lambda: call(budget))
+    finally:
+        if before is not None:
             engine.set_threads(before)
     _same_bits(whole, got)
     for name in ("dq", "dk", "dv"):

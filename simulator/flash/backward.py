@@ -423,4 +423,5 @@ def _post_rows(cfg: BackwardConfig, budget: int, spread: bool) -> int:
     outs = 2 * cfg.batch * cfg.head_dim * (cfg.heads * cfg.seqlen_q + 2 * cfg.heads_kv * cfg.seqlen_k)
     per_row = chunks.POSTPROCESS_BYTES * g * max(rows, keys) * t.kernel_head_dim
     return chunks.chunk_size(budget, (acc + outs) * (3 if spread else 1), per_row,
-                             "this backward's postprocess", unit="(batch, kv head) row")
+                             "this backward's postprocess", unit="(batch, kv head) row",
+                             held="float32 accumulators and outputs")

@@ -127,10 +127,12 @@ def memory_needed(cfg, spread: bool) -> tuple[int, int]:
 
 def row_bytes(cfg) -> int:
     """Working bytes of one (batch, head) row of a chunk: its n_blocks CTAs (the unit of the
-    chunks: a row's CTAs reduce-add into the same dQaccum tiles)."""
+    chunks: a row's CTAs reduce-add into the same dQaccum tiles), at the compiled engine's
+    cost where every call of this launch runs compiled (``engine.wants_numba`` at no work)."""
     t = cfg.tiles
+    compiled = engine.wants_numba("dotadd", 0)
     return max(1, cfg.n_blocks) * chunks.backward_cta_bytes(t.kblock_m, t.kblock_n,
-                                                           t.kernel_head_dim)
+                                                           t.kernel_head_dim, compiled)
 
 
 def _row_jobs(cfg, size: int, parts: int) -> list[tuple[int, int]]:

@@ -32,13 +32,17 @@ def cta_bytes(kblock_m: int, kblock_n: int, head_dim_v: int) -> int:
     return kblock_m * (kblock_n * 80 + head_dim_v * 48)
 
 
-def backward_cta_bytes(kblock_m: int, kblock_n: int, kernel_head_dim: int) -> int:
+def backward_cta_bytes(kblock_m: int, kblock_n: int, kernel_head_dim: int,
+                       compiled: bool = False) -> int:
     """Working memory of one backward CTA inside a chunk of (batch, head) rows, bytes: an upper
-    estimate over both engines of its m_block step (five GEMMs, S / dP / P / dS and their
-    roundings, the masks) and its own K / V tiles. Measured with tracemalloc on bf16 backwards
-    (head dims 64-256, causal, softcap, spread; chunks of one and two rows): the NumPy
-    engine's GEMM (about a byte per product term) makes it 2.5-4.0 MB per CTA in one-row
-    chunks at head dim 128 (this gives 4.7-5.7), the compiled engine 0.64-1.0 MB."""
+    estimate of its m_block step (five GEMMs, S / dP / P / dS and their roundings, the masks)
+    and its own K / V tiles, on the NumPy engine or, with ``compiled``, where every kernel
+    call of the launch runs compiled. Measured with tracemalloc on bf16 backwards (head dims
+    64-256, causal, softcap, spread; chunks of one and two rows): the NumPy engine's GEMM
+    (about a byte per product term) makes it 2.5-4.0 MB per CTA in one-row chunks (this
+    gives 3.7-5.7), the compiled engine 0.64-1.0 MB (this gives 0.75-1.4)."""
+    if compiled:
+        return kblock_m * (64 * kblock_n + 48 * kernel_head_dim)
     return kblock_m * kblock_n * (4 * kernel_head_dim + 64)
 
 
@@ -56,7 +60,7 @@ def fixed_bytes(*arrays: np.ndarray | None) -> int:
 
 
 def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int = 1,
-               unit: str = "CTA") -> int:
+               unit: str = "CTA", held: str = "padded inputs and outputs") -> int:
     """CTAs (or other ``unit``s of work) per chunk that keep ``fixed + concurrent * chunk *
     per_cta`` within ``budget``: ``concurrent`` chunks may be in memory at once (an executor's
     workers, each with its own chunk), so each gets its share of what the fixed arrays leave.
@@ -70,7 +74,7 @@ def chunk_size(budget: int, fixed: int, per_cta: int, what: str, concurrent: int
         fewer = "" if concurrent == 1 else ", fewer workers"
         raise MemoryError(
             f"memory_budget: {what} needs about {_size(fixed + concurrent * per_cta)} "
-            f"({_size(fixed)} of padded inputs and outputs plus {_size(per_cta)} per {unit}"
+            f"({_size(fixed)} of {held} plus {_size(per_cta)} per {unit}"
             f"{running}), more than the budget of {_size(budget)}; "
             f"pass a larger memory_budget (bytes){fewer} or a smaller input")
     return max(1, (budget - fixed) // (concurrent * per_cta))
