@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+import importlib
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 
 import ml_dtypes
 import numpy as np
@@ -147,9 +148,60 @@ def test_workers_share_the_memory_budget():
     with _CountingPool(4) as pool:
         _same(serial, flash.forward(q, k, v, executor=pool, memory_budget=budget))
     assert fixed + 4 * max(pool.sizes) * per_cta <= budget, pool.sizes
-    with _CountingPool(4) as pool, pytest.raises(MemoryError, match="times 4 chunks running at once"):
+    # threads share this process's memory: a pool of 4 at a budget for 3 CTAs runs 3 at once
+    with _CountingPool(4) as pool:
+        _same(serial, flash.forward(q, k, v, executor=pool, memory_budget=fixed + 3 * per_cta))
+    assert max(pool.sizes) == 1, pool.sizes
+    # other executors' workers hold a chunk each: all four count, and they do not fit
+    with _SerialWorkers(4) as pool, pytest.raises(MemoryError, match="times 4 chunks running at once"):
         flash.forward(q, k, v, executor=pool, memory_budget=fixed + 3 * per_cta)
     assert pool.sizes == []
+
+
+class _SerialWorkers(Executor):
+    """An executor that is not a thread pool (as a process pool or dask's): ``_max_workers``
+    workers, each task run at once in the caller, chunk sizes recorded."""
+
+    def __init__(self, workers):
+        self._max_workers, self.sizes = workers, []
+
+    def submit(self, fn, *args, **kwargs):
+        self.sizes.append(len(args[3]))
+        future = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def test_a_thread_pool_runs_no_more_chunks_at_once_than_the_budget_affords(monkeypatch):
+    """A user's thread pool of 4 at a budget of the fixed arrays plus 2 CTAs: never more than
+    two chunks (of one CTA) run at once, with the serial bits."""
+    import threading
+    import time
+
+    fwd_module = importlib.import_module("simulator.flash.forward")
+    from simulator.flash.forward import memory_needed
+
+    q, k, v = _inputs(seed=2)
+    fixed, per_cta = memory_needed(flash.make_config(q, k, v), q.dtype)
+    serial = flash.forward(q, k, v)
+    lock, now, most = threading.Lock(), [0], [0]
+    real = fwd_module._run_group
+
+    def counted(*args):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.01)
+        try:
+            return real(*args)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(fwd_module, "_run_group", counted)
+    with ThreadPoolExecutor(4) as pool:
+        _same(serial, flash.forward(q, k, v, executor=pool, memory_budget=fixed + 2 * per_cta))
+    assert most[0] == 2
 
 
 @pytest.mark.parametrize("stderr", ["closed", "no isatty"])

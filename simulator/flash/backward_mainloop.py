@@ -11,7 +11,7 @@ or the task threads run. ``cfg`` is always a :class:`simulator.flash.backward.Ba
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 
 import numpy as np
 
@@ -79,9 +79,7 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
     dq_accum = np.zeros((cfg.batch * cfg.heads, rows, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     fixed, per_row = memory_needed(cfg, spread)
-    shared = isinstance(executor, ThreadPoolExecutor)  # threads share the arrays and the memory
-    parts = 1 if executor is None else chunks.workers(executor)
-    parts = chunks.affordable(parts, budget, fixed, per_row) if shared else parts
+    parts, shared = chunks.concurrency(executor, 1, budget, fixed, per_row)
     size = chunks.chunk_size(budget, fixed, per_row, "this backward", parts,
                              unit="(batch, head) row of CTAs")
     jobs = _row_jobs(cfg, size, parts)
@@ -91,6 +89,7 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
             _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer,
                        out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds))
     elif shared:  # threads write their disjoint rows in place: nothing waits to be stored
+        # (the task threads' pool is as large as numba's: gated to what the budget affords)
         run = chunks.gated(_run_chunk, parts)  # at most parts at once
         futures = {executor.submit(engine.carry(run), cfg, job, ctas, padded, *flat, spread, None, None,
                                    out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds)): job

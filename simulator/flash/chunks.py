@@ -113,6 +113,18 @@ def affordable(threads: int, budget: int, fixed: int, per_unit: int) -> int:
     return max(1, min(threads, (budget - fixed) // max(1, per_unit)))
 
 
+def concurrency(executor, threads: int, budget: int, fixed: int, per_unit: int) -> tuple[int, bool]:
+    """``(parts, shared)``: how many chunks a launch keeps in memory at once, and whether they
+    share this process's memory. Serial (``executor`` None: ``threads`` task threads, 1 for
+    none) and a ``ThreadPoolExecutor``'s threads share it: as many as ``budget`` affords
+    (:func:`affordable`; a larger thread pool's tasks wait, :func:`gated`). Other executors'
+    workers (processes, dask) hold a chunk each: all W count, each chunk gets a W-th of what
+    the fixed arrays leave (:func:`chunk_size` raises where not even one unit each fits)."""
+    shared = executor is None or isinstance(executor, ThreadPoolExecutor)
+    parts = threads if executor is None else workers(executor)
+    return (affordable(parts, budget, fixed, per_unit) if shared else parts), shared
+
+
 def gated(task, concurrent: int):
     """``task`` wrapped so that at most ``concurrent`` calls run at once (thread pools larger
     than what the memory budget affords)."""

@@ -84,8 +84,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             of this process, each running the serial kernels (same bits).
         memory_budget: bytes of memory for the padded inputs, the outputs and the working
             arrays (default ``chunks.DEFAULT_MEMORY_BUDGET``, 4 GiB): CTAs run in chunks that
-            fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk, and
-            with W workers each chunk gets a W-th of the budget.
+            fit (``chunks.cta_bytes`` per CTA); each executor task holds one chunk: a
+            thread pool runs as many at once as the budget affords (the rest wait), and
+            with W worker processes each chunk gets a W-th of the budget.
         progress: None (the default: as True where stderr is a terminal and the call is
             expected to take over ``chunks.LONG_CALL_SECONDS``, 10 s, at
             ``chunks.SECONDS_PER_BLOCK_ELEMENT``; else silent), False (silent), True (a bar
@@ -151,8 +152,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     groups = cta_groups(cfg)
     threads = 1 if executor is not None or wanted is not None else _task_threads(cfg, groups)
     fixed, per_cta = memory_needed(cfg, q.dtype)
-    threads = chunks.affordable(threads, budget, fixed, per_cta)
-    parts = threads if executor is None else chunks.workers(executor)
+    parts, shared = chunks.concurrency(executor, threads, budget, fixed, per_cta)
+    threads = min(threads, parts)
     size = chunks.chunk_size(budget, fixed, per_cta, "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
     work = [(key, part) for key, ctas in groups.items()
@@ -168,7 +169,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     try:
         with engine.launching(_products(cfg, groups)):  # "auto": the launch's work decides
             _execute(cfg, work, visits, (qp, kp, vp, qvp), out, lse, wanted, record, exact,
-                     executor, own is not None, bar)
+                     executor, parts if shared else 0, bar)
     finally:
         bar.close()
         chunks.shutdown(own)
@@ -176,15 +177,17 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
 
 
 def _execute(cfg: Config, work, visits, padded, out, lse, wanted, record, exact, executor,
-             threads: bool, bar) -> None:
-    """Run the chunks ``work`` (``((n_range, masked), ctas)`` each) serially, on task
-    ``threads`` storing their own CTAs, or as an executor's tasks returning theirs."""
+             threads: int, bar) -> None:
+    """Run the chunks ``work`` (``((n_range, masked), ctas)`` each) serially, on the threads
+    of a thread pool (``threads`` > 0 of them at once) storing their own CTAs, or as an
+    executor's tasks returning theirs."""
     if executor is None:
         for ((n_range, masked), part), n in zip(work, visits, strict=True):
             _run_group(cfg, n_range, masked, part, padded, out, lse, wanted, record, exact)
             bar.update(n)
         return
-    task, dest = (_run_group, (out, lse, None, None)) if threads else (_chunk_task, ())
+    task, dest = ((chunks.gated(_run_group, threads), (out, lse, None, None)) if threads
+                  else (_chunk_task, ()))
     futures = {executor.submit(engine.carry(task), cfg, n_range, masked, part, padded, *dest,
                                exact): i
                for i, ((n_range, masked), part) in enumerate(work)}
