@@ -275,7 +275,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         spread: also compute, per value, the smallest and largest result any arrival order
             of the reduce-adds gives (:mod:`simulator.flash.spread`): ``result.spread``.
         memory_budget: bytes for the padded operands, the accumulators and the working arrays
-            (default 4 GiB): CTAs run in chunks of whole (batch, head) rows that fit.
+            (default 4 GiB): CTAs run in chunks of whole (batch, head) rows that fit, and the
+            postprocess in chunks of (batch, kv head) rows (docs/backward.md, "Memory").
         progress: None (the default: a bar on a terminal when the call is expected to take
             over 10 s), False, True (a bar on stderr) or a callable ``progress(done, total)``
             in CTA m_block steps, as :func:`simulator.flash.forward`'s.
@@ -284,10 +285,12 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             float32 arrays).
         executor: None (serial), or a ``concurrent.futures.Executor`` (a
             ``ProcessPoolExecutor``, ``dask.distributed.Client.get_executor()``): chunks of
-            whole (batch, head) rows of CTAs run as its tasks, each with the batches it needs
-            and a W-th of ``memory_budget`` (W: its workers); the bits are the serial run's
-            (no chunk shares a dQaccum tile or a dK / dV accumulator with another). None:
-            with ``engine.set_threads(N)``, N > 1, the compiled engine runs them on N threads.
+            whole (batch, head) rows of CTAs run as its tasks: a ``ThreadPoolExecutor``'s
+            as many at once as the budget affords, writing in place; other executors' each
+            with the batches it needs and a W-th of ``memory_budget`` (W: its workers). The
+            bits are the serial run's (no chunk shares a dQaccum tile or a dK / dV
+            accumulator with another). None: with ``engine.set_threads(N)``, N > 1, the
+            compiled engine runs them on up to N threads.
     Returns:
         :class:`BackwardResult` (dq, dk, dv in the input dtype; dpsum, lse_log2; with
         ``spread`` a dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` of arrays like dq, dk, dv;
@@ -295,7 +298,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         head dim below 256) the spread is the result itself.
     Raises:
         ValueError: see :func:`make_backward_config`; ``memory_budget`` not a positive int.
-        MemoryError: up front, with the estimate, when not even one CTA fits the budget.
+        MemoryError: up front, with the estimate, when not even one (batch, head) row of
+            CTAs (or one row of the postprocess) fits the budget.
         TypeError: ``progress`` of another type; ``executor`` without a ``submit`` method.
     """
     executor = chunks.check_executor(executor)
