@@ -51,7 +51,7 @@ _AUTO_MIN = {"softmax": AUTO_MIN_ELEMENTS}
 
 _CALL_LOCK = threading.Lock()
 _state = {"engine": None, "compiled": set(), "available": None}
-#: per thread: whether the launch running in it took the compiled engine under "auto"
+#: per thread: the engine a launch (under "auto") or an executor task (:func:`carry`) runs on
 _local = threading.local()
 
 
@@ -90,8 +90,12 @@ def set_engine(name: str) -> str:
     Raises:
         ValueError: ``name`` is not in :data:`ENGINES`, or ``"numba"`` without numba.
     """
-    previous = get_engine()
-    _state["engine"] = _check(name)
+    name = _check(name)
+    try:
+        previous = get_engine()
+    except ValueError:  # a bad SIMULATOR_ENGINE: the explicit setting replaces it
+        previous = "auto"
+    _state["engine"] = name
     return previous
 
 
@@ -114,13 +118,12 @@ def mark_compiled(kernel: str) -> None:
 def wants_numba(kernel: str, work: int) -> bool:
     """Whether a call of ``work`` products (``"dotadd"``) or elements (``"softmax"``) to
     ``kernel`` should take the compiled path."""
-    name = get_engine()
+    name = getattr(_local, "engine", None) or get_engine()
     if name == "numpy":
         return False
-    if name == "numba":
+    if name == "numba" and available():
         return True
-    return available() and (getattr(_local, "launch", False)
-                            or work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK))
+    return available() and work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK)
 
 
 @contextlib.contextmanager
@@ -130,27 +133,32 @@ def launching(work: int):
     launch has ``work`` >= :data:`AUTO_MIN_WORK` products, however small each call is (a
     forward's calls are one K/V block of a chunk of CTAs each: judged alone, they would all
     stay on NumPy). Nested launches keep the outer choice; other settings are not touched."""
-    before = getattr(_local, "launch", False)
-    _local.launch = before or (get_engine() == "auto" and available() and work >= AUTO_MIN_WORK)
+    before = getattr(_local, "engine", None)
+    if before is None and get_engine() == "auto" and available() and work >= AUTO_MIN_WORK:
+        _local.engine = "numba"
     try:
         yield
     finally:
-        _local.launch = before
+        _local.engine = before
 
 
 def carry(task):
-    """``task`` for another thread or process of an executor, run there with the calling
-    thread's :func:`launching` choice (a picklable partial of a module-level ``task``)."""
-    return functools.partial(_carried, bool(getattr(_local, "launch", False)), task)
+    """``task`` for another thread or process of an executor (a picklable partial of a
+    module-level ``task``), run there on the engine the calling thread runs: its setting
+    (``"numpy"``, ``"numba"``) or its :func:`launching` choice, whatever the worker's own
+    setting (a process pool started before :func:`set_engine`, dask's workers); under
+    ``"auto"`` outside a launch, the worker decides per call."""
+    name = getattr(_local, "engine", None) or get_engine()
+    return functools.partial(_carried, None if name == "auto" else name, task)
 
 
-def _carried(chosen: bool, task, *args, **kwargs):
-    before = getattr(_local, "launch", False)
-    _local.launch = chosen
+def _carried(name, task, *args, **kwargs):
+    before = getattr(_local, "engine", None)
+    _local.engine = name
     try:
         return task(*args, **kwargs)
     finally:
-        _local.launch = before
+        _local.engine = before
 
 
 def set_threads(n: int | None = None) -> int:

@@ -11,8 +11,6 @@ or the task threads run. ``cfg`` is always a :class:`simulator.flash.backward.Ba
 
 from __future__ import annotations
 
-from concurrent.futures import as_completed
-
 import numpy as np
 
 from .. import engine, mma
@@ -80,8 +78,10 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
     fixed, per_row = memory_needed(cfg, spread)
     parts, shared = chunks.concurrency(executor, 1, budget, fixed, per_row)
+    fixed += chunks.shipped_bytes(executor, sum(x.nbytes for x in padded))
     size = chunks.chunk_size(budget, fixed, per_row, "this backward", parts,
-                             unit="(batch, head) row of CTAs")
+                             unit="(batch, head) row of CTAs",
+                             held="padded inputs and float32 accumulators")
     jobs = _row_jobs(cfg, size, parts)
     flat = (dpsum.reshape(-1, rows), lse_log2.reshape(-1, rows))
     if executor is None:
@@ -94,15 +94,14 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
         futures = {executor.submit(engine.carry(run), cfg, job, ctas, padded, *flat, spread, None, None,
                                    out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds)): job
                    for job in jobs}
-        for future in as_completed(futures):
+        for future, job in chunks.finished(futures):
             future.result()
-            bar.update(_chunk_steps(cfg, futures[future], ctas))
+            bar.update(_chunk_steps(cfg, job, ctas))
     else:  # other processes: each task gets its batches and returns its rows' arrays
         futures = {executor.submit(engine.carry(_run_chunk), cfg, job, ctas, _batch_slice(cfg, job, padded),
                                    *(x[job[0]:job[1]] for x in flat), spread, None, None,
                                    sliced=True): job for job in jobs}
-        for future in as_completed(futures):  # stored as they finish: chunks are disjoint
-            job = futures[future]
+        for future, job in chunks.finished(futures):  # stored as they finish: disjoint chunks
             _store_chunk(cfg, job, future.result(), dk, dv, dq_accum, bounds)
             bar.update(_chunk_steps(cfg, job, ctas))
     shape = (cfg.batch, cfg.heads, keys, kd)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Executor, ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -24,12 +24,21 @@ import numpy as np
 DEFAULT_MEMORY_BUDGET = 4 << 30
 
 
-def cta_bytes(kblock_m: int, kblock_n: int, head_dim_v: int) -> int:
-    """Working memory of one CTA inside a chunk, bytes: an upper estimate of the group loop's
-    arrays (scores, probabilities and the tensor-core model's float64 and int16 working arrays
-    per score; the O accumulator and its products per output value). Measured with tracemalloc
-    on bf16 forwards of 12-32 CTAs, head dims 64-256: 1.9-2.7 MB per CTA; this gives 2.4-3.5."""
-    return kblock_m * (kblock_n * 80 + head_dim_v * 48)
+def cta_bytes(kblock_m: int, kblock_n: int, head_dim_v: int, head_dim: int = 0,
+              compiled: bool = True) -> int:
+    """Working memory of one forward CTA inside a chunk, bytes: an upper estimate of the group
+    loop's arrays (scores, probabilities and the tensor-core model's working arrays per score;
+    the O accumulator and its products per output value). Measured with tracemalloc on bf16
+    forwards of 12-32 CTAs, head dims 64-256: 1.9-2.7 MB per CTA; this gives 2.4-3.5, and
+    at most 0.82x of it was measured compiled in chunks of one CTA up. Without ``compiled``
+    (the NumPy engine) small chunks cost more, its GEMM's working arrays (about a byte per
+    product term) over the kBlockM x kBlockN x ``max(head_dim, head_dim_v)`` of the larger
+    GEMM: chunks of 1-2 CTAs measured 3.2-6.3 MB a CTA at head dims 64-256; this adds
+    2 bytes a term."""
+    per_cta = kblock_m * (kblock_n * 80 + head_dim_v * 48)
+    if not compiled:
+        per_cta += 2 * kblock_m * kblock_n * max(head_dim, head_dim_v)
+    return per_cta
 
 
 def backward_cta_bytes(kblock_m: int, kblock_n: int, kernel_head_dim: int,
@@ -123,6 +132,26 @@ def concurrency(executor, threads: int, budget: int, fixed: int, per_unit: int) 
     shared = executor is None or isinstance(executor, ThreadPoolExecutor)
     parts = threads if executor is None else workers(executor)
     return (affordable(parts, budget, fixed, per_unit) if shared else parts), shared
+
+
+def shipped_bytes(executor, task_inputs: int) -> int:
+    """Bytes this process holds for an executor's queued tasks beyond the shared arrays: a
+    pickled copy of a task's inputs (``task_inputs`` bytes at most) for each worker and one
+    more waiting (a process pool feeds its workers that far ahead); 0 for a thread pool."""
+    if executor is None or isinstance(executor, ThreadPoolExecutor):
+        return 0
+    return (workers(executor) + 1) * task_inputs
+
+
+def finished(futures: dict):
+    """``(future, value)`` of ``futures`` (``{future: value}``) as they complete, each taken
+    out of the dict first: once the caller has stored a result nothing holds it
+    (``as_completed`` keeps every future, and so every result, until the last is done)."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            yield future, futures.pop(future)
 
 
 def gated(task, concurrent: int):

@@ -9,8 +9,6 @@ threads or elements.
 
 from __future__ import annotations
 
-from concurrent.futures import as_completed
-
 import numpy as np
 
 from .. import engine, mma
@@ -22,6 +20,9 @@ from . import chunks
 from . import exact as _exact
 from .config import Config, ForwardResult, make_config
 from .constants import MAX_OFFSET
+from .forward_memory import check_memory as check_memory  # the public names stay here
+from .forward_memory import memory_needed as memory_needed
+from .forward_memory import plan
 from .grid import pad_rows
 from .masks import allowed, block_range, masking_steps
 from .softmax import Softmax, rescale_o
@@ -151,10 +152,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
                   dtype=np.float64 if wide else np.float32)
     groups = cta_groups(cfg)
     threads = 1 if executor is not None or wanted is not None else _task_threads(cfg, groups)
-    fixed, per_cta = memory_needed(cfg, q.dtype)
-    parts, shared = chunks.concurrency(executor, threads, budget, fixed, per_cta)
+    parts, shared, size = plan(cfg, q.dtype, executor, threads, budget)
     threads = min(threads, parts)
-    size = chunks.chunk_size(budget, fixed, per_cta, "this forward", parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
     work = [(key, part) for key, ctas in groups.items()
             for part in chunks.split(ctas, size, _group_parts(len(ctas), parts, threads))]
@@ -191,8 +190,7 @@ def _execute(cfg: Config, work, visits, padded, out, lse, wanted, record, exact,
     futures = {executor.submit(engine.carry(task), cfg, n_range, masked, part, padded, *dest,
                                exact): i
                for i, ((n_range, masked), part) in enumerate(work)}
-    for future in as_completed(futures):  # stored as they finish: CTAs are disjoint
-        i = futures[future]
+    for future, i in chunks.finished(futures):  # stored as they finish: CTAs are disjoint
         result = future.result()
         if result is not None:
             part = work[i][1]
@@ -228,36 +226,6 @@ def _products(cfg: Config, groups: dict) -> int:
     O += P V over a kBlockM x kBlockN tile."""
     visits = sum(len(ctas) * max(0, n_max - n_min) for ((n_min, n_max), _), ctas in groups.items())
     return visits * cfg.kblock_m * cfg.kblock_n * (cfg.kernel_head_dim + cfg.kernel_head_dim_v)
-
-
-def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
-    """(bytes held for the whole forward, bytes per CTA of a chunk) of a forward on ``cfg``
-    with inputs of ``dtype``: the padded inputs and the outputs (as :func:`_padded_inputs`
-    and :func:`forward` allocate them), and :func:`chunks.cta_bytes`."""
-    lead = 1 if cfg.splits is None else int(cfg.splits.max())
-    m_rows = (-(-cfg.seqlen_q // cfg.kblock_m) + 1) * cfg.kblock_m
-    n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
-    out_item = np.dtype(cfg.out_dtype if cfg.splits is None else np.float32).itemsize
-    q_width = cfg.kernel_head_dim + (cfg.kernel_head_dim_v if cfg.has_qv else 0)
-    inputs = np.dtype(dtype).itemsize * cfg.batch * (
-        m_rows * cfg.heads * q_width
-        + n_pad * cfg.heads_kv * (cfg.kernel_head_dim + cfg.kernel_head_dim_v))
-    outputs = lead * cfg.batch * cfg.heads * cfg.seqlen_q * (cfg.head_dim_v * out_item + 4)
-    return inputs + outputs, chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v)
-
-
-def check_memory(q, k, v, *, memory_budget=None, **kwargs) -> None:
-    """Raise the MemoryError :func:`forward` would raise up front for these arguments (not
-    even one CTA within ``memory_budget``), without running it: for callers that must refuse
-    a call before a side effect (the KV cache's AppendKV). ``kwargs``: the rest of
-    :func:`forward`'s arguments; ``executor`` counts by its workers, ``progress`` and
-    ``trace`` are ignored."""
-    executor = kwargs.pop("executor", None)
-    for name in ("progress", "trace"):
-        kwargs.pop(name, None)
-    cfg = make_config(q, k, v, **kwargs)
-    chunks.chunk_size(chunks.check_budget(memory_budget), *memory_needed(cfg, q.dtype),
-                      "this forward", 1 if executor is None else chunks.workers(executor))
 
 
 def _chunk_task(cfg: Config, n_range, masked, ctas, padded, exact=None):
