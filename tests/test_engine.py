@@ -562,3 +562,33 @@ def test_auto_decides_once_for_a_whole_launch(monkeypatch):
                         assert any(t is not threading.main_thread() for t in ran)  # task threads
     finally:
         engine.set_threads(before)
+
+
+@pytest.mark.skipif(not engine.available(), reason="numba is not installed")
+def test_auto_decides_once_for_all_the_sequences_of_a_varlen_call(monkeypatch):
+    """A varlen forward runs one kernel-level launch per sequence; "auto" decides once for
+    all of them (``fa3.flash_attn_varlen_func`` wraps them in ``engine.launching``): at a
+    threshold above every sequence's work but within their sum, every call runs compiled."""
+    from simulator import fa3
+
+    rng = np.random.default_rng(6)
+    lengths = [200, 150, 250, 100]
+    q, k, v = (rng.standard_normal((sum(lengths), 2, 64)).astype(ml_dtypes.bfloat16)
+               for _ in range(3))
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    ran = []
+    real = engine.mark_compiled
+    monkeypatch.setattr(engine, "mark_compiled", lambda kernel: (ran.append(kernel), real(kernel)))
+    works = []
+    real_launching = engine.launching
+    monkeypatch.setattr(engine, "launching", lambda work: (works.append(work),
+                                                          real_launching(work))[1])
+    with engine.use_engine("numpy"):
+        want = fa3.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths))
+    total, per_sequence = works[0], works[1:]
+    assert len(per_sequence) == len(lengths) and max(per_sequence) < total
+    with engine.use_engine("auto"):
+        monkeypatch.setattr(engine, "AUTO_MIN_WORK", max(per_sequence) + 1)  # above each one's
+        got = fa3.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths))
+    assert ran
+    assert np.array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))

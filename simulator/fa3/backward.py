@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import flash
+from .. import engine, flash
 from ..flash.backward import make_backward_config
 from .arrays import returned, to_numpy
 from .checks import check_bool, check_parallel, cu_seqlens, seqused
@@ -187,24 +187,28 @@ def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
     msk = _max_seqlen(args["max_seqlen_k"], "max_seqlen_k", lk)
     # the launch's arguments once (dtypes, head dims, heads, softcap, deterministic), whatever
     # the sequences' lengths
-    make_backward_config(dout[None], q[None], k[None], v[None], out[None], lse[None],
-                         softmax_scale=kw["softmax_scale"], causal=kw["causal"],
-                         window=kw["window"], softcap=kw["softcap"],
-                         deterministic=kw["deterministic"], max_seqlen_q=msq, max_seqlen_k=msk)
+    t = make_backward_config(dout[None], q[None], k[None], v[None], out[None], lse[None],
+                             softmax_scale=kw["softmax_scale"], causal=kw["causal"],
+                             window=kw["window"], softcap=kw["softcap"],
+                             deterministic=kw["deterministic"], max_seqlen_q=msq,
+                             max_seqlen_k=msk).tiles
     grads = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)]
     lows = [np.zeros_like(x) for x in grads]
     highs = [np.zeros_like(x) for x in grads]
-    for i in range(len(lq)):
-        sq_, sk_ = slice(cq[i], cq[i] + lq[i]), slice(ck[i], ck[i] + lk[i])
-        if lq[i] == 0 or lk[i] == 0:
-            continue  # no K/V block or no m_block: zero gradients
-        res = flash.backward(dout[None, sq_], q[None, sq_], k[None, sk_], v[None, sk_],
-                             out[None, sq_], np.ascontiguousarray(lse[None, :, sq_]),
-                             max_seqlen_q=msq, max_seqlen_k=msk, **kw)
-        for j, (name, rows) in enumerate((("dq", sq_), ("dk", sk_), ("dv", sk_))):
-            grads[j][rows] = getattr(res, name)[0]
-            if res.spread is not None:
-                lows[j][rows], highs[j][rows] = (x[0] for x in res.spread[name])
+    # "auto" decides once for all the sequences: five GEMMs a tile, masks not counted
+    steps = int(((-(-lq.astype(np.int64) // t.kblock_m)) * (-(-lk.astype(np.int64) // t.kblock_n))).sum())
+    with engine.launching(5 * steps * t.kblock_m * t.kblock_n * t.kernel_head_dim * q.shape[1]):
+        for i in range(len(lq)):
+            sq_, sk_ = slice(cq[i], cq[i] + lq[i]), slice(ck[i], ck[i] + lk[i])
+            if lq[i] == 0 or lk[i] == 0:
+                continue  # no K/V block or no m_block: zero gradients
+            res = flash.backward(dout[None, sq_], q[None, sq_], k[None, sk_], v[None, sk_],
+                                 out[None, sq_], np.ascontiguousarray(lse[None, :, sq_]),
+                                 max_seqlen_q=msq, max_seqlen_k=msk, **kw)
+            for j, (name, rows) in enumerate((("dq", sq_), ("dk", sk_), ("dv", sk_))):
+                grads[j][rows] = getattr(res, name)[0]
+                if res.spread is not None:
+                    lows[j][rows], highs[j][rows] = (x[0] for x in res.spread[name])
     spread = None
     if kw["spread"]:
         spread = {n: (lows[j], highs[j]) for j, n in enumerate(("dq", "dk", "dv"))}

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import flash
+from .. import engine, flash
 from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..trace import Trace
@@ -282,22 +282,25 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     # total_k == 0: FA3 skips the kernel and fills LSE with +inf (mha_fwd)
     lse = np.full((h, q.shape[0]), np.inf if k.shape[0] == 0 else -np.inf, dtype=np.float32)
     scale = check_scale(softmax_scale, d, softcap, 0 if qv is None else dv)
-    for bi in range(batch):
-        sq_b = int(len_q[bi])
-        if sq_b == 0:
-            continue
-        qs, ks = slice(cq[bi], cq[bi] + sq_b), slice(ck[bi], ck[bi] + int(len_k[bi]))
-        kb, vb = k[None, ks], v[None, ks]
-        if kb.shape[1] == 0:  # no key: FA3 writes O = 0, LSE = -inf
-            continue
-        kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
-                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                  qv=None if qv is None else qv[None, qs], attention_chunk=chunk,
-                  **{n: descale_rows(x, bi) for n, x in descales.items()},
-                  **parallel(executor, progress, memory_budget))
-        o, l_ = traced_forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]),
-                               bi, wanted, record)
-        out[qs], lse[:, qs] = o[0], l_[0]
+    # "auto" decides once for all the sequences: their tiles' products, masks not counted
+    tiles = (-(-np.asarray(len_q, np.int64) // tile_m)) * (-(-np.asarray(len_k, np.int64) // tile_n))
+    with engine.launching(int(tiles.sum()) * tile_m * tile_n * h * (d + dv)):
+        for bi in range(batch):
+            sq_b = int(len_q[bi])
+            if sq_b == 0:
+                continue
+            qs, ks = slice(cq[bi], cq[bi] + sq_b), slice(ck[bi], ck[bi] + int(len_k[bi]))
+            kb, vb = k[None, ks], v[None, ks]
+            if kb.shape[1] == 0:  # no key: FA3 writes O = 0, LSE = -inf
+                continue
+            kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                      qv=None if qv is None else qv[None, qs], attention_chunk=chunk,
+                      **{n: descale_rows(x, bi) for n, x in descales.items()},
+                      **parallel(executor, progress, memory_budget))
+            o, l_ = traced_forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]),
+                                   bi, wanted, record)
+            out[qs], lse[:, qs] = o[0], l_[0]
     return with_trace(returned((out, lse) if return_attn_probs else (out,), tq), record,
                       return_attn_probs)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import engine
 from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
@@ -311,15 +312,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                         for x in (kns, vns)))
     record = None if wanted is None else Trace()
     out, lse, out_acc, lse_acc = rows_q.outputs(h, dv, output_dtype(q.dtype), static, s_cache == 0)
-    for bi in range(b):
-        kb, vb, kw = call(bi)
-        if kb.shape[1] == 0 or qs[bi].shape[1] == 0:
-            continue
-        kw.pop("num_splits", None)
-        parts = []
-        o, l_ = traced_forward(qs[bi], kb, vb, kw, None if splits is None else int(splits[bi]),
-                               bi, wanted, record, parts)
-        rows_q.store(bi, o[0], l_[0], parts, out, lse, out_acc, lse_acc)
+    # "auto" decides once for all the batch's calls: their tiles' products, a full cache each
+    tiles = sum(-(-x.shape[1] // tile_m) for x in qs) * -(-s_cache // tile_n)
+    with engine.launching(tiles * tile_m * tile_n * h * (q.shape[-1] + dv)):
+        for bi in range(b):
+            kb, vb, kw = call(bi)
+            if kb.shape[1] == 0 or qs[bi].shape[1] == 0:
+                continue
+            kw.pop("num_splits", None)
+            parts = []
+            o, l_ = traced_forward(qs[bi], kb, vb, kw, None if splits is None else int(splits[bi]),
+                                   bi, wanted, record, parts)
+            rows_q.store(bi, o[0], l_[0], parts, out, lse, out_acc, lse_acc)
     full = (out, lse, out_acc, lse_acc) if return_softmax_lse else (out,)
     return with_trace(returned(full, tq), record, return_softmax_lse)
 
