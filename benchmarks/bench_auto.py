@@ -59,9 +59,10 @@ def _case(seqlen: int, heads: int, causal: bool, repeats: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = argparse.ArgumentParser(description="The default engine ('auto') against the compiled "
+                                 "engine forced ('numba'), forward and backward, in turns.")
+    ap.add_argument("--threads", type=int, default=1, help="numba's pool and BLAS (default 1)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per figure (default 3)")
     ap.add_argument("--long", action="store_true", help="also 1 x 2048 x 8 x 128")
     ap.add_argument("--out", default=None, help="write the rows here (JSON)")
     args = ap.parse_args()

@@ -237,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from . import engine
+
+    try:
+        engine.get_engine()  # a bad SIMULATOR_ENGINE is a usage error, named in one line
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if argv[:1] == ["calibrate"]:  # its own options and --help live in mufu_calibrate
         try:
             return _cmd_calibrate(argparse.Namespace(rest=argv[1:]))

@@ -78,3 +78,17 @@ def test_run_backward_takes_a_softcap_with_the_backwards_bits(tmp_path, capsys):
     assert np.array_equal(res["dq_bits"], want.dq.view(np.uint16))
     assert np.array_equal(res["dk_bits"], want.dk.view(np.uint16))
     assert not np.array_equal(res["dq_bits"], plain.dq.view(np.uint16))
+
+
+def test_a_bad_engine_setting_is_a_one_line_usage_error(monkeypatch, capsys):
+    """``SIMULATOR_ENGINE=bogus python -m simulator run``: exit 2 and the variable named in one
+    line (a traceback and exit 3 before)."""
+    import importlib
+
+    from simulator import cli
+
+    monkeypatch.setitem(importlib.import_module("simulator.engine")._state, "engine", None)
+    monkeypatch.setenv("SIMULATOR_ENGINE", "bogus")
+    assert cli.main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "SIMULATOR_ENGINE: expected one of" in err
