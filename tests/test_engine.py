@@ -592,3 +592,52 @@ def test_auto_decides_once_for_all_the_sequences_of_a_varlen_call(monkeypatch):
         got = fa3.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths))
     assert ran
     assert np.array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))
+
+
+def test_use_engine_is_the_calling_threads_and_wins_over_a_launch():
+    """``use_engine`` holds for its thread's block only (another thread's block neither
+    changes nor ends it) and an explicit "numpy" wins inside an "auto" launch."""
+    import threading
+
+    inside, release, done = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        with engine.use_engine("numpy"):
+            inside.set()
+            release.wait()
+        done.set()
+
+    t = threading.Thread(target=other)
+    with engine.use_engine("auto"):
+        t.start()
+        inside.wait()
+        seen["during"] = engine.get_engine()
+        release.set()
+        done.wait()
+        seen["after"] = engine.get_engine()
+        with engine.launching(engine.AUTO_MIN_WORK), engine.use_engine("numpy"):
+            seen["numpy in a launch"] = engine.wants_numba("dotadd", 0)
+    t.join()
+    assert seen == {"during": "auto", "after": "auto", "numpy in a launch": False}
+
+
+@pytest.mark.skipif(not engine.available(), reason="numba is not installed")
+def test_a_child_forked_inside_a_launch_keeps_none_of_it():
+    """A process pool forks its workers at the first task, inside the launch that submits it:
+    the child starts without the parent thread's launch or block (its tasks get theirs)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child():
+        engine.set_engine("auto")  # this process's setting: the launch alone would make it True
+        queue.put(engine.wants_numba("dotadd", 1))
+
+    with engine.use_engine("auto"), engine.launching(engine.AUTO_MIN_WORK):
+        assert engine.wants_numba("dotadd", 1)
+        p = ctx.Process(target=child)
+        p.start()
+    assert queue.get(timeout=60) is False
+    p.join(timeout=60)

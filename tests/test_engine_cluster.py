@@ -39,8 +39,10 @@ def test_dask_default_sets_malloc_trim_and_the_helper_removes_it():
 
 def test_local_cluster_workers_start_without_malloc_trim(monkeypatch):
     distributed = pytest.importorskip("distributed")
-    # an earlier dask cluster of this process leaves dask's value in os.environ
-    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    # an earlier dask cluster of this process leaves dask's values in os.environ
+    for name in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                 "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
     names = ("MALLOC_TRIM_THRESHOLD_", "SIMULATOR_ENGINE", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
     before = os.environ.get("SIMULATOR_ENGINE")
     with cluster.local_cluster(1, threads=2, engine="numpy", dashboard_address=None) as lc, \

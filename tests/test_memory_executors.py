@@ -123,3 +123,40 @@ def test_an_explicit_engine_replaces_a_bad_environment_setting(monkeypatch):
         engine.get_engine()
     assert engine.set_engine("numpy") == "auto"
     assert engine.get_engine() == "numpy"
+
+
+@pytest.mark.skipif(not engine.available(), reason="numba is not installed")
+def test_the_kv_cache_check_prices_ctas_on_the_engine_its_calls_run(monkeypatch):
+    """Under "auto" the KV cache's call decides its engine once (``engine.launching``) and
+    its up-front check (before AppendKV writes the cache) runs inside that decision: a budget
+    its compiled calls fit is not refused by a NumPy-engine estimate."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 64, 2, 64)).astype(BF16)
+    k_cache, v_cache = (rng.standard_normal((1, 512, 2, 64)).astype(BF16) for _ in range(2))
+    k_new, v_new = (rng.standard_normal((1, 8, 2, 64)).astype(BF16) for _ in range(2))
+    seqlens = np.array([300], np.int32)
+    monkeypatch.setattr(engine, "AUTO_MIN_WORK", 1)  # every launch compiled under "auto"
+    cfg = flash.make_config(q, k_cache[:, :308], v_cache[:, :308], causal=True)
+    with engine.use_engine("auto"):
+        with engine.launching(1):
+            fixed, per_cta = fwd_memory.memory_needed(cfg, q.dtype)
+        want = fa3.flash_attn_with_kvcache(q, k_cache.copy(), v_cache.copy(), k_new, v_new,
+                                           cache_seqlens=seqlens, causal=True)
+        got = fa3.flash_attn_with_kvcache(q, k_cache.copy(), v_cache.copy(), k_new, v_new,
+                                          cache_seqlens=seqlens, causal=True,
+                                          memory_budget=fixed + per_cta)
+    assert np.array_equal(_u16(got), _u16(want))
+
+
+def test_a_varlen_backward_without_keys_takes_max_seqlen_k_zero():
+    """Zero keys in all (the forward takes ``max_seqlen_k=0`` and gives LSE +inf): the
+    backward's gradients are zero, not a refusal of a length no sequence has."""
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((70, 2, 64)).astype(BF16)
+    k = np.zeros((0, 2, 64), BF16)
+    cq, ck = np.array([0, 50, 70], np.int32), np.zeros(3, np.int32)
+    out, lse = fa3.flash_attn_varlen_func(q, k, k, cq, ck, 50, 0, causal=True,
+                                          return_attn_probs=True)[:2]
+    dq, dk, dv = fa3.flash_attn_backward(q, q, k, k, out, lse, causal=True, cu_seqlens_q=cq,
+                                         cu_seqlens_k=ck, max_seqlen_q=50, max_seqlen_k=0)
+    assert not np.asarray(dq, np.float32).any() and dk.shape == dv.shape == (0, 2, 64)

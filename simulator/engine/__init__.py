@@ -51,7 +51,8 @@ _AUTO_MIN = {"softmax": AUTO_MIN_ELEMENTS}
 
 _CALL_LOCK = threading.Lock()
 _state = {"engine": None, "compiled": set(), "available": None}
-#: per thread: the engine a launch (under "auto") or an executor task (:func:`carry`) runs on
+#: per thread: ``setting`` of a :func:`use_engine` block or an executor task (:func:`carry`),
+#: ``launch``: whether the launch running in it takes every call compiled under "auto"
 _local = threading.local()
 
 
@@ -71,11 +72,16 @@ def available() -> bool:
 
 
 def get_engine() -> str:
-    """The engine setting now: ``"auto"``, ``"numpy"`` or ``"numba"``.
+    """The engine setting the calling thread runs on now: ``"auto"``, ``"numpy"`` or
+    ``"numba"`` (its :func:`use_engine` block's, an executor task's caller's, else the
+    process's :func:`set_engine` / ``SIMULATOR_ENGINE``).
 
     Raises:
         ValueError: ``SIMULATOR_ENGINE`` holds another value.
     """
+    block = getattr(_local, "setting", None)
+    if block is not None:
+        return block
     if _state["engine"] is None:
         env = os.environ.get("SIMULATOR_ENGINE", "auto").strip().lower() or "auto"
         if env not in ENGINES:
@@ -85,14 +91,15 @@ def get_engine() -> str:
 
 
 def set_engine(name: str) -> str:
-    """Set the engine for this process; returns the previous setting.
+    """Set the engine for this process (a :func:`use_engine` block running in a thread keeps
+    its own until it ends); returns the previous process setting.
 
     Raises:
         ValueError: ``name`` is not in :data:`ENGINES`, or ``"numba"`` without numba.
     """
     name = _check(name)
     try:
-        previous = get_engine()
+        previous = _state["engine"] if _state["engine"] is not None else get_engine()
     except ValueError:  # a bad SIMULATOR_ENGINE: the explicit setting replaces it
         previous = "auto"
     _state["engine"] = name
@@ -101,12 +108,19 @@ def set_engine(name: str) -> str:
 
 @contextlib.contextmanager
 def use_engine(name: str):
-    """``with use_engine("numba"): ...``: :func:`set_engine` for a block, restored after it."""
-    previous = set_engine(name)
+    """``with use_engine("numba"): ...``: the engine for a block of the calling thread (and
+    the executor tasks and task threads its launches start, :func:`carry`); other threads
+    keep theirs, and the previous setting is back after the block.
+
+    Raises:
+        ValueError: as :func:`set_engine`.
+    """
+    before = getattr(_local, "setting", None)
+    _local.setting = _check(name)
     try:
         yield
     finally:
-        _state["engine"] = previous
+        _local.setting = before
 
 
 def mark_compiled(kernel: str) -> None:
@@ -118,12 +132,13 @@ def mark_compiled(kernel: str) -> None:
 def wants_numba(kernel: str, work: int) -> bool:
     """Whether a call of ``work`` products (``"dotadd"``) or elements (``"softmax"``) to
     ``kernel`` should take the compiled path."""
-    name = getattr(_local, "engine", None) or get_engine()
+    name = get_engine()
     if name == "numpy":
         return False
-    if name == "numba" and available():
-        return True
-    return available() and work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK)
+    if name == "numba":
+        return available()
+    return available() and (getattr(_local, "launch", False)
+                            or work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK))
 
 
 @contextlib.contextmanager
@@ -132,33 +147,40 @@ def launching(work: int):
     thread, and in tasks wrapped by :func:`carry`) takes the compiled engine when the whole
     launch has ``work`` >= :data:`AUTO_MIN_WORK` products, however small each call is (a
     forward's calls are one K/V block of a chunk of CTAs each: judged alone, they would all
-    stay on NumPy). Nested launches keep the outer choice; other settings are not touched."""
-    before = getattr(_local, "engine", None)
-    if before is None and get_engine() == "auto" and available() and work >= AUTO_MIN_WORK:
-        _local.engine = "numba"
+    stay on NumPy). Nested launches keep the outer choice; an explicit ``"numpy"`` or
+    ``"numba"`` setting always wins."""
+    before = getattr(_local, "launch", False)
+    _local.launch = before or (available() and work >= AUTO_MIN_WORK)
     try:
         yield
     finally:
-        _local.engine = before
+        _local.launch = before
 
 
 def carry(task):
     """``task`` for another thread or process of an executor (a picklable partial of a
     module-level ``task``), run there on the engine the calling thread runs: its setting
-    (``"numpy"``, ``"numba"``) or its :func:`launching` choice, whatever the worker's own
-    setting (a process pool started before :func:`set_engine`, dask's workers); under
-    ``"auto"`` outside a launch, the worker decides per call."""
-    name = getattr(_local, "engine", None) or get_engine()
-    return functools.partial(_carried, None if name == "auto" else name, task)
+    (``"numpy"``, ``"numba"``) or, under ``"auto"``, its :func:`launching` choice, whatever
+    the worker's own setting (a process pool started before :func:`set_engine`, dask's
+    workers)."""
+    name = get_engine()
+    return functools.partial(_carried, None if name == "auto" else name,
+                             bool(getattr(_local, "launch", False)), task)
 
 
-def _carried(name, task, *args, **kwargs):
-    before = getattr(_local, "engine", None)
-    _local.engine = name
+def _carried(name, launch: bool, task, *args, **kwargs):
+    before = getattr(_local, "setting", None), getattr(_local, "launch", False)
+    _local.setting, _local.launch = name, launch
     try:
         return task(*args, **kwargs)
     finally:
-        _local.engine = before
+        _local.setting, _local.launch = before
+
+
+def _forget_in_child() -> None:
+    """A forked child (a process pool's worker) starts with no block or launch of the
+    parent's thread that forked it: its tasks get theirs from :func:`carry`."""
+    _local.setting, _local.launch = None, False
 
 
 def set_threads(n: int | None = None) -> int:
@@ -480,3 +502,7 @@ def softmax_scale_rows(acc: np.ndarray, scale) -> np.ndarray:
 
 _NO_TABLE = np.zeros(1, dtype=np.int32)
 _NO_TABLE.setflags(write=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)

@@ -216,9 +216,9 @@ def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
 
 
 def _max_seqlen(m, name: str, lengths: np.ndarray) -> int:
-    longest = max(1, int(lengths.max(initial=0)))
+    longest = int(lengths.max(initial=0))
     if m is None:
-        return longest
+        return max(1, longest)
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < longest:
         raise ValueError(f"{name}: expected an int >= every sequence's length ({longest}), got {m!r}")
     return int(m)

@@ -292,29 +292,30 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         return (paged.gather(kc, row, keys.start, keys.stop)[None],
                 paged.gather(vc, row, keys.start, keys.stop)[None], kw)
 
-    if kn is not None:  # the memory budget refuses before the cache is written, not after
-        for bi in range(b):
-            kb, vb, kw = call(bi)
-            if kb.shape[1] and qs[bi].shape[1]:
-                check_memory(qs[bi], kb, vb, **kw)
-    if kn is not None:  # AppendKV: the new keys land in the cache, in place
-        # the attention CTAs write them (hopper/flash_fwd_kernel_sm90.h, store_kv_new): a
-        # varlen sequence without query rows has no CTA and appends nothing (measured: H200)
-        count = np.where(rows_q.lengths > 0, new.lengths, 0)
-        bsel = np.repeat(np.arange(b), count)                              # [appended keys]
-        pos = seqlens[bsel] + (np.arange(bsel.shape[0]) - np.repeat(np.cumsum(count) - count, count))
-        slots = (rows[bsel], pos)
-        if table is not None:
-            page, row = paged.slots(table, rows[bsel], pos[:, None], page_size)
-            slots = (page[:, 0], row[:, 0])
-        append_kv((kc, vc), (k_cache, v_cache), slots,
-                  tuple(np.concatenate([x[bi][0, : count[bi]] for bi in range(b)])
-                        for x in (kns, vns)))
-    record = None if wanted is None else Trace()
-    out, lse, out_acc, lse_acc = rows_q.outputs(h, dv, output_dtype(q.dtype), static, s_cache == 0)
-    # "auto" decides once for all the batch's calls: their tiles' products, a full cache each
+    # "auto" decides once for the check and all the batch's calls: their tiles' products, a
+    # full cache each
     tiles = sum(-(-x.shape[1] // tile_m) for x in qs) * -(-s_cache // tile_n)
     with engine.launching(tiles * tile_m * tile_n * h * (q.shape[-1] + dv)):
+        if kn is not None:  # the memory budget refuses before the cache is written, not after
+            for bi in range(b):
+                kb, vb, kw = call(bi)
+                if kb.shape[1] and qs[bi].shape[1]:
+                    check_memory(qs[bi], kb, vb, **kw)
+        if kn is not None:  # AppendKV: the new keys land in the cache, in place
+            # the attention CTAs write them (hopper/flash_fwd_kernel_sm90.h, store_kv_new): a
+            # varlen sequence without query rows has no CTA and appends nothing (measured: H200)
+            count = np.where(rows_q.lengths > 0, new.lengths, 0)
+            bsel = np.repeat(np.arange(b), count)                              # [appended keys]
+            pos = seqlens[bsel] + (np.arange(bsel.shape[0]) - np.repeat(np.cumsum(count) - count, count))
+            slots = (rows[bsel], pos)
+            if table is not None:
+                page, row = paged.slots(table, rows[bsel], pos[:, None], page_size)
+                slots = (page[:, 0], row[:, 0])
+            append_kv((kc, vc), (k_cache, v_cache), slots,
+                      tuple(np.concatenate([x[bi][0, : count[bi]] for bi in range(b)])
+                            for x in (kns, vns)))
+        record = None if wanted is None else Trace()
+        out, lse, out_acc, lse_acc = rows_q.outputs(h, dv, output_dtype(q.dtype), static, s_cache == 0)
         for bi in range(b):
             kb, vb, kw = call(bi)
             if kb.shape[1] == 0 or qs[bi].shape[1] == 0:
