@@ -1,11 +1,11 @@
 """Which engine evaluates the hot loops: the NumPy model (the readable specification) or its
 compiled twin (numba, same bits).
 
-One switch for the whole process::
+One switch for the whole process, and one for a block of a thread::
 
     from simulator import engine
     engine.set_engine("numba")        # or "numpy", or "auto" (the default)
-    with engine.use_engine("numpy"):  # for a block
+    with engine.use_engine("numpy"):  # this thread's block (and the tasks its launches start)
         ...
 
 ``SIMULATOR_ENGINE=numpy|numba|auto`` in the environment sets the start value (it reaches
