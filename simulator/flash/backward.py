@@ -33,9 +33,9 @@ import numpy as np
 from .. import engine
 from ..numerics import convert, fadd, ffma, fmul
 from . import chunks
+from .backward_mainloop import accumulator_bytes, m_block_range, mainloop
 from .backward_mainloop import dq_add_ftz as dq_add_ftz  # the public names stay here
 from .backward_mainloop import dq_order as dq_order
-from .backward_mainloop import m_block_range, mainloop
 from .backward_trace import make_tracer
 from .config import ARCHS, input_format
 from .constants import host_constants
@@ -423,7 +423,7 @@ def _post_rows(cfg: BackwardConfig, budget: int, spread: bool) -> int:
     """
     t, g = cfg.tiles, cfg.heads // cfg.heads_kv
     rows, keys = cfg.m_blocks * t.kblock_m, cfg.n_blocks * t.kblock_n
-    acc = 4 * cfg.batch * cfg.heads * (t.kernel_head_dim * (rows + 2 * keys) + 2 * rows)
+    acc = accumulator_bytes(cfg)
     outs = 2 * cfg.batch * cfg.head_dim * (cfg.heads * cfg.seqlen_q + 2 * cfg.heads_kv * cfg.seqlen_k)
     per_row = chunks.POSTPROCESS_BYTES * g * max(rows, keys) * t.kernel_head_dim
     return chunks.chunk_size(budget, (acc + outs) * (3 if spread else 1), per_row,

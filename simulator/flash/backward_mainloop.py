@@ -68,7 +68,8 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
     """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32 [B, H, n_blocks
     * kBlockN, kd], with ``spread`` dQaccum's (lo, hi) over every order of its reduce-adds (else
     None). CTAs run in chunks of whole (batch, head) rows (their dQ tiles meet no other chunk's)
-    within ``budget`` bytes; an ``executor``'s W workers run W chunks of a W-th each at once."""
+    within ``budget`` bytes: serially, on a thread pool as many at once as the budget affords
+    (in place), or as other executors' tasks, W chunks of a W-th each (W: their workers)."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
     padded = [pad_rows(x, length, kd) for x, length in ((q, rows), (dout, rows), (k, keys), (v, keys))]
@@ -119,8 +120,15 @@ def memory_needed(cfg, spread: bool) -> tuple[int, int]:
     rows, keys, kd = cfg.m_blocks * t.kblock_m, cfg.n_blocks * t.kblock_n, t.kernel_head_dim
     itemsize = 2  # bf16 / f16, the backward's input formats
     inputs = 2 * itemsize * cfg.batch * kd * (rows * cfg.heads + keys * cfg.heads_kv)
-    accumulators = 4 * cfg.batch * cfg.heads * (kd * (rows + 2 * keys) + 2 * rows)
-    return (inputs + accumulators) * (2 if spread else 1), row_bytes(cfg)
+    return (inputs + accumulator_bytes(cfg)) * (2 if spread else 1), row_bytes(cfg)
+
+
+def accumulator_bytes(cfg) -> int:
+    """Bytes of the float32 dQaccum, dK and dV accumulators and of dPsum and LSE_log2, held
+    from the mainloop through the postprocess."""
+    t = cfg.tiles
+    rows, keys = cfg.m_blocks * t.kblock_m, cfg.n_blocks * t.kblock_n
+    return 4 * cfg.batch * cfg.heads * (t.kernel_head_dim * (rows + 2 * keys) + 2 * rows)
 
 
 def row_bytes(cfg) -> int:
@@ -165,12 +173,12 @@ def _chunk_views(cfg, job, dk, dv, dq_accum, bounds):
 
 def _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds) -> None:
     """Put a chunk's results (:func:`_run_chunk` in another process) into the launch's arrays."""
-    dq_c, dk_c, dv_c, bounds_c = res
-    for dst, src in zip(_chunk_views(cfg, job, dk, dv, dq_accum, bounds)[:3], (dq_c, dk_c, dv_c),
-                        strict=True):
-        dst[...] = src
+    views = _chunk_views(cfg, job, dk, dv, dq_accum, bounds)
+    pairs = list(zip(views[:3], res[:3], strict=True))
     if bounds is not None:
-        bounds[0][job[0]:job[1]], bounds[1][job[0]:job[1]] = bounds_c
+        pairs += zip(views[3], res[3], strict=True)
+    for dst, src in pairs:
+        dst[...] = src
 
 
 def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sliced=False,

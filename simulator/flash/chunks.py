@@ -129,7 +129,7 @@ def concurrency(executor, threads: int, budget: int, fixed: int, per_unit: int) 
     (:func:`affordable`; a larger thread pool's tasks wait, :func:`gated`). Other executors'
     workers (processes, dask) hold a chunk each: all W count, each chunk gets a W-th of what
     the fixed arrays leave (:func:`chunk_size` raises where not even one unit each fits)."""
-    shared = executor is None or isinstance(executor, ThreadPoolExecutor)
+    shared = _shares_memory(executor)
     parts = threads if executor is None else workers(executor)
     return (affordable(parts, budget, fixed, per_unit) if shared else parts), shared
 
@@ -138,9 +138,12 @@ def shipped_bytes(executor, task_inputs: int) -> int:
     """Bytes this process holds for an executor's queued tasks beyond the shared arrays: a
     pickled copy of a task's inputs (``task_inputs`` bytes at most) for each worker and one
     more waiting (a process pool feeds its workers that far ahead); 0 for a thread pool."""
-    if executor is None or isinstance(executor, ThreadPoolExecutor):
-        return 0
-    return (workers(executor) + 1) * task_inputs
+    return 0 if _shares_memory(executor) else (workers(executor) + 1) * task_inputs
+
+
+def _shares_memory(executor) -> bool:
+    """Whether ``executor``'s chunks run in this process (serial, or a thread pool)."""
+    return executor is None or isinstance(executor, ThreadPoolExecutor)
 
 
 def finished(futures: dict):

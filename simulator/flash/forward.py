@@ -151,7 +151,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF,
                   dtype=np.float64 if wide else np.float32)
     groups = cta_groups(cfg)
-    threads = 1 if executor is not None or wanted is not None else _task_threads(cfg, groups)
+    products = _products(cfg, groups)
+    threads = 1 if executor is not None or wanted is not None else _task_threads(products, groups)
     parts, shared, size = plan(cfg, q.dtype, executor, threads, budget)
     threads = min(threads, parts)
     qp, kp, vp, qvp = _padded_inputs(cfg, q, k, v, qv)
@@ -166,7 +167,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     own = chunks.task_pool(threads if len(work) > 1 else 1)
     executor = executor if own is None else own
     try:
-        with engine.launching(_products(cfg, groups)):  # "auto": the launch's work decides
+        with engine.launching(products):  # "auto": the launch's work decides
             _execute(cfg, work, visits, (qp, kp, vp, qvp), out, lse, wanted, record, exact,
                      executor, parts if shared else 0, bar)
     finally:
@@ -206,11 +207,11 @@ def _execute(cfg: Config, work, visits, padded, out, lse, wanted, record, exact,
 MIN_TASK_CTAS = 16
 
 
-def _task_threads(cfg: Config, groups: dict) -> int:
-    """Threads for the forward's chunks (:func:`simulator.engine.task_threads`) where every
-    one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs, else 1 (the kernels' own
-    parallel loops take the pool)."""
-    threads = engine.task_threads(_products(cfg, groups))
+def _task_threads(products: int, groups: dict) -> int:
+    """Threads for the forward's chunks of ``products`` in all (:func:`simulator.engine.
+    task_threads`) where every one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs,
+    else 1 (the kernels' own parallel loops take the pool)."""
+    threads = engine.task_threads(products)
     fit = sum(len(ctas) // MIN_TASK_CTAS for ctas in groups.values())
     return threads if threads > 1 and fit >= threads else 1
 
