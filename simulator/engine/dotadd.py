@@ -149,11 +149,11 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
     return _round(total / scale, out_round, out_bits)
 
 
-# The vector path below, per k-step and row of outputs, in two loops over the N columns that
-# LLVM vectorises over the columns (one array written per loop: more stores stop its
-# vectoriser):
-# 1. the exponent pass over the int16 codes into ``emax`` [N] (16 lanes per 256-bit vector);
-# 2. the sum and finish (:func:`_sum16`): each product term ``a * b * 2^(F - E)`` in float32,
+# The vector path below, per k-step and tile of rows of outputs, in two loops over the N
+# columns of each row that LLVM vectorises over the columns (one array written per loop: more
+# stores stop its vectoriser):
+# 1. the exponent pass over the int16 codes into ``emax`` [rows, N] (the rows' pass, :func:`_step_rows`);
+# 2. the sum and finish (:func:`_sum_rows`): each product term ``a * b * 2^(F - E)`` in float32,
 #    truncated toward zero by its conversion to int32, summed in int32. Exact where the
 #    operands are narrow values (at most 12 significant bits, so a product has at most 24) and
 #    no product overflows float32 (checked per k-step and row from the codes,
@@ -200,28 +200,6 @@ def _finish(tot, e, c64, frac_bits, keep, tiny):
     flag = special | (tot == 0) | (((bits64(x) >> 52) & 0x7FF) < tiny)
     mark = _ZERO_MARK if zero else _MARK
     return flag, (mark if flag else np.float32(x))
-
-
-@numba.njit(**_JIT)
-def _emax16(hrow, hb2, k0, emax):
-    """``emax[j]`` = the largest code sum over the 16 positions from k0."""
-    hk, hbk = hrow[k0:k0 + 16], hb2[k0:k0 + 16]
-    for j in range(emax.size):
-        e = np.int16(hk[0] + hbk[0, j])
-        for t in range(1, 16):
-            e = max(e, np.int16(hk[t] + hbk[t, j]))
-        emax[j] = e
-
-
-@numba.njit(**_JIT)
-def _emax16_more(hrow, hb2, k0, emax):
-    """:func:`_emax16` continuing ``emax`` (the second half of K = 32)."""
-    hk, hbk = hrow[k0:k0 + 16], hb2[k0:k0 + 16]
-    for j in range(emax.size):
-        e = emax[j]
-        for t in range(16):
-            e = max(e, np.int16(hk[t] + hbk[t, j]))
-        emax[j] = e
 
 
 @numba.njit(inline="always")
@@ -285,45 +263,60 @@ def _finish32(acc, cv, cbits, e, f, s, keep_bits, tiny_exp):
 
 
 @numba.njit(inline="always")
-def _add_terms(acc, ak, bk, j, s):
-    """``acc`` plus the 16 product terms ``trunc(ak[t] * bk[t, j] * s)``, in int32."""
+def _add_terms(acc, a2, i, k0, bk, j, s):
+    """``acc`` plus the 16 product terms ``trunc(a2[i, k0 + t] * bk[t, j] * s)``, in int32."""
     for t in range(16):
-        acc = ix.add_int32(acc, ix.trunc_int32(ak[t] * bk[t, j] * s))
+        acc = ix.add_int32(acc, ix.trunc_int32(a2[i, k0 + t] * bk[t, j] * s))
     return acc
 
 
 @numba.njit(**_JIT)
-def _sum16(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
-    """One fused step of the 16 positions from k0 for a row of outputs: each product term
-    truncated and summed in int32, then :func:`_finish32`; C ``d``, results into ``dn`` (NaN
-    marks where flagged). Returns the count of flagged outputs."""
+def _step_rows(a2, h2, i0, b2, hb2, k0, kblock, bstep, narrow, emax, fits, d2, dn2, flags,
+               frac_bits, keep_bits, tiny_exp):
+    """One fused step of the ``kblock`` (16 or 32: two unrolled sums of 16, a loop of 32 is
+    not vectorised) positions from k0 for the rows ``i0 + ii`` of a tile (A values ``a2``,
+    codes ``h2``): per row the exponent pass into ``emax[ii]``, whether its products fit
+    float32 into ``fits[ii]`` (:func:`_products_fit` with ``bstep``, always for operands that
+    are not ``narrow``), and where they do the int32 sum pass, then :func:`_finish32`: C
+    ``d2[ii]``, results into ``dn2[ii]`` (NaN marks where flagged), ``flags[ii]`` the count
+    of flagged outputs (0 for a row it does not sum)."""
     prefer_512_bit_vectors()
-    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
-    cbits = d.view(np.int32)
-    flagged = np.int32(0)
-    for j in range(d.size):
-        e, f, s = _term_scale(emax[j], cbits[j], frac_bits)
-        acc = _add_terms(np.int32(0), ak, bk, j, s)
-        flag, dn[j] = _finish32(acc, d[j], cbits[j], e, f, s, keep_bits, tiny_exp)
-        flagged = ix.add_int32(flagged, np.int32(flag))
-    return flagged
-
-
-@numba.njit(**_JIT)
-def _sum32(arow, b2, k0, emax, d, dn, frac_bits, keep_bits, tiny_exp):
-    """:func:`_sum16` for K = 32 positions (FP8 wgmma), as two unrolled sums of 16 (a loop of
-    32 is not unrolled, so not vectorised over the columns)."""
-    prefer_512_bit_vectors()
-    ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
-    ak2, bk2 = arow[k0 + 16:k0 + 32], b2[k0 + 16:k0 + 32]
-    cbits = d.view(np.int32)
-    flagged = np.int32(0)
-    for j in range(d.size):
-        e, f, s = _term_scale(emax[j], cbits[j], frac_bits)
-        acc = _add_terms(_add_terms(np.int32(0), ak, bk, j, s), ak2, bk2, j, s)
-        flag, dn[j] = _finish32(acc, d[j], cbits[j], e, f, s, keep_bits, tiny_exp)
-        flagged = ix.add_int32(flagged, np.int32(flag))
-    return flagged
+    bk, bk2 = b2[k0:k0 + 16], b2[k0 + 16:k0 + kblock]
+    hbk, hbk2 = hb2[k0:k0 + 16], hb2[k0 + 16:k0 + kblock]
+    cbits2 = d2.view(np.int32)
+    n = d2.shape[1]
+    for ii in range(d2.shape[0]):  # 2-D indexing: a slice per row costs its reference counts
+        i = i0 + ii
+        for j in range(n):
+            e = np.int16(h2[i, k0] + hbk[0, j])
+            for t in range(1, 16):
+                e = max(e, np.int16(h2[i, k0 + t] + hbk[t, j]))
+            emax[ii, j] = e
+        for j in range(n if kblock == 32 else 0):
+            e = emax[ii, j]
+            for t in range(16):
+                e = max(e, np.int16(h2[i, k0 + 16 + t] + hbk2[t, j]))
+            emax[ii, j] = e
+        fits[ii] = not narrow or _products_fit(h2[i], k0, kblock, bstep)
+        flagged = np.int32(0)
+        if not fits[ii]:
+            pass
+        elif kblock == 16:
+            for j in range(n):
+                e, f, s = _term_scale(emax[ii, j], cbits2[ii, j], frac_bits)
+                acc = _add_terms(np.int32(0), a2, i, k0, bk, j, s)
+                flag, dn2[ii, j] = _finish32(acc, d2[ii, j], cbits2[ii, j], e, f, s, keep_bits,
+                                             tiny_exp)
+                flagged = ix.add_int32(flagged, np.int32(flag))
+        else:
+            for j in range(n):
+                e, f, s = _term_scale(emax[ii, j], cbits2[ii, j], frac_bits)
+                acc = _add_terms(_add_terms(np.int32(0), a2, i, k0, bk, j, s), a2, i, k0 + 16,
+                                 bk2, j, s)
+                flag, dn2[ii, j] = _finish32(acc, d2[ii, j], cbits2[ii, j], e, f, s, keep_bits,
+                                             tiny_exp)
+                flagged = ix.add_int32(flagged, np.int32(flag))
+        flags[ii] = flagged
 
 
 @numba.njit(inline="always")
@@ -341,7 +334,7 @@ def _products_fit(hrow, k0, kblock, bmax):
 def _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
     """One fused step of K = 16 positions from k0 for a row of outputs in float64 (the path of
     the steps whose products do not fit float32; their exponents in ``emax``,
-    :func:`_emax16`): C ``d``, result into ``dn`` (NaN where flagged); returns the count of
+    the rows' pass, :func:`_step_rows`): C ``d``, result into ``dn`` (NaN where flagged); returns the count of
     flagged outputs."""
     ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     flagged = 0
@@ -402,6 +395,11 @@ def _zero_sum(arow, b2, j, k0, k1, c):
     return np.float32(-0.0)
 
 
+# rows of outputs per parallel item of gemm_rows: each k-step runs its passes over the tile's
+# rows in one call (per-row calls cost about a third of a 64 x 128 wgmma, 2-core VM)
+_ROW_TILE = 32
+
+
 @parallel_kernel
 def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, out_bits,
               out, out_bits_view):
@@ -423,39 +421,44 @@ def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, o
     keep_bits = np.int32(out_bits if out_round == _RZ else 32)
     frac32 = np.int32(frac_bits)
     tiny_exp = np.int32(-126 if out_round == _RZ or out_bits >= 24 else 1 << 20)
-    for ri in prange(rows * m):
-        r = ri // m
-        i = ri - r * m
+    tiles = (m + _ROW_TILE - 1) // _ROW_TILE
+    for item in prange(rows * tiles):
+        r = item // tiles
+        i0 = (item - r * tiles) * _ROW_TILE
+        i1 = min(i0 + _ROW_TILE, m)
         ar, br = ia[r], ib[r]
-        arow, hrow, b2, hb2 = a[ar, i], ha[ar, i], b[br], hb[br]
-        d = c[ic[r], i].copy()
-        dn = np.empty(n, dtype=np.float32)
-        emax = np.empty(n, dtype=np.int16)
+        a2, h2, b2, hb2 = a[ar], ha[ar], b[br], hb[br]
+        d = c[ic[r], i0:i1].copy()
+        dn = np.empty_like(d)
+        emax = np.empty((i1 - i0, n), dtype=np.int16)
+        fits = np.empty(i1 - i0, dtype=np.bool_)
+        flags = np.empty(i1 - i0, dtype=np.int32)
         for blk in range(nblk):
             k0 = blk * kblock
-            _emax16(hrow, hb2, k0, emax)
-            if kblock == 32:
-                _emax16_more(hrow, hb2, k0 + 16, emax)
             bstep = bmax[br, k0 // 16] if kblock == 16 else max(bmax[br, k0 // 16],
                                                                  bmax[br, k0 // 16 + 1])
-            if not narrow or _products_fit(hrow, k0, kblock, bstep):
-                if kblock == 16:
-                    flagged = _sum16(arow, b2, k0, emax, d, dn, frac32, keep_bits, tiny_exp)
+            _step_rows(a2, h2, i0, b2, hb2, k0, kblock, bstep, narrow, emax, fits, d, dn,
+                       flags, frac32, keep_bits, tiny_exp)
+            for ii in range(i1 - i0):
+                arow = a2[i0 + ii]
+                if fits[ii]:
+                    pass
+                elif kblock == 16:
+                    flags[ii] = _block16(arow, b2, k0, emax[ii], d[ii], dn[ii], frac_bits,
+                                         keep, tiny)
                 else:
-                    flagged = _sum32(arow, b2, k0, emax, d, dn, frac32, keep_bits, tiny_exp)
-            elif kblock == 16:
-                flagged = _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
-            else:
-                flagged = _block32(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny)
-            if flagged:
-                _fix(arow, hrow, b2, hb2, k0, k0 + kblock, d, dn, frac_bits, out_round,
-                     out_bits)
+                    flags[ii] = _block32(arow, b2, k0, emax[ii], d[ii], dn[ii], frac_bits,
+                                         keep, tiny)
+                if flags[ii]:
+                    _fix(arow, h2[i0 + ii], b2, hb2, k0, k0 + kblock, d[ii], dn[ii],
+                         frac_bits, out_round, out_bits)
             d, dn = dn, d
-        for j in range(n):
-            if d[j] != d[j]:
-                out_bits_view[r, i, j] = _CANONICAL_NAN
-            else:
-                out[r, i, j] = d[j]
+        for ii in range(i1 - i0):
+            for j in range(n):
+                if d[ii, j] != d[ii, j]:
+                    out_bits_view[r, i0 + ii, j] = _CANONICAL_NAN
+                else:
+                    out[r, i0 + ii, j] = d[ii, j]
 
 
 @parallel_kernel
