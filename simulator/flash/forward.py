@@ -165,6 +165,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     # the compiled engine's threads take chunks of CTAs: a launch per K/V block of a few CTAs
     # is too small to share among the kernels' own parallel loops
     own = chunks.task_pool(threads if len(work) > 1 else 1)
+    if own is not None:  # the longest chunks first: the threads finish together
+        order = sorted(range(len(work)), key=lambda i: -visits[i])
+        work, visits = [work[i] for i in order], [visits[i] for i in order]
     executor = executor if own is None else own
     try:
         with engine.launching(products):  # "auto": the launch's work decides
@@ -205,15 +208,22 @@ def _execute(cfg: Config, work, visits, padded, out, lse, wanted, record, exact,
 # (benchmarks/results/task_threads_sweep.json: 16 cores, causal 4096 x 8 heads in chunks of one
 # CTA 6.6 s on task threads vs 2.0 s on parallel kernels; non-causal in chunks of 16, 0.89 vs 1.93)
 MIN_TASK_CTAS = 16
+# groups smaller than that (a causal launch's: one m_block's CTAs each) still go to task
+# threads whole, where there are at least this many of them per thread: a group's NumPy is
+# then not repeated per chunk, and its kernels run beside the other threads'
+GROUPS_PER_THREAD = 2
 
 
 def _task_threads(products: int, groups: dict) -> int:
     """Threads for the forward's chunks of ``products`` in all (:func:`simulator.engine.
-    task_threads`) where every one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs,
-    else 1 (the kernels' own parallel loops take the pool)."""
+    task_threads`) where every one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs, or
+    ``GROUPS_PER_THREAD`` whole groups that visit some K/V block; else 1 (the kernels' own
+    parallel loops take the pool)."""
     threads = engine.task_threads(products)
     fit = sum(len(ctas) // MIN_TASK_CTAS for ctas in groups.values())
-    return threads if threads > 1 and fit >= threads else 1
+    whole = sum(1 for ((n_min, n_max), _) in groups if n_max > n_min)
+    return threads if threads > 1 and (fit >= threads or whole >= GROUPS_PER_THREAD * threads) \
+        else 1
 
 
 def _group_parts(ctas: int, parts: int, threads: int) -> int:
