@@ -1,7 +1,7 @@
 """Sweep: where the causal forward's small groups (one m_block's CTAs each) should run with
 ``engine.set_threads(N)``: whole groups on task threads, or the kernels' own parallel loops.
-Both rules in one process, in turns (``flash.forward.GROUPS_PER_THREAD`` set to 0: groups on
-task threads wherever there are more threads than one; or to a huge value: never), bits checked
+Both rules in one process, in turns (``flash.forward.MAX_THREADS_PER_GROUP`` set to a huge
+value: groups on task threads wherever there are more threads than one; or to 0: never), bits checked
 equal to the one-thread run; 1 x L x H x 128 bf16, causal, the compiled engine, medians of
 ``--repeats`` timed runs after a warm-up. Writes ``--out`` (JSON, atomically) with the machine's
 facts. Run: ``python benchmarks/sweep_causal_groups.py [--threads 2 4 8 16] [--out PATH]``.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +25,7 @@ from timing import interleaved_medians, machine
 from simulator import engine, flash
 
 CASES = ((1024, 4), (2048, 8), (4096, 8))
-RULES = {"groups on task threads": 0, "parallel kernels": 10**9}
+RULES = {"groups on task threads": 10**9, "parallel kernels": 0}
 
 
 def _module():
@@ -32,7 +33,7 @@ def _module():
 
 
 def _forward(q, k, v, rule):
-    _module().GROUPS_PER_THREAD = rule
+    _module().MAX_THREADS_PER_GROUP = rule
     return flash.forward(q, k, v, causal=True)
 
 
@@ -69,7 +70,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     facts = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
-             "cpus": os.cpu_count(), "repeats": args.repeats, "argv": sys.argv[1:]}
+             "cpus": os.cpu_count(), "repeats": args.repeats, "argv": sys.argv[1:],
+             "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                      cwd=Path(__file__).parent).stdout.strip() or None}
     rows = sweep(args.threads, args.repeats)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -414,8 +414,9 @@ def test_a_kernel_runs_serial_on_one_thread_and_parallel_on_more(monkeypatch):
 def test_forward_and_backward_on_task_threads_give_the_one_thread_bits(causal, monkeypatch):
     """With ``engine.set_threads(N)``, N > 1, the backward's chunks of (batch, head) rows, and
     the forward's chunks of CTAs where each gets ``MIN_TASK_CTAS`` or more (here the
-    non-causal forward's 48 CTAs in one group) or ``GROUPS_PER_THREAD`` whole groups (the
-    causal one's 9 groups of 8 CTAs, one m_block each), run on N threads of the process, each
+    non-causal forward's 48 CTAs in one group) or whole groups where there are at most
+    ``MAX_THREADS_PER_GROUP`` threads per group (the causal one's 9 groups of 8 CTAs, one
+    m_block each), run on N threads of the process, each
     running the serial kernels without the launch lock: O, LSE, dQ, dK, dV bits of the
     one-thread run."""
     import numba

@@ -209,20 +209,22 @@ def _execute(cfg: Config, work, visits, padded, out, lse, wanted, record, exact,
 # CTA 6.6 s on task threads vs 2.0 s on parallel kernels; non-causal in chunks of 16, 0.89 vs 1.93)
 MIN_TASK_CTAS = 16
 # groups smaller than that (a causal launch's: one m_block's CTAs each) still go to task
-# threads whole, where there are at least this many of them per thread: a group's NumPy is
-# then not repeated per chunk, and its kernels run beside the other threads'
-GROUPS_PER_THREAD = 2
+# threads whole, where there are at most this many threads per group: a group's NumPy is then
+# not repeated per chunk, and its kernels run beside the other threads' (16-core H100 host,
+# benchmarks/results/causal_groups_h100_host.json: 4096 x 8 causal at 8 threads 1.10 s against
+# 2.66 s on parallel kernels; 1024 x 4's 8 groups at 16 threads 0.097 s against 0.138 s)
+MAX_THREADS_PER_GROUP = 2
 
 
 def _task_threads(products: int, groups: dict) -> int:
     """Threads for the forward's chunks of ``products`` in all (:func:`simulator.engine.
     task_threads`) where every one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs, or
-    ``GROUPS_PER_THREAD`` whole groups that visit some K/V block; else 1 (the kernels' own
-    parallel loops take the pool)."""
+    there are at most ``MAX_THREADS_PER_GROUP`` threads per group that visits some K/V block
+    (groups then run whole); else 1 (the kernels' own parallel loops take the pool)."""
     threads = engine.task_threads(products)
     fit = sum(len(ctas) // MIN_TASK_CTAS for ctas in groups.values())
     whole = sum(1 for ((n_min, n_max), _) in groups if n_max > n_min)
-    return threads if threads > 1 and (fit >= threads or whole >= GROUPS_PER_THREAD * threads) \
+    return threads if threads > 1 and (fit >= threads or threads <= MAX_THREADS_PER_GROUP * whole) \
         else 1
 
 
