@@ -376,12 +376,13 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
                 if exact is None else _exact.softcap(s, softcap_val[:, None, None, None],
                                                      cfg.arch, exact)
             tracer.frag("softcap", n, acc_s=s)
-        ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
-                     cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
-        s = np.where(ok, s, _NEG_INF)
+        first, check_inf = step == 0, masked[step]
+        if check_inf:  # the blocks between the masking steps run without a mask function
+            ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
+                         cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
+            s = np.where(ok, s, _NEG_INF)
         tracer.frag("mask", n, acc_s=s)
         scores = np.take(s.reshape(s.shape[:-2] + (-1,)), flat, axis=-1)          # [G,W,128,2,N/4]
-        first, check_inf = step == 0, masked[step]
         scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=check_inf)
         tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
                     scores_scale=scores_scale)
