@@ -1,0 +1,55 @@
+"""How the H200's MUFU.EX2 table (``simulator.numerics.mufu_data``, 2^24 entries, measured on
+the device) departs from the correctly rounded 2^f: the numbers behind docs/engine.md's note on
+what a faster compiled MUFU.EX2 would need. Prints, for the x >= 0 half (index bit 23 clear)
+and the x < 0 half against it: how the halves differ, and how well a smooth error model
+predicts the entries (per segment of the 23-bit fraction, a least-squares polynomial of the
+error in ulps; an entry is predicted as the nearest integer to 2^f * 2^23 plus the model), with
+the band around the rounding midpoint that holds every mispredicted entry.
+Run: ``python scripts/ex2_table_structure.py`` (about 1 GB, a minute).
+"""
+
+import numpy as np
+
+from simulator.numerics.mufu import model
+
+HALF = 1 << 23
+
+
+def _band(pred: np.ndarray, hw: np.ndarray) -> tuple[float, float, float]:
+    """(mispredicted fraction, half-width of the band around 0.5 holding every mispredicted
+    entry's fractional part, fraction of all entries inside that band)."""
+    whole = np.floor(pred)
+    frac = pred - whole
+    wrong = (hw - whole) != (frac > 0.5)
+    dist = np.abs(frac - 0.5)
+    width = float(dist[wrong].max()) if wrong.any() else 0.0
+    return float(wrong.mean()), width, float((dist <= width).mean())
+
+
+def main() -> None:
+    table = model("sm90").ex2_table().astype(np.int64)
+    pos, neg = table[:HALF], table[HALF:]
+    diff, counts = np.unique(neg - pos, return_counts=True)
+    print("x < 0 entry minus x >= 0 entry (ulps):",
+          ", ".join(f"{d:+d}: {c / HALF:.2%}" for d, c in zip(diff, counts, strict=True)))
+    f = np.arange(HALF, dtype=np.float64) / HALF
+    exact = np.exp2(f) * HALF                      # 2^f in units of the last place of [1, 2)
+    hw = pos - 0x3F800000 + HALF
+    err = hw - exact
+    print(f"x >= 0: error in ulps {err.min():+.3f}..{err.max():+.3f}, mean {err.mean():+.3f}")
+    for label, segments, degree in (("one polynomial, degree 8", 1, 8),
+                                     ("64 segments, quadratic", 64, 2),
+                                     ("256 segments, quadratic", 256, 2),
+                                     ("1024 segments, quadratic", 1024, 2)):
+        width = HALF // segments
+        x = np.arange(width, dtype=np.float64) / width
+        basis = np.vander(x, degree + 1)
+        coef, *_ = np.linalg.lstsq(basis, err.reshape(segments, width).T, rcond=None)
+        fit = (basis @ coef).T.reshape(-1)
+        wrong, band, inside = _band(exact + fit, hw)
+        print(f"{label}: {wrong:.2%} mispredicted, all within +-{band:.3f} ulp of a rounding "
+              f"midpoint, a band holding {inside:.1%} of the entries")
+
+
+if __name__ == "__main__":
+    main()
