@@ -186,3 +186,25 @@ def test_per_term_model_turns_the_blas_path_off_for_a_block_and_thread(monkeypat
     assert seen == [True]  # another thread keeps the default
     assert fast.preferred(p)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_operands_wider_than_the_format_take_the_per_term_model(seed):
+    """float64 operands with more significant bits than the format (an unrounded P of
+    ``flash.forward(..., exact=Exactness(p_rounding=True))``) break the BLAS path's clean test,
+    which assumes narrow values: ``fused.fused_step`` gives them to the per-term model, so the
+    NumPy engine gives ``spec.spec_dot_add``'s bits (it gave 14 of 32 outputs wrong before);
+    narrow values still take the BLAS path."""
+    from simulator import engine
+
+    rng = np.random.default_rng(seed)
+    p = mma.PARAMS[("wgmma", "bf16")]
+    a64 = rng.random((4, 16)).astype(np.float32).astype(np.float64)
+    b64 = rng.standard_normal((16, 8)).astype(BF16).astype(np.float64)
+    c = rng.standard_normal((4, 8)).astype(np.float32)
+    with engine.use_engine("numpy"):
+        got = mma.dot_add(a64, b64, c, p)
+    assert np.array_equal(got.view(np.uint32), spec.spec_dot_add(a64, b64, c, p).view(np.uint32))
+    assert not fast.holds_operands(a64, b64, p)
+    assert fast.holds_operands(a64.astype(np.float32).astype(BF16).astype(np.float64), b64, p)
+    assert not fast.holds_operands(np.array([[2.0**-1070]]), b64[:1], p)  # float64 subnormal

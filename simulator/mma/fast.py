@@ -77,6 +77,21 @@ def preferred(p: FusedDotAdd) -> bool:
             and p.frac_bits - 2 * (p.operand_bits - 1) >= 10)
 
 
+def holds_operands(a: np.ndarray, b: np.ndarray, p: FusedDotAdd) -> bool:
+    """Whether every value of ``a`` and ``b`` (float64) has at most ``p.operand_bits``
+    significant bits, as :func:`fused_step` assumes (values decoded from the narrow format do;
+    an unrounded P of ``flash.forward(..., exact=...)`` need not): its float64 significand's
+    low ``53 - operand_bits`` bits are zero (float64 subnormals, which no narrow value is, are
+    refused unless zero)."""
+    low = np.uint64((1 << (53 - p.operand_bits)) - 1)
+    for x in (a, b):
+        bits = np.ascontiguousarray(x, dtype=np.float64).view(np.uint64)
+        subnormal = ((bits >> np.uint64(52)) & np.uint64(0x7FF) == 0) & (bits << np.uint64(1) != 0)
+        if np.any(bits & low) or np.any(subnormal):
+            return False
+    return True
+
+
 def weight_base(k: int) -> int:
     """S = 2 ceil(log2 K) + 1: the binary exponents of two weight sums over K terms then bound
     S (maxE - minE) to within S - 1, so the clean test is exact up to clipping."""

@@ -41,7 +41,9 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
 
 
 def fused_step(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
-    """One fused step (C inside the sum) by the path :func:`fast.preferred` picks for ``p``."""
-    if fast.preferred(p):
+    """One fused step (C inside the sum) by the path :func:`fast.preferred` picks for ``p``,
+    where its operands are narrow values (:func:`fast.holds_operands`; else the per-term loop,
+    which takes any float64 values)."""
+    if fast.preferred(p) and fast.holds_operands(a, b, p):
         return fast.fused_step(a, b, c, p)
     return term_loop_step(a, b, c, p)
