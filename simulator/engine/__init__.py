@@ -187,7 +187,8 @@ def set_threads(n: int | None = None) -> int:
     """Threads of the compiled kernels' parallel loops (numba's pool): ``n``, or every core
     numba sees when None; returns the count now in force. Benchmarks pass 1. The count is
     the calling thread's; ``flash.backward``, and ``flash.forward`` where its chunks are large
-    enough, run their chunks on up to that many threads (:func:`task_threads`).
+    enough or its groups many enough (a causal launch's), run their chunks on up to that many
+    threads (:func:`task_threads`).
 
     Raises:
         ValueError: ``n`` not a positive int, or numba missing.
