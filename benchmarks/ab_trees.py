@@ -15,9 +15,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from timing import machine  # (puts the repository root on sys.path)
+
+from simulator.io import write_json_atomic
 
 CASES = ((1024, 4, True, 5), (1024, 4, False, 5), (4096, 8, True, 3))
 
@@ -68,12 +71,8 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     if args.out is not None:
         facts = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "cpus": os.cpu_count(), "argv": sys.argv[1:]}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"run": facts, "rows": rows}, fh, indent=1)
-        os.replace(tmp, args.out)
+                 "machine": machine(), "cpus": os.cpu_count(), "argv": sys.argv[1:]}
+        write_json_atomic(args.out, {"run": facts, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -10,11 +10,9 @@ facts. Run: ``python benchmarks/sweep_causal_groups.py [--threads 2 4 8 16] [--o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import numpy as np
 from timing import interleaved_medians, machine
 
 from simulator import engine, flash
+from simulator.io import write_json_atomic
 
 CASES = ((1024, 4), (2048, 8), (4096, 8))
 RULES = {"groups on task threads": 10**9, "parallel kernels": 0}
@@ -75,11 +74,7 @@ def main() -> None:
                                       cwd=Path(__file__).parent).stdout.strip() or None}
     rows = sweep(args.threads, args.repeats)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"run": facts, "rows": rows}, fh, indent=1)
-        os.replace(tmp, args.out)
+        write_json_atomic(args.out, {"run": facts, "rows": rows})
 
 
 if __name__ == "__main__":
