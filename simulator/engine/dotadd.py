@@ -151,9 +151,9 @@ def _column(arow, erow, b2, eb2, j, k0, k1, c, frac_bits, out_round, out_bits):
 
 # The vector path below, per k-step and tile of rows of outputs, in two loops over the N
 # columns of each row that LLVM vectorises over the columns (one array written per loop: more
-# stores stop its vectoriser):
-# 1. the exponent pass over the int16 codes into ``emax`` [rows, N] (the rows' pass, :func:`_step_rows`);
-# 2. the sum and finish (:func:`_sum_rows`): each product term ``a * b * 2^(F - E)`` in float32,
+# stores stop its vectoriser), both in :func:`_step_rows`:
+# 1. the exponent pass over the int16 codes into ``emax`` [rows, N];
+# 2. the sum and finish: each product term ``a * b * 2^(F - E)`` in float32,
 #    truncated toward zero by its conversion to int32, summed in int32. Exact where the
 #    operands are narrow values (at most 12 significant bits, so a product has at most 24) and
 #    no product overflows float32 (checked per k-step and row from the codes,
@@ -299,16 +299,14 @@ def _step_rows(a2, h2, i0, b2, hb2, k0, kblock, bstep, narrow, emax, fits, d2, d
             emax[ii, j] = e
         fits[ii] = not narrow or _products_fit(h2[i], k0, kblock, bstep)
         flagged = np.int32(0)
-        if not fits[ii]:
-            pass
-        elif kblock == 16:
+        if fits[ii] and kblock == 16:
             for j in range(n):
                 e, f, s = _term_scale(emax[ii, j], cbits2[ii, j], frac_bits)
                 acc = _add_terms(np.int32(0), a2, i, k0, bk, j, s)
                 flag, dn2[ii, j] = _finish32(acc, d2[ii, j], cbits2[ii, j], e, f, s, keep_bits,
                                              tiny_exp)
                 flagged = ix.add_int32(flagged, np.int32(flag))
-        else:
+        elif fits[ii]:
             for j in range(n):
                 e, f, s = _term_scale(emax[ii, j], cbits2[ii, j], frac_bits)
                 acc = _add_terms(_add_terms(np.int32(0), a2, i, k0, bk, j, s), a2, i, k0 + 16,
@@ -333,9 +331,9 @@ def _products_fit(hrow, k0, kblock, bmax):
 @numba.njit(**_JIT)
 def _block16(arow, b2, k0, emax, d, dn, frac_bits, keep, tiny):
     """One fused step of K = 16 positions from k0 for a row of outputs in float64 (the path of
-    the steps whose products do not fit float32; their exponents in ``emax``,
-    the rows' pass, :func:`_step_rows`): C ``d``, result into ``dn`` (NaN where flagged); returns the count of
-    flagged outputs."""
+    the steps whose products do not fit float32; their exponents in ``emax``, from
+    :func:`_step_rows`): C ``d``, result into ``dn`` (NaN where flagged); returns the count
+    of flagged outputs."""
     ak, bk = arow[k0:k0 + 16], b2[k0:k0 + 16]
     flagged = 0
     for j in range(d.size):
@@ -441,12 +439,10 @@ def gemm_rows(a, ha, ia, b, hb, ib, bmax, c, ic, kblock, frac_bits, out_round, o
                        flags, frac32, keep_bits, tiny_exp)
             for ii in range(i1 - i0):
                 arow = a2[i0 + ii]
-                if fits[ii]:
-                    pass
-                elif kblock == 16:
+                if not fits[ii] and kblock == 16:
                     flags[ii] = _block16(arow, b2, k0, emax[ii], d[ii], dn[ii], frac_bits,
                                          keep, tiny)
-                else:
+                elif not fits[ii]:
                     flags[ii] = _block32(arow, b2, k0, emax[ii], d[ii], dn[ii], frac_bits,
                                          keep, tiny)
                 if flags[ii]:
