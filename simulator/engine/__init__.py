@@ -390,6 +390,53 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
     return out
 
 
+def softmax_step_ready(arch: str) -> bool:
+    """Whether :func:`softmax_step` runs for the MUFU model ``arch``: its MUFU.EX2 table
+    exists (not ``"ideal"``) and packs (:func:`simulator.engine.softmax.pack_ex2`)."""
+    from ..numerics.mufu import model
+
+    table = model(arch).ex2_table()
+    return table is not None and _packed_ex2(table) is not None
+
+
+def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarray,
+                 row_sum: np.ndarray, first: bool, check_inf: bool, max_offset: int, fmt: str,
+                 emin: int, arch: str = "sm90"):
+    """One K/V block's softmax step of the forward compiled in one call
+    (:func:`simulator.engine.fused_softmax.softmax_step`): ``Softmax.max_get_scale``, then
+    ``online_softmax``, then P's ``convert`` to ``fmt`` and its decode as the P V GEMM's A.
+
+    Args:
+        s: float32 [G, W, M, N]: each warpgroup's scores in matrix order.
+        positions: int [T, nrow, ncol]: the position in the M x N tile of each thread's
+            register (``rowcol_view``'s ``row * N + col``).
+        scale: float32 broadcasting against [G, W] (scale_log2 per warpgroup).
+        row_max, row_sum: float32 [G, W, T, nrow], the state before the block (not changed).
+        first, check_inf, max_offset: as ``Softmax``'s steps (Max_offset 0 or 8).
+        fmt: P's format (``"bf16"``, ``"f16"``, ``"e4m3"``, ``"e5m2"``), converted as
+            ``simulator.numerics.convert``'s default form.
+        emin: the P V instruction's operand exponent floor (``FusedDotAdd.emin``).
+        arch: the MUFU model; :func:`softmax_step_ready` must hold for it.
+    Returns:
+        ``(row_max, row_sum, scores_scale, p)``: the new state and scores_scale float32
+        [G, W, T, nrow], and P as an :class:`simulator.engine.operands.Decoded` [G, W * M, N].
+    Raises:
+        ValueError: shapes that do not match, or an arch whose table does not pack.
+    """
+    from ..numerics.mufu import model
+    from . import fused_softmax
+
+    table = model(arch).ex2_table()
+    packed = None if table is None else _packed_ex2(table)
+    if packed is None:
+        raise ValueError(f"arch: {arch!r} has no packed MUFU.EX2 table for the compiled step")
+    with _launch_lock():
+        out = fused_softmax.block_step(s, positions, scale, row_max, row_sum, first, check_inf,
+                                       max_offset, fmt, emin, packed)
+    mark_compiled("softmax")
+    return out
+
+
 _NO_DELTAS = np.zeros(1, dtype=np.uint32)
 _NO_T = np.zeros(1, dtype=np.float64)
 _PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack_ex2(table)): tables live as long

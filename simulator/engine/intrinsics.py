@@ -69,6 +69,7 @@ add_int32 = _int32_op("add_int32", lambda b, x, y: b.add(x, y), "x + y in int32,
 sub_int32 = _int32_op("sub_int32", lambda b, x, y: b.sub(x, y), "x - y in int32, wrapping.")
 and_int32 = _int32_op("and_int32", lambda b, x, y: b.and_(x, y), "x & y of int32.")
 xor_int32 = _int32_op("xor_int32", lambda b, x, y: b.xor(x, y), "x ^ y of int32.")
+or_int32 = _int32_op("or_int32", lambda b, x, y: b.or_(x, y), "x | y of int32.")
 shl_int32 = _int32_op("shl_int32", lambda b, x, y: b.shl(x, y),
                       "x << y of int32 (y in 0..31; the bits shifted out are lost).")
 shr_int32 = _int32_op("shr_int32", lambda b, x, y: b.ashr(x, y),

@@ -354,6 +354,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     # the compiled engine's hand-over: Q decoded once per group, each K/V block once per
     # distinct (batch, kv head) of the group, not once per CTA and block (same bits)
     fast = _decoded_gemms(cfg, qt, qvt, qk, pv, exact)
+    fused = fast[1] and exact is None and not tracer.sel and soft.fusable()
     kv_pairs, kv_of = np.unique(b * cfg.heads_kv + hkv, return_inverse=True)
     bu, hu = kv_pairs // cfg.heads_kv, kv_pairs % cfg.heads_kv
     if fast[0]:
@@ -382,21 +383,12 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
                          cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
             s = np.where(ok, s, _NEG_INF)
         tracer.frag("mask", n, acc_s=s)
-        scores = np.take(s.reshape(s.shape[:-2] + (-1,)), flat, axis=-1)          # [G,W,128,2,N/4]
-        scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=check_inf)
-        tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
-                    scores_scale=scores_scale)
-        p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
-        if exact is None and not tracer.sel:  # converted in the threads' order, then put in
-            # matrix order by a take of the narrow bits (cheaper than a float32 scatter)
-            p_cvt = np.take(convert(p, cfg.fmt).reshape(len(ctas), W, -1), to_rowcol,
-                            axis=-1).reshape(s.shape)
+        if fused:  # the block's softmax, P's conversion and decode in one compiled call
+            scores_scale, p_cvt = soft.block_step(s, flat, first, check_inf, cfg.fmt,
+                                                  pv.params.emin)
         else:
-            p_mat = np.empty(s.shape, dtype=p.dtype)
-            p_mat.reshape(s.shape[:-2] + (-1,))[..., flat] = p
-            tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
-            p_cvt = convert(p_mat, cfg.fmt) if exact is None else \
-                _exact.p_operand(p_mat, cfg.fmt, exact)
+            scores_scale, p_cvt = _softmax(cfg, soft, tracer, n, s, flat, to_rowcol, first,
+                                           check_inf, exact)
         scale_rows = view.row_values(scores_scale)
         if cfg.schedule == "plain":
             acc_o = _rescale(tracer, n, acc_o, scale_rows, exact)
@@ -425,6 +417,26 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     if out is None:  # an executor task: the caller stores
         return acc_o, lse_rows
     _store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse, exact)
+
+
+def _softmax(cfg: Config, soft, tracer, n, s, flat, to_rowcol, first, check_inf, exact):
+    """One block's softmax steps on the scores ``s`` [G, W, 64, N] (matrix order) through
+    the row / column view, and P converted for the P V GEMM: ``(scores_scale, P)``."""
+    g, w = s.shape[:2]
+    scores = np.take(s.reshape(g, w, -1), flat, axis=-1)                          # [G,W,128,2,N/4]
+    scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=check_inf)
+    tracer.rows("max_get_scale", n, row_max=soft.row_max, row_sum=soft.row_sum,
+                scores_scale=scores_scale)
+    p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
+    if exact is None and not tracer.sel:  # converted in the threads' order, then put in
+        # matrix order by a take of the narrow bits (cheaper than a float32 scatter)
+        return scores_scale, np.take(convert(p, cfg.fmt).reshape(g, w, -1), to_rowcol,
+                                     axis=-1).reshape(s.shape)
+    p_mat = np.empty(s.shape, dtype=p.dtype)
+    p_mat.reshape(g, w, -1)[..., flat] = p
+    tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
+    return scores_scale, (convert(p_mat, cfg.fmt) if exact is None else
+                          _exact.p_operand(p_mat, cfg.fmt, exact))
 
 
 def cta_scales(cfg: Config, b, hkv):

@@ -63,6 +63,11 @@ class Softmax:
         self.arch = arch
         self.lse: np.ndarray | None = None
         self._row_sum_scale: np.ndarray | None = None  # scores_scale waiting for online_softmax
+        # scale_log2 per batch entry, where it is one value for all threads and rows (what
+        # the compiled block step takes)
+        wide = np.broadcast_to(self.scale_log2, shape) if exact is None else None
+        self._entry_scale = (np.ascontiguousarray(wide[..., 0, 0]) if wide is not None and
+                             (wide == wide[..., :1, :1]).all() else None)
 
     # ---- max_get_scale -------------------------------------------------------------------------
     def max_get_scale(self, scores: np.ndarray, is_first: bool, check_inf: bool = True) -> np.ndarray:
@@ -135,6 +140,37 @@ class Softmax:
         else:
             self.row_sum = engine.softmax_row_sum(p, self._row_sum_scale, self.row_sum)
         return p
+
+    # ---- the compiled block step ---------------------------------------------------------------
+    def fusable(self) -> bool:
+        """Whether :meth:`block_step` runs: the H200's arithmetic (no ``exact``), one
+        scale_log2 per batch entry, a MUFU model whose table the compiled step reads
+        (``engine.softmax_step_ready``)."""
+        return (self.ops is None and self._entry_scale is not None
+                and engine.softmax_step_ready(self.arch))
+
+    def block_step(self, s: np.ndarray, positions: np.ndarray, is_first: bool,
+                   check_inf: bool, fmt: str, emin: int):
+        """:meth:`max_get_scale`, :meth:`online_softmax` and P's conversion to ``fmt`` in one
+        compiled call (``simulator.engine.softmax_step``), reading the scores in matrix order.
+
+        Args:
+            s: float32 ``batch_shape + (M, N)``: the scores of each batch entry's M x N tile
+                (batch_shape ``(ctas, warpgroups)``).
+            positions: int ``[128, nrow, ncol]``: the tile position of each thread's register
+                (``rowcol_view``'s ``row * N + col``).
+            is_first, check_inf: as :meth:`max_get_scale`.
+            fmt, emin: P's format and the P V instruction's exponent floor.
+        Returns:
+            ``(scores_scale, p)``: float32 ``batch_shape + (128, nrow)``, and P converted and
+            decoded as the P V GEMM's A (``engine.operands.Decoded`` [ctas, warpgroups * M,
+            N]). The state is updated as by the two steps.
+        """
+        self.row_max, self.row_sum, scale, p = engine.softmax_step(
+            s, positions, self._entry_scale, self.row_max, self.row_sum, is_first, check_inf,
+            self.max_offset, fmt, emin, self.arch)
+        self._row_sum_scale = None if is_first else scale
+        return scale, p
 
     # ---- finalize ------------------------------------------------------------------------------
     def finalize(self, final_scale=1.0) -> np.ndarray:
