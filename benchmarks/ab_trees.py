@@ -28,6 +28,8 @@ _CHILD = """
 import json, statistics, sys, time
 import ml_dtypes, numpy as np
 import simulator
+if not simulator.__file__.startswith(sys.argv[1]):
+    sys.exit(f"tree {sys.argv[1]}: imported {simulator.__file__} instead")
 from simulator import engine, flash
 engine.set_threads(1)
 rng = np.random.default_rng(0)
@@ -49,8 +51,9 @@ print(json.dumps(row))
 
 def _one(tree: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    # run from the tree: "-c" puts the working directory first on sys.path
     done = subprocess.run([sys.executable, "-c", _CHILD, str(tree), json.dumps(CASES)],
-                          env=env, capture_output=True, text=True, check=True)
+                          env=env, capture_output=True, text=True, check=True, cwd=tree)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
