@@ -4,7 +4,8 @@ what a faster compiled MUFU.EX2 would need. Prints, for the x >= 0 half (index b
 and the x < 0 half against it: how the halves differ, and how well a smooth error model
 predicts the entries (per segment of the 23-bit fraction, a least-squares polynomial of the
 error in ulps; an entry is predicted as the nearest integer to 2^f * 2^23 plus the model), with
-the band around the rounding midpoint that holds every mispredicted entry.
+the band around the rounding midpoint that holds every mispredicted entry; then each half fitted
+by a cubic per segment of 2^15 entries (what a read-free path for most elements would use).
 Run: ``python scripts/ex2_table_structure.py`` (about 1 GB, a minute).
 """
 
@@ -49,6 +50,26 @@ def main() -> None:
         wrong, band, inside = _band(exact + fit, hw)
         print(f"{label}: {wrong:.2%} mispredicted, all within +-{band:.3f} ulp of a rounding "
               f"midpoint, a band holding {inside:.1%} of the entries")
+    for h, half in enumerate((pos, neg)):  # each half's entries fitted directly, per segment
+        _cubic_segments(half, h)
+
+
+def _cubic_segments(entries: np.ndarray, h: int, width: int = 1 << 15) -> None:
+    """A cubic per segment of ``width`` entries fitted to the entries themselves (as integers,
+    2^23 per unit): the mispredictions, the band around the rounding midpoint that holds them,
+    and whether every entry inside the band is the fit's floor or the next integer."""
+    target = (entries - 0x3F800000 + HALF).astype(np.float64)
+    x = np.arange(width, dtype=np.float64) / width
+    basis = np.vander(x, 4)
+    coef, *_ = np.linalg.lstsq(basis, target.reshape(-1, width).T, rcond=None)
+    fit = (basis @ coef).T.reshape(-1)
+    wrong, band, inside = _band(fit, target)
+    floor_step = target - np.floor(fit)
+    dist = np.abs(fit - np.floor(fit) - 0.5)
+    ok = bool(np.isin(floor_step[dist <= band], (0, 1)).all())
+    print(f"x {'<' if h else '>='} 0, a cubic per {width} entries: {wrong:.2%} mispredicted, "
+          f"band +-{band:.3f} ulp holding {inside:.1%}, largest |entry - fit| "
+          f"{np.abs(target - fit).max():.2f} ulp, in-band entries floor or floor + 1: {ok}")
 
 
 if __name__ == "__main__":
