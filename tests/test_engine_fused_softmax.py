@@ -144,17 +144,45 @@ def test_block_steps_match_the_model(seed):
 
 
 def test_block_step_refuses_what_it_does_not_evaluate():
+    """The kernel reads and writes through the positions unchecked, so the wrapper refuses
+    everything but float32 scores [G, W, M, N], positions naming each tile position once with
+    a thread count of whole quads, float32 state of the matching shape, Max_offset 0 / 8 and
+    an int exponent floor; each error names the argument."""
     s = np.zeros((1, 1, 64, 64), np.float32)
     flat = np.arange(64 * 64).reshape(128, 2, 16)
-    state = np.zeros((1, 1, 128, 2), np.float32)
-    with pytest.raises(ValueError, match="arch"):
-        engine.softmax_step(s, flat, np.float32(1), state, state, True, True, 0, "bf16", -126,
-                            arch="ideal")
-    with pytest.raises(ValueError, match="do not match"):
-        engine.softmax_step(s, flat[:64], np.float32(1), state, state, True, True, 0, "bf16",
-                            -126)
-    with pytest.raises(ValueError, match="emin"):
-        engine.softmax_step(s, flat, np.float32(1), state, state, True, True, 0, "bf16", -130)
+    st = np.zeros((1, 1, 128, 2), np.float32)
+    one = np.float32(1)
+
+    def call(**kw):
+        args = dict(s=s, positions=flat, scale=one, row_max=st, row_sum=st, first=True,
+                    check_inf=True, max_offset=0, fmt="bf16", emin=-126)
+        args.update(kw)
+        return engine.softmax_step(**args)
+
+    for kw, match in (
+            (dict(arch="ideal"), "^arch"),
+            (dict(positions=flat[:64]), "^positions"),
+            (dict(positions=flat - 64 * 64), "^positions"),
+            (dict(positions=flat + 1), "^positions"),
+            (dict(positions=np.zeros_like(flat)), "^positions"),
+            (dict(positions=flat.astype(np.float64)), "^positions"),
+            (dict(positions=flat.reshape(2, 2, 1024), row_max=np.zeros((1, 1, 2, 2), np.float32),
+                  row_sum=np.zeros((1, 1, 2, 2), np.float32)), "^positions"),
+            (dict(positions=flat.reshape(-1)), "^positions"),
+            (dict(s=s[0]), "^s: expected"),
+            (dict(s=s.astype(np.float64)), "^s: expected"),
+            (dict(s=s.tolist()), "^s: expected"),
+            (dict(row_max=st.astype(np.int32)), "^row_max"),
+            (dict(row_sum=st[..., :1]), "^row_sum"),
+            (dict(scale=np.ones(3, np.float32)), "^scale"),
+            (dict(max_offset=3), "^max_offset"),
+            (dict(emin=-130), "^emin"),
+            (dict(emin=-14.5), "^emin"),
+            (dict(emin=1000), "^emin"),
+            (dict(fmt="e3m4"), "^fmt")):
+        with pytest.raises(ValueError, match=match):
+            call(**kw)
+    assert call()[3].vals.shape == (1, 64, 64)  # the arguments above, unchanged, run
     assert not Softmax((1, 1), 2, np.float32(1), 0, "ideal").fusable()
 
 

@@ -421,7 +421,10 @@ def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarra
         ``(row_max, row_sum, scores_scale, p)``: the new state and scores_scale float32
         [G, W, T, nrow], and P as an :class:`simulator.engine.operands.Decoded` [G, W * M, N].
     Raises:
-        ValueError: shapes that do not match, or an arch whose table does not pack.
+        ValueError: arguments of the wrong kind or shape, positions that are not each tile
+            position once or a thread count not a multiple of 4, a Max_offset other than 0
+            or 8, an unknown ``fmt``, ``emin`` not an int in [-126, 127], an arch whose table
+            does not pack.
     """
     from ..numerics.mufu import model
     from . import fused_softmax

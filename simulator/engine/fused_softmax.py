@@ -233,10 +233,11 @@ def format_args(fmt: str, emin: int) -> tuple:
     :func:`.decode.operand` gives them.
 
     Raises:
-        ValueError: an unknown format, or ``emin`` below -126.
+        ValueError: an unknown format, or ``emin`` not an int in [-126, 127].
     """
-    if emin < -126:
-        raise ValueError(f"emin: expected an exponent floor of -126 or above, got {emin}")
+    if isinstance(emin, bool) or not isinstance(emin, (int, np.integer)) or \
+            not -126 <= emin <= 127:
+        raise ValueError(f"emin: expected an int exponent floor in [-126, 127], got {emin!r}")
     f = get_format(fmt)
     info = ml_dtypes.finfo(f.dtype)
     nan = np.array([f.nan_bits], dtype=f.uint).view(f.dtype).reshape(1, 1, 1)
@@ -253,28 +254,74 @@ def block_step(s, positions, scale, row_max, row_sum, first, check_inf, max_offs
     row_sum, scores_scale, p)``, p an :class:`.operands.Decoded` [G, W * M, N].
 
     Raises:
-        ValueError: shapes that do not match; :func:`format_args`' errors.
+        ValueError: arguments of the wrong kind or shape, positions that are not each
+            position of the M x N tile once, a thread count not a multiple of 4 (the quad),
+            a Max_offset other than 0 or 8; :func:`format_args`' errors.
     """
+    if not isinstance(s, np.ndarray) or s.dtype != np.float32 or s.ndim != 4:
+        raise ValueError(f"s: expected float32 scores [G, W, M, N], got "
+                         f"{getattr(s, 'dtype', type(s).__name__)} {np.shape(s)}")
     g, w, m, n = s.shape
-    threads, nrow, ncol = positions.shape
-    if s.dtype != np.float32 or row_max.shape != (g, w, threads, nrow) or \
-            row_sum.shape != row_max.shape or threads * nrow * ncol != m * n:
-        raise ValueError(f"s, positions, row_max, row_sum: shapes {s.shape} ({s.dtype}), "
-                         f"{positions.shape}, {row_max.shape}, {row_sum.shape} do not match")
+    pos = _checked_positions(positions, m * n)
+    threads, nrow, _ = np.shape(positions)
+    for name, x in (("row_max", row_max), ("row_sum", row_sum)):
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or \
+                x.shape != (g, w, threads, nrow):
+            raise ValueError(f"{name}: expected float32 {(g, w, threads, nrow)}, got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
+    if isinstance(max_offset, bool) or max_offset not in (0, 8):
+        raise ValueError(f"max_offset: expected 0 or 8, got {max_offset!r}")
     fmt_args = format_args(fmt, emin)
+    try:
+        scale_r = np.ascontiguousarray(np.broadcast_to(np.asarray(scale, dtype=np.float32),
+                                                       (g, w))).reshape(g * w)
+    except ValueError:
+        raise ValueError(f"scale: expected float32 values broadcasting against {(g, w)}, got "
+                         f"shape {np.shape(scale)}") from None
     rows = g * w
-    new_max = np.array(row_max, dtype=np.float32).reshape(rows, threads, nrow)
-    new_sum = np.array(row_sum, dtype=np.float32).reshape(rows, threads, nrow)
+    new_max = row_max.reshape(rows, threads, nrow).copy()
+    new_sum = row_sum.reshape(rows, threads, nrow).copy()
     scores_scale = np.empty_like(new_max)
     vals = np.empty((rows, m * n), dtype=np.float32)
     codes = np.empty((rows, m * n), dtype=np.int16)
-    scale_r = np.ascontiguousarray(np.broadcast_to(np.asarray(scale, dtype=np.float32),
-                                                   (g, w))).reshape(rows)
-    softmax_step(np.ascontiguousarray(s).reshape(rows, m * n),
-                 np.ascontiguousarray(positions, dtype=np.uint32).reshape(-1), scale_r,
-                 int(max_offset), bool(first), bool(check_inf), new_max, new_sum, scores_scale,
-                 *packed, *fmt_args, vals, codes)
+    softmax_step(np.ascontiguousarray(s).reshape(rows, m * n), pos, scale_r, int(max_offset),
+                 bool(first), bool(check_inf), new_max, new_sum, scores_scale, *packed,
+                 *fmt_args, vals, codes)
     state = tuple(x.reshape(g, w, threads, nrow) for x in (new_max, new_sum, scores_scale))
     p = Decoded(vals.reshape(g, w * m, n), codes.reshape(g, w * m, n),
                 np.arange(g, dtype=np.int64))
     return state + (p,)
+
+
+_POSITIONS: dict[int, tuple] = {}  # id -> (read-only positions, their uint32 form): checked once
+
+
+def _checked_positions(positions, size: int) -> np.ndarray:
+    """``positions`` [T, nrow, ncol] (T a multiple of 4) as flat uint32, after checking that
+    they name each of the tile's ``size`` positions once (the kernel reads and writes
+    through them unchecked). A read-only array is checked once and remembered.
+
+    Raises:
+        ValueError: not a 3-dimensional integer array of that kind.
+    """
+    hit = _POSITIONS.get(id(positions))
+    if hit is not None and hit[0] is positions and hit[1].size == size:
+        return hit[1]
+    p = positions if isinstance(positions, np.ndarray) else None
+    ok = p is not None and p.ndim == 3 and p.dtype.kind in "iu" and p.size == size and \
+        p.shape[0] % 4 == 0
+    if ok:
+        flat = p.reshape(-1)
+        ok = bool(flat.min() >= 0 and flat.max() < size and
+                  (np.bincount(flat.astype(np.int64), minlength=size) == 1).all())
+    if not ok:
+        raise ValueError(f"positions: expected integers [T, nrow, ncol] (T a multiple of 4) "
+                         f"naming each of the {size} tile positions once, got "
+                         f"{getattr(positions, 'dtype', type(positions).__name__)} "
+                         f"{np.shape(positions)}")
+    out = np.ascontiguousarray(p, dtype=np.uint32).reshape(-1)
+    if not p.flags.writeable:
+        if len(_POSITIONS) >= 16:
+            _POSITIONS.clear()
+        _POSITIONS[id(p)] = (p, out)
+    return out

@@ -345,6 +345,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     # axis gives the [G, W, 128, 2, N/4] scores C-ordered (the kernels read rows in place)
     flat = view.row[:, :, None] * N + view.col[:, None, :]
     to_rowcol = np.argsort(flat.reshape(-1))  # the take that undoes it: row / col form to matrix
+    flat.setflags(write=False)  # the compiled block step checks read-only positions once
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
     tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
