@@ -11,6 +11,8 @@ or the task threads run. ``cfg`` is always a :class:`simulator.flash.backward.Ba
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import engine, mma
@@ -207,6 +209,10 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
     vc = vp[b[:, None], key_idx, (h // g)[:, None]]
     ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}")
     order = dq_order(cfg, n)
+    # the compiled engine's hand-over: K and V (as K^T, V^T and K) decoded once per chunk,
+    # Q and dO once per m_block for their two GEMMs each (same bits, :func:`_Operands`)
+    ops = _Operands(kc, vc, ins) if engine.numba_dot_add_decoded(
+        ins.params, ins.k, len(sel) * M * N * kd) else None
     for m in range(int(m_min.min(initial=0)), int(m_max.max(initial=0))):
         act = np.flatnonzero((m_min <= m) & (m < m_max))
         if act.size == 0:
@@ -215,10 +221,14 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         r = m * M + np.arange(M)
         qm = qp[ab[:, None], r[None, :], ah[:, None]]                                 # [A, M, kd]
         dom = dop[ab[:, None], r[None, :], ah[:, None]]
-        kt, vt = kc[act], vc[act]
-        zero = np.full((act.size, M, N), -0.0, np.float32)  # zero_init: scale-d = 0
-        s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)                # [A, M, N]
-        dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
+        if ops is not None:
+            ops.step(qm, dom, act)
+            s, dp = ops.scores(M, N)
+        else:
+            kt, vt = kc[act], vc[act]
+            zero = np.full((act.size, M, N), -0.0, np.float32)  # zero_init: scale-d = 0
+            s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)            # [A, M, N]
+            dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
         traced = {"s": s, "dp": dp}
         dtanh = None
         if cfg.softcap_val > 0:
@@ -241,9 +251,13 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
             ds = fmul(ds, dtanh, ftz=True)
         p16 = convert(p, cfg.fmt)
         ds16 = convert(ds, cfg.fmt)
-        dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
-        dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), instruction=ins)
-        dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
+        if ops is not None:
+            dv[act], dqp, dk[act] = ops.grads(p16, ds16, dv[act], dk[act])
+        else:
+            dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
+            dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32),
+                           instruction=ins)
+            dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
         if tracer is not None:
             tracer.record(m, sel[act], {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
         _ordered_add(dq_accum, tile, r, dqp, order[act], bounds, dq_add_ftz(cfg))
@@ -253,6 +267,48 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         tracer.finish(dk, dv, job[0] * cfg.n_blocks)
     dk[...] = fmul(dk, cfg.softmax_scale, ftz=True)  # after the loop, each CTA's own (FMUL.FTZ)
     return dq_accum, dk, dv, bounds
+
+
+class _Operands:
+    """The five GEMMs of an m_block through the compiled engine on operands decoded once
+    (``engine.decode_operand`` / ``engine.dot_add_decoded``, the bits of ``mma.gemm``): the
+    chunk's K^T, V^T (B of S = Q K^T and dP = dO V^T) and K (B of dQ = dS K), decoded when
+    the chunk starts and read by the active CTAs through an index; Q and dO decoded once
+    per m_block, each the A of one GEMM and the B of another (dK = dS^T Q, dV = P^T dO); the
+    zero_init accumulators one -0 tile read by every CTA."""
+
+    def __init__(self, kc, vc, ins):
+        self.ins = ins
+        self.kt, self.vt, self.k = (engine.decode_operand(x, ins.params) for x in
+                                    (np.swapaxes(kc, 1, 2), np.swapaxes(vc, 1, 2), kc))
+        for x in (self.kt, self.vt, self.k):
+            x.step_max()  # computed once, shared by the indexed copies
+
+    def step(self, qm, dom, act):
+        """The m_block's Q and dO [A, M, kd] of the active CTAs ``act``."""
+        self.act = np.asarray(act, dtype=np.int64)
+        self.q, self.do = (engine.decode_operand(x, self.ins.params) for x in (qm, dom))
+
+    def _gemm(self, a, b, c, c_index=None):
+        return engine.dot_add_decoded(a, b, c, self.ins.params, self.ins.k, c_index)
+
+    def _zero(self, rows, cols):
+        return np.full((1, rows, cols), -0.0, np.float32), np.zeros(self.act.size, np.int64)
+
+    def scores(self, m, n):
+        """S = Q K^T and dP = dO V^T, [A, M, N]."""
+        at = lambda x: dataclasses.replace(x, index=self.act)  # noqa: E731
+        zero, zi = self._zero(m, n)
+        return self._gemm(self.q, at(self.kt), zero, zi), self._gemm(self.do, at(self.vt), zero, zi)
+
+    def grads(self, p16, ds16, dv, dk):
+        """dV += P^T dO, dQ's partial dS K (from -0), dK += dS^T Q: the three [A, ., kd]."""
+        dec = lambda x: engine.decode_operand(x, self.ins.params)  # noqa: E731
+        zero, zi = self._zero(ds16.shape[1], self.k.vals.shape[2])
+        dv = self._gemm(dec(np.swapaxes(p16, 1, 2)), self.do, np.ascontiguousarray(dv))
+        dq = self._gemm(dec(ds16), dataclasses.replace(self.k, index=self.act), zero, zi)
+        dk = self._gemm(dec(np.swapaxes(ds16, 1, 2)), self.q, np.ascontiguousarray(dk))
+        return dv, dq, dk
 
 
 def _ordered_add(acc, tile, rows, parts, key, bounds=None, ftz=True):
