@@ -27,6 +27,42 @@ def _drawn_float32(rng, shape):
     return x
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "f16", "e4m3"])
+@pytest.mark.parametrize("softcap", [False, True])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the NumPy side overflows on purpose
+def test_the_compiled_ds_step_gives_the_numpy_operands(fmt, softcap):
+    """``engine.backward_ds`` (dS = P (dP - dPsum), times dtanh with softcap, P and dS
+    converted and decoded, P^T and dS^T transposed) against the NumPy steps of
+    ``backward_mainloop`` then ``convert`` and ``engine.decode_operand``, on P in [0, 1] with
+    zeros, dP / dPsum / dtanh of every class: values and codes bit for bit."""
+    from simulator import mma
+    from simulator.numerics import convert, fmul, fsub
+
+    rng = np.random.default_rng(7 + softcap)
+    shape = (3, 64, 80)
+    p = rng.random(shape).astype(np.float32) ** 4
+    p[rng.random(shape) < 0.2] = 0
+    dp, dtanh = _drawn_float32(rng, shape), _drawn_float32(rng, shape)
+    dpsum = _drawn_float32(rng, shape[:2])
+    params = mma.parse("wgmma", f"m64n80k{32 if fmt == 'e4m3' else 16}.f32.{fmt}.{fmt}").params
+    with engine.use_engine("numba"):
+        got = engine.backward_ds(p, dp, dpsum, dtanh if softcap else None, fmt, params.emin)
+    ds = fmul(p, fsub(dp, dpsum[..., None], ftz=True), ftz=True)
+    ds = fmul(ds, dtanh, ftz=True) if softcap else ds
+    p16, ds16 = convert(p, fmt), convert(ds, fmt)
+    want = [engine.decode_operand(x, params) for x in
+            (np.swapaxes(p16, 1, 2), ds16, np.swapaxes(ds16, 1, 2))]
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g.vals.view(np.uint32), w.vals.view(np.uint32))
+        assert np.array_equal(g.codes, w.codes)
+    with pytest.raises(ValueError, match="^dp: expected"):
+        engine.backward_ds(p, dp[:, :32], dpsum, None, fmt, params.emin)
+    with pytest.raises(ValueError, match="^dpsum: expected"):
+        engine.backward_ds(p, dp, dpsum[:, :3], None, fmt, params.emin)
+    with pytest.raises(ValueError, match="^dtanh: expected"):
+        engine.backward_ds(p, dp, dpsum, dtanh.astype(np.float64), fmt, params.emin)
+
+
 @pytest.mark.parametrize("arch", ["sm90", "ideal"])
 @pytest.mark.parametrize("shape", [(3, 64, 128), (5, 176), (7,)])
 def test_ex2_ffma_rows_gives_the_numpy_bits(arch, shape):

@@ -440,6 +440,33 @@ def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarra
     return out
 
 
+def backward_ds(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh, fmt: str, emin: int):
+    """The backward's dS step of an m_block compiled in one call
+    (:func:`simulator.engine.backward_steps.ds_step`): ``dS = P (dP - dPsum)`` (FADD.FTZ of the
+    negated dPsum, FMUL.FTZ; times ``dtanh`` with softcap), P and dS converted to ``fmt``
+    and decoded as the gradient GEMMs' A operands.
+
+    Args:
+        p, dp: float32 [A, M, N]; dpsum: float32 [A, M] (one per row); dtanh: float32
+            [A, M, N] or None (no softcap).
+        fmt: the input format (``"bf16"``, ``"f16"``, ...), converted as
+            ``simulator.numerics.convert``'s default form; emin: the GEMMs' operand exponent
+            floor (``FusedDotAdd.emin``).
+    Returns:
+        ``(P^T, dS, dS^T)``: :class:`simulator.engine.operands.Decoded` [A, N, M], [A, M, N],
+        [A, N, M], with ``convert`` + :func:`decode_operand`'s values and codes.
+    Raises:
+        ValueError: arguments of the wrong kind or shape, an unknown ``fmt``, ``emin`` not an
+            int in [-126, 127].
+    """
+    from . import backward_steps as _ds
+
+    with _launch_lock():
+        out = _ds.run(p, dp, dpsum, dtanh, fmt, emin)
+    mark_compiled("softmax")
+    return out
+
+
 _NO_DELTAS = np.zeros(1, dtype=np.uint32)
 _NO_T = np.zeros(1, dtype=np.float64)
 _PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack_ex2(table)): tables live as long
