@@ -65,10 +65,12 @@ def run(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh, fmt: str, emin:
         ValueError: arguments of the wrong kind or shape; :func:`.fused_softmax.format_args`'
             errors.
     """
-    for name, x in (("p", p), ("dp", dp)) + ((("dtanh", dtanh),) if dtanh is not None else ()):
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 3 or \
-                x.shape != p.shape:
-            raise ValueError(f"{name}: expected float32 [A, M, N] like p {np.shape(p)}, got "
+    if not isinstance(p, np.ndarray) or p.dtype != np.float32 or p.ndim != 3:
+        raise ValueError(f"p: expected float32 [A, M, N], got "
+                         f"{getattr(p, 'dtype', type(p).__name__)} {np.shape(p)}")
+    for name, x in (("dp", dp),) + ((("dtanh", dtanh),) if dtanh is not None else ()):
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.shape != p.shape:
+            raise ValueError(f"{name}: expected float32 of p's shape {p.shape}, got "
                              f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
     a, m, n = p.shape
     if not isinstance(dpsum, np.ndarray) or dpsum.dtype != np.float32 or dpsum.shape != (a, m):

@@ -27,6 +27,8 @@ Importing this module imports numba; the machine code is cached on disk (``cache
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numba
 import numpy as np
@@ -238,6 +240,11 @@ def format_args(fmt: str, emin: int) -> tuple:
     if isinstance(emin, bool) or not isinstance(emin, (int, np.integer)) or \
             not -126 <= emin <= 127:
         raise ValueError(f"emin: expected an int exponent floor in [-126, 127], got {emin!r}")
+    return _format_args(fmt, int(emin))
+
+
+@functools.lru_cache(maxsize=32)
+def _format_args(fmt: str, emin: int) -> tuple:
     f = get_format(fmt)
     info = ml_dtypes.finfo(f.dtype)
     nan = np.array([f.nan_bits], dtype=f.uint).view(f.dtype).reshape(1, 1, 1)
