@@ -393,10 +393,7 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
 def softmax_step_ready(arch: str) -> bool:
     """Whether :func:`softmax_step` runs for the MUFU model ``arch``: its MUFU.EX2 table
     exists (not ``"ideal"``) and packs (:func:`simulator.engine.softmax.pack_ex2`)."""
-    from ..numerics.mufu import model
-
-    table = model(arch).ex2_table()
-    return table is not None and _packed_ex2(table) is not None
+    return _packed_for(arch) is not None
 
 
 def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarray,
@@ -426,11 +423,9 @@ def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarra
             or 8, an unknown ``fmt``, ``emin`` not an int in [-126, 127], an arch whose table
             does not pack.
     """
-    from ..numerics.mufu import model
     from . import fused_softmax
 
-    table = model(arch).ex2_table()
-    packed = None if table is None else _packed_ex2(table)
+    packed = _packed_for(arch)
     if packed is None:
         raise ValueError(f"arch: {arch!r} has no packed MUFU.EX2 table for the compiled step")
     with _launch_lock():
@@ -470,6 +465,15 @@ def backward_ds(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh, fmt: st
 _NO_DELTAS = np.zeros(1, dtype=np.uint32)
 _NO_T = np.zeros(1, dtype=np.float64)
 _PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack_ex2(table)): tables live as long
+
+
+def _packed_for(arch: str):
+    """The packed MUFU.EX2 table of the MUFU model ``arch`` (:func:`_packed_ex2`), or None
+    where it has no table (``"ideal"``) or the table does not pack."""
+    from ..numerics.mufu import model
+
+    table = model(arch).ex2_table()
+    return None if table is None else _packed_ex2(table)
 
 
 def _packed_ex2(table: np.ndarray):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .fused_softmax import code_of_bits, format_args, narrow_bits
+from .fused_softmax import code_of_bits, format_args, narrow_bits, require_float32_shape
 from .launch import parallel_kernel
 from .operands import Decoded
 from .softmax import fadd_ftz, fmul_ftz
@@ -65,17 +65,11 @@ def run(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh, fmt: str, emin:
         ValueError: arguments of the wrong kind or shape; :func:`.fused_softmax.format_args`'
             errors.
     """
-    if not isinstance(p, np.ndarray) or p.dtype != np.float32 or p.ndim != 3:
-        raise ValueError(f"p: expected float32 [A, M, N], got "
-                         f"{getattr(p, 'dtype', type(p).__name__)} {np.shape(p)}")
+    require_float32_shape("p", p, (None,) * 3, "[A, M, N]")
     for name, x in (("dp", dp),) + ((("dtanh", dtanh),) if dtanh is not None else ()):
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.shape != p.shape:
-            raise ValueError(f"{name}: expected float32 of p's shape {p.shape}, got "
-                             f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
+        require_float32_shape(name, x, p.shape, f"of p's shape {p.shape}")
     a, m, n = p.shape
-    if not isinstance(dpsum, np.ndarray) or dpsum.dtype != np.float32 or dpsum.shape != (a, m):
-        raise ValueError(f"dpsum: expected float32 {(a, m)}, got "
-                         f"{getattr(dpsum, 'dtype', type(dpsum).__name__)} {np.shape(dpsum)}")
+    require_float32_shape("dpsum", dpsum, (a, m))
     args = format_args(fmt, emin)
     out = [np.empty(shape, dtype) for shape in ((a, n, m), (a, m, n), (a, n, m))
            for dtype in (np.float32, np.int16)]

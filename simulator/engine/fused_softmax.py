@@ -265,17 +265,12 @@ def block_step(s, positions, scale, row_max, row_sum, first, check_inf, max_offs
             position of the M x N tile once, a thread count not a multiple of 4 (the quad),
             a Max_offset other than 0 or 8; :func:`format_args`' errors.
     """
-    if not isinstance(s, np.ndarray) or s.dtype != np.float32 or s.ndim != 4:
-        raise ValueError(f"s: expected float32 scores [G, W, M, N], got "
-                         f"{getattr(s, 'dtype', type(s).__name__)} {np.shape(s)}")
+    require_float32_shape("s", s, (None,) * 4, "scores [G, W, M, N]")
     g, w, m, n = s.shape
     pos = _checked_positions(positions, m * n)
     threads, nrow, _ = np.shape(positions)
     for name, x in (("row_max", row_max), ("row_sum", row_sum)):
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or \
-                x.shape != (g, w, threads, nrow):
-            raise ValueError(f"{name}: expected float32 {(g, w, threads, nrow)}, got "
-                             f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
+        require_float32_shape(name, x, (g, w, threads, nrow))
     if isinstance(max_offset, bool) or max_offset not in (0, 8):
         raise ValueError(f"max_offset: expected 0 or 8, got {max_offset!r}")
     fmt_args = format_args(fmt, emin)
@@ -298,6 +293,19 @@ def block_step(s, positions, scale, row_max, row_sum, first, check_inf, max_offs
     p = Decoded(vals.reshape(g, w * m, n), codes.reshape(g, w * m, n),
                 np.arange(g, dtype=np.int64))
     return state + (p,)
+
+
+def require_float32_shape(name: str, x, shape: tuple, what: str | None = None) -> None:
+    """Check that ``x`` is a float32 ndarray of ``shape`` (None: any extent) before a kernel
+    reads it unchecked.
+
+    Raises:
+        ValueError: naming ``name``, what was expected (``what``, else the shape) and given.
+    """
+    if not (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == len(shape)
+            and all(e is None or e == d for e, d in zip(shape, x.shape, strict=True))):
+        raise ValueError(f"{name}: expected float32 {what or shape}, got "
+                         f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
 
 
 _POSITIONS: dict[int, tuple] = {}  # id -> (read-only positions, their uint32 form): checked once

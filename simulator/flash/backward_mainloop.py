@@ -210,8 +210,9 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
     ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}")
     order = dq_order(cfg, n)
     # the compiled engine's hand-over: K and V (as K^T, V^T and K) decoded once per chunk,
-    # Q and dO once per m_block for their two GEMMs each (same bits, :func:`_Operands`)
-    ops = _Operands(kc, vc, ins) if engine.numba_dot_add_decoded(
+    # Q and dO once per m_block for their two GEMMs each, the dS step compiled (same bits,
+    # :class:`_Operands`); a traced call keeps the NumPy steps (the trace records dS)
+    ops = _Operands(kc, vc, ins) if tracer is None and engine.numba_dot_add_decoded(
         ins.params, ins.k, len(sel) * M * N * kd) else None
     for m in range(int(m_min.min(initial=0)), int(m_max.max(initial=0))):
         act = np.flatnonzero((m_min <= m) & (m < m_max))
@@ -246,7 +247,7 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
             p = engine.ex2_ffma_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.arch)
         else:
             p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
-        if ops is not None and tracer is None:  # dS, the conversions and decodes compiled
+        if ops is not None:  # dS, the conversions and decodes compiled
             dv[act], dqp, dk[act] = ops.grads(*engine.backward_ds(
                 p, dp, dpsum[row][:, r], dtanh, cfg.fmt, ins.params.emin), dv[act], dk[act])
         else:
@@ -255,13 +256,10 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
                 ds = fmul(ds, dtanh, ftz=True)
             p16 = convert(p, cfg.fmt)
             ds16 = convert(ds, cfg.fmt)
-            if ops is not None:
-                dv[act], dqp, dk[act] = ops.grads(*ops.decoded(p16, ds16), dv[act], dk[act])
-            else:
-                dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
-                dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32),
-                               instruction=ins)
-                dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
+            dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
+            dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32),
+                           instruction=ins)
+            dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
         if tracer is not None:
             tracer.record(m, sel[act], {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
         _ordered_add(dq_accum, tile, r, dqp, order[act], bounds, dq_add_ftz(cfg))
@@ -305,15 +303,9 @@ class _Operands:
         zero, zi = self._zero(m, n)
         return self._gemm(self.q, at(self.kt), zero, zi), self._gemm(self.do, at(self.vt), zero, zi)
 
-    def decoded(self, p16, ds16):
-        """P^T, dS and dS^T decoded from the converted P and dS [A, M, N] (the path that
-        keeps dS for a trace; else ``engine.backward_ds`` gives them)."""
-        return tuple(engine.decode_operand(x, self.ins.params) for x in
-                     (np.swapaxes(p16, 1, 2), ds16, np.swapaxes(ds16, 1, 2)))
-
     def grads(self, pt, ds, dst, dv, dk):
         """dV += P^T dO, dQ's partial dS K (from -0), dK += dS^T Q, the three [A, ., kd], from
-        the decoded P^T, dS and dS^T."""
+        the decoded P^T, dS and dS^T (``engine.backward_ds``)."""
         zero, zi = self._zero(ds.vals.shape[1], self.k.vals.shape[2])
         dv = self._gemm(pt, self.do, np.ascontiguousarray(dv))
         dq = self._gemm(ds, dataclasses.replace(self.k, index=self.act), zero, zi)
