@@ -72,43 +72,96 @@ def _every_ex2_entry() -> np.ndarray:
 def _exp2_mode(scores, table, mode, packed=None):
     from simulator.engine import softmax as ksoft
 
-    deltas, t1, t2 = packed if packed is not None else (np.zeros(1, np.uint32),) + \
-        (np.zeros(1),) * 2
+    bits, centres = packed if packed is not None else (np.zeros(1, np.uint32),
+                                                       np.zeros(1, np.float32))
     n = scores.shape[1]
     out = np.empty(scores.shape, dtype=np.float32)
     one, zero = np.ones((1, n, 1), np.float32), np.zeros((1, n, 1), np.float32)
-    ksoft.scaled_exp2(scores, one, zero, table, deltas, t1, t2, mode, out, out.view(np.uint32))
+    ksoft.scaled_exp2(scores, one, zero, table, bits, centres, mode, out, out.view(np.uint32))
     return out
 
 
 def test_packed_ex2_table_gives_every_entry():
-    """The P kernel reads MUFU.EX2 from its packed form (``engine.softmax.pack_ex2``: the
-    float32 rounding of a product of two small tables' entries plus a 2-bit correction,
-    4 MB against 64): on inputs that read each of the 2^24 entries once, the packed and the
-    plain table give the same bits, and so does the whole kernel through ``softmax_exp2``.
-    A packed table with one correction changed fails this (checked)."""
+    """The kernels read MUFU.EX2 from its packed form (``engine.ex2_packed.pack``: one bit per
+    entry of the x >= 0 half and a centre per 4096 entries, 1 MB + 8 kB against 64 MB; the
+    x < 0 half read one index lower): on inputs that read each of the 2^24 entries once, the
+    packed and the plain table give the same bits, through ``scaled_exp2``, ``softmax_exp2``
+    and ``engine.ex2``. One flipped bit, or one centre moved by a unit, fails this (checked)."""
+    from simulator.engine import ex2_packed
     from simulator.engine import softmax as ksoft
 
     table = model("sm90").ex2_table()
-    packed = ksoft.pack_ex2(table)
-    assert packed is not None and packed[0].nbytes == 4 << 20
+    packed = ex2_packed.pack(table)
+    assert packed is not None
+    assert packed[0].nbytes == 1 << 20 and packed[1].nbytes == 8 << 10
     x = _every_ex2_entry()
     want = _exp2_mode(x, table, ksoft.EX2_TABLE)
+    half = 1 << 23  # entry i at input i; the x < 0 half's exponent one lower
+    assert np.array_equal(want.view(np.int32).reshape(-1), table - (np.arange(2 * half) >= half) * half)
     assert _same(want, _exp2_mode(x, table, ksoft.EX2_PACKED, packed))
     assert _same(want, engine.softmax_exp2(x, np.float32(1), np.float32(0), table))
+    assert _same(want.reshape(-1), engine.ex2(x.reshape(-1)))
     bad = packed[0].copy()
-    bad[12345] ^= 1
-    assert not _same(want, _exp2_mode(x, table, ksoft.EX2_PACKED, (bad,) + packed[1:]))
+    bad[12345] ^= 1 << 7
+    assert not _same(want, _exp2_mode(x, table, ksoft.EX2_PACKED, (bad, packed[1])))
+    moved = packed[1].copy()
+    moved[77] += 1
+    assert not _same(want, _exp2_mode(x, table, ksoft.EX2_PACKED, (packed[0], moved)))
+
+
+def test_packed_ex2_halves_are_one_index_apart():
+    """What the packing rests on, read off the verified table itself: its x < 0 half is its
+    x >= 0 half one index lower (entry 2^23 + j is entry j - 1, entry 2^23 is entry 0), and in
+    each 4096-entry segment the mantissas lie within 2 units around 2^(j / 2^23) 2^23 (1.29 at
+    most, so one bit per entry places them)."""
+    table = model("sm90").ex2_table().astype(np.int64)
+    half = 1 << 23
+    assert table[half] == table[0] and np.array_equal(table[half + 1:], table[:half - 1])
+    j = np.arange(half)
+    d = (np.exp2(j / half) * half - (table[:half] - (126 << 23))).reshape(-1, 4096)
+    width = d.max(axis=1) - d.min(axis=1)
+    assert 1.2 < width.max() < 1.3
+
+
+def test_packed_ex2_refuses_what_it_cannot_hold():
+    """``pack`` gives None for a table whose halves are not one index apart or whose entries
+    in a segment spread 2 units or more (the kernels then read the table), and refuses a
+    table of the wrong kind or size by name."""
+    from simulator.engine import ex2_packed
+    from simulator.engine import softmax as ksoft
+
+    table = model("sm90").ex2_table()
+    half = 1 << 23
+    shifted = table.copy()
+    shifted[half + 5] += 1  # the x < 0 half alone
+    assert ex2_packed.pack(shifted) is None
+    j = np.arange(17 * 4096, 18 * 4096)  # one segment: its lowest and highest v(j) - m(j)
+    d = np.exp2(j / half) * half - (table[j].astype(np.int64) - (126 << 23))
+    low, high = j[np.argmin(d)], j[np.argmax(d)]
+    spread = table.copy()
+    spread[[low, half + low + 1]] += 2  # both halves: the segment now spreads more than 2
+    assert ex2_packed.pack(spread) is None
+    narrow = table.copy()
+    narrow[[high, half + high + 1]] += 1  # its highest one unit lower: still within 2
+    packed = ex2_packed.pack(narrow)
+    assert packed is not None
+    x = (np.array([high, high + 1 - half], dtype=np.float64) * 2.0 ** -23).astype(np.float32)
+    got = _exp2_mode(x.reshape(1, -1, 1, 1), narrow, ksoft.EX2_PACKED, packed)
+    assert got.view(np.int32).reshape(-1).tolist() == [narrow[high], narrow[high] - half]
+    for bad in (table[:-1], table.astype(np.int64), [0] * (1 << 24)):
+        with pytest.raises(ValueError, match="table: expected int32"):
+            ex2_packed.pack(bad)
 
 
 def test_a_table_the_packing_cannot_hold_is_read_as_it_is():
-    """A table whose entry lies further than the 2-bit correction reaches from the product of
-    the small tables is not packed (``pack_ex2`` gives None) and the kernel reads it."""
-    from simulator.engine import softmax as ksoft
+    """A table the packing cannot hold (an x < 0 entry no longer its x >= 0 neighbour's;
+    ``ex2_packed.pack`` gives None) is read as it is."""
+    from simulator.engine import ex2_packed
 
     table = model("sm90").ex2_table().copy()
     table[(1 << 23) | 4096] += 9
-    assert ksoft.pack_ex2(table) is None
+    table.setflags(write=False)
+    assert ex2_packed.pack(table) is None and engine._packed_ex2(table) is None
     x = np.full((1, 4, 1, 1), 4096 * 2.0 ** -23 - 1, dtype=np.float32)
     got = engine.softmax_exp2(x, np.float32(1), np.float32(0), table)
     # x in [-1, 0): the entry holds twice the value, the exponent field takes -1 back

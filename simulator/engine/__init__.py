@@ -368,7 +368,7 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
         scale, neg_max: float32, broadcasting against ``[..., T, nrow]``.
         table: the int32 MUFU.EX2 table of the arch (``MufuModel.ex2_table()``), or None: then
             only the FFMA is evaluated and the caller applies its ex2. The kernel reads the
-            packed form of a read-only table (:func:`simulator.engine.softmax.pack_ex2`,
+            packed form of a read-only table (:func:`simulator.engine.ex2_packed.pack`,
             built once per table; ``MufuModel`` tables are read-only) or, for a writable
             table or one the packing cannot hold, the table itself.
     Returns:
@@ -383,16 +383,16 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
     packed = None if table is None else _packed_ex2(table)
     mode = (softmax.EX2_NONE if table is None else
             softmax.EX2_TABLE if packed is None else softmax.EX2_PACKED)
-    deltas, t1, t2 = packed if packed is not None else (_NO_DELTAS, _NO_T, _NO_T)
+    bits, centres = packed if packed is not None else (_NO_BITS, _NO_CENTRES)
     _launch(softmax.scaled_exp2, s4, _rows3(scale, lead), _rows3(neg_max, lead),
-            table if table is not None else _NO_TABLE, deltas, t1, t2, mode, o4,
+            table if table is not None else _NO_TABLE, bits, centres, mode, o4,
             o4.view(np.uint32))
     return out
 
 
 def softmax_step_ready(arch: str) -> bool:
     """Whether :func:`softmax_step` runs for the MUFU model ``arch``: its MUFU.EX2 table
-    exists (not ``"ideal"``) and packs (:func:`simulator.engine.softmax.pack_ex2`)."""
+    exists (not ``"ideal"``) and packs (:func:`simulator.engine.ex2_packed.pack`)."""
     return _packed_for(arch) is not None
 
 
@@ -462,9 +462,9 @@ def backward_ds(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh, fmt: st
     return out
 
 
-_NO_DELTAS = np.zeros(1, dtype=np.uint32)
-_NO_T = np.zeros(1, dtype=np.float64)
-_PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack_ex2(table)): tables live as long
+_NO_BITS = np.zeros(1, dtype=np.uint32)
+_NO_CENTRES = np.zeros(1, dtype=np.float32)
+_PACKED: dict[int, tuple] = {}  # id(table) -> (table, ex2_packed.pack(table)): tables live as long
 
 
 def _packed_for(arch: str):
@@ -477,17 +477,18 @@ def _packed_for(arch: str):
 
 
 def _packed_ex2(table: np.ndarray):
-    """:func:`simulator.engine.softmax.pack_ex2` of ``table``, built once per table object;
-    None for a writable table (it may change between calls: the kernel reads it as it is)."""
-    from . import softmax
+    """:func:`simulator.engine.ex2_packed.pack` of ``table``, built once per table object;
+    None for a writable table (it may change between calls: the kernel reads it as it is)
+    and for one of another kind or size than MUFU.EX2's int32 [2^24]."""
+    from . import ex2_packed
 
-    if table.flags.writeable:
+    if table.flags.writeable or table.dtype != np.int32 or table.shape != (2 * ex2_packed.HALF,):
         return None
     hit = _PACKED.get(id(table))
     if hit is None or hit[0] is not table:
         if len(_PACKED) >= 4:  # one table per arch in use; others (tests) are not kept
             _PACKED.clear()
-        hit = _PACKED[id(table)] = (table, softmax.pack_ex2(table))
+        hit = _PACKED[id(table)] = (table, ex2_packed.pack(table))
     return hit[1]
 
 

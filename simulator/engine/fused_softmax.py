@@ -20,7 +20,7 @@ It evaluates, with the bits of :class:`simulator.flash.softmax.Softmax` and the 
 
 Reading S through the layout's positions and writing P through them replaces the two takes
 between matrix and row / column order, P's conversion and its decode, and the NumPy of the row
-state between the kernels. MUFU.EX2 reads the packed table (:func:`.softmax.pack_ex2`).
+state between the kernels. MUFU.EX2 reads the packed table (:func:`.ex2_packed.pack`).
 
 Importing this module imports numba; the machine code is cached on disk (``cache=True``).
 """
@@ -35,6 +35,7 @@ import numpy as np
 from numba import prange
 
 from ..numerics.cvt import get_format
+from . import ex2_packed
 from . import intrinsics as ix
 from .decode import CODE_INF, CODE_ZERO, operand
 from .launch import parallel_kernel
@@ -42,9 +43,6 @@ from .operands import Decoded
 from .softmax import (
     _CANONICAL_NAN,
     _FLT_MIN,
-    _NO_TABLE,
-    _ex2_bits_packed,
-    _ex2_lookup,
     _ex2_split,
     fadd_ftz,
     ffma_ftz,
@@ -97,7 +95,7 @@ def code_of_bits(v, code_emin):
 
 @parallel_kernel
 def softmax_step(s, pos, scale, max_offset, first, check_inf, row_max, row_sum, scores_scale,
-                 deltas, t1, t2, shift, sub_min, sub_big, max_finite, sat, nan_bits, code_emin,
+                 bits, centres, shift, sub_min, sub_big, max_finite, sat, nan_bits, code_emin,
                  p_vals, p_codes):
     """One block's softmax step for R warpgroups (see the module docstring).
 
@@ -105,10 +103,10 @@ def softmax_step(s, pos, scale, max_offset, first, check_inf, row_max, row_sum, 
     [T * nrow * ncol] the position in E of each thread's register (row / column order,
     flattened), with ``T, nrow = row_max.shape[1:]``; scale float32 [R] (scale_log2);
     max_offset 0 or 8; row_max, row_sum float32 [R, T, nrow] (read, then overwritten with
-    the new state); scores_scale float32 [R, T, nrow] (written); deltas, t1, t2 the packed
-    MUFU.EX2 table; P's format as :func:`narrow_bits` takes it; writes ``p_vals`` float32
-    and ``p_codes`` int16 [R, E] (:func:`code_of_bits` at ``code_emin``, the P V
-    instruction's exponent floor). Every NaN of the row state is 0x7fffffff.
+    the new state); scores_scale float32 [R, T, nrow] (written); bits, centres the packed
+    MUFU.EX2 table (:func:`.ex2_packed.pack`); P's format as :func:`narrow_bits` takes it;
+    writes ``p_vals`` float32 and ``p_codes`` int16 [R, E] (:func:`code_of_bits` at
+    ``code_emin``, the P V instruction's exponent floor). Every NaN of the row state is 0x7fffffff.
     Per warpgroup: S gathered into row / column order, the passes over it contiguous
     (vectorised where the operations allow), P scattered back to matrix order."""
     rows, threads, nrow = row_max.shape
@@ -131,9 +129,9 @@ def softmax_step(s, pos, scale, max_offset, first, check_inf, row_max, row_sum, 
         for mi in range(nrow):
             _thread_maxima(sv, mi, row_max[r], first, acc)
             _new_max(acc, mi, first, check_inf, max_offset, sc, row_max[r], scores_scale[r],
-                     neg, deltas, t1, t2)
+                     neg, bits, centres)
         _scaled(sv, neg, sc, x)
-        _ex2_lookup(x1, _NO_TABLE, deltas, t1, t2, True, ubits)
+        ex2_packed.lookup(x1, ubits, bits, centres)
         for mi in range(nrow):
             _sums(x, mi, scores_scale[r], row_sum[r], first, acc)
             for t in range(threads):
@@ -169,8 +167,8 @@ def _thread_maxima(sv, mi, prev, first, acc):
 
 
 @numba.njit(inline="always", **_JIT)
-def _new_max(acc, mi, first, check_inf, max_offset, sc, row_max, scores_scale, neg, deltas,
-             t1, t2):
+def _new_max(acc, mi, first, check_inf, max_offset, sc, row_max, scores_scale, neg, bits,
+             centres):
     """Row ``mi``'s quad butterfly of the thread maxima ``acc`` (lane ^ 2, then lane ^ 1, the
     own value first), then per thread: scores_scale (MUFU.EX2 of ``(prev - cur) *
     scale_log2``, 1 when ``first``), the new maximum into ``row_max`` [T, nrow] and
@@ -185,7 +183,7 @@ def _new_max(acc, mi, first, check_inf, max_offset, sc, row_max, scores_scale, n
         if not first:
             c = np.float32(0.0) if check_inf and cur == _NEG_INF else cur
             idx, hi = _ex2_split(fmul_ftz(fadd_ftz(row_max[t, mi], -c), sc))
-            ss = _f32(_ex2_bits_packed(idx, hi, deltas, t1, t2))
+            ss = _f32(ex2_packed.value_bits(idx, hi, bits, centres))
         scores_scale[t, mi] = ss
         row_max[t, mi] = _f32(_CANONICAL_NAN) if cur != cur else cur
         m = ffma_ftz(cur, sc, np.float32(-max_offset)) if max_offset else fmul_ftz(cur, sc)

@@ -27,12 +27,14 @@ import numba
 import numpy as np
 from numba import prange
 
+from . import ex2_packed
 from .intrinsics import and_int32 as _and_int32
 from .intrinsics import bits32 as _bits32
 from .intrinsics import bits64 as _bits64
 from .intrinsics import float32_of as _float32_of
 from .intrinsics import float64_of as _float64
 from .intrinsics import fma_float32 as _fma_float32
+from .intrinsics import prefer_512_bit_vectors as _prefer_512
 from .intrinsics import prefetch as _prefetch
 from .launch import parallel_kernel
 
@@ -186,54 +188,6 @@ def row_max(scores, prev, first, out, out_bits):
                     out[r, t0 + lane, mi] = x
 
 
-# MUFU.EX2's table packed for the P kernel (:func:`pack_ex2`): each entry as the float32 rounding
-# of 2^(lo / 2^23) (lo its 23 low index bits), computed as the float64 product of two small
-# tables' entries, plus a 2-bit correction. Its 4 MB (the 2 MB that softmax's x <= 0 reads)
-# against the table's 64 MB: the P kernel's reads miss the caches far less.
-_EX2_HI_BITS = 11  # t1: 2^(h * 2^12 / 2^23) for the 11 high bits; t2: 2^(l / 2^23), 12 low bits
-_EX2_LO_BITS = 12
-
-
-def pack_ex2(table: np.ndarray):
-    """MUFU.EX2's int32 table (2^24 entries, :func:`simulator.numerics.mufu_data.ex2_table`)
-    as ``(deltas, t1, t2)``: uint32 [2^20] with sixteen 2-bit codes each, float64 [2^11] and
-    [2^12], such that ``table[i] = bits(float32(t1[lo >> 12] * t2[lo & 4095])) + code(i) - 2``
-    with ``lo = i & (2^23 - 1)`` (:func:`_ex2_bits_packed`); or None when some entry's
-    correction falls outside [-2, 1] (then the kernel reads the table). On the H200 table the
-    corrections are -1..1 (x >= 0) and -2..1 (x < 0), built and checked here in chunks."""
-    half = 1 << 23
-    t1 = np.exp2(np.arange(1 << _EX2_HI_BITS, dtype=np.float64) * (1 << _EX2_LO_BITS) / half)
-    t2 = np.exp2(np.arange(1 << _EX2_LO_BITS, dtype=np.float64) / half)
-    deltas = np.empty(table.size // 16, dtype=np.uint32)
-    shifts = 2 * np.arange(16, dtype=np.uint32)
-    chunk = 1 << 20
-    for start in range(0, table.size, chunk):
-        lo = np.arange(start, start + chunk, dtype=np.int64) & (half - 1)
-        ref = (t1[lo >> _EX2_LO_BITS] * t2[lo & ((1 << _EX2_LO_BITS) - 1)]).astype(np.float32)
-        code = table[start:start + chunk].astype(np.int64) - ref.view(np.int32) + 2
-        if code.min() < 0 or code.max() > 3:
-            return None
-        words = code.astype(np.uint32).reshape(-1, 16) << shifts  # fields do not overlap
-        deltas[start // 16:(start + chunk) // 16] = np.bitwise_or.reduce(words, axis=1)
-    for a in (deltas, t1, t2):
-        a.setflags(write=False)
-    return deltas, t1, t2
-
-
-@numba.njit(inline="always", **_JIT)
-def _ex2_bits_packed(idx, hi, deltas, t1, t2):
-    """:func:`_ex2_bits` from the packed table of :func:`pack_ex2`."""
-    if idx < 0:
-        return _CANONICAL_NAN
-    lo = idx & 0x7FFFFF
-    ref = _bits32(np.float32(t1[lo >> _EX2_LO_BITS] * t2[lo & ((1 << _EX2_LO_BITS) - 1)]))
-    code = (np.int64(deltas[idx >> 4]) >> ((idx & 15) * 2)) & 3
-    r = np.int64(ref) + code - 2 + hi  # exponent field += floor(f / 2^23)
-    if r < 0x00800000:  # below 2^-126 (or below zero): flushed
-        return np.uint32(0)
-    return np.uint32(r)
-
-
 # modes of scaled_exp2's MUFU.EX2: none (the FFMA only), the table, the packed table
 EX2_NONE, EX2_TABLE, EX2_PACKED = 0, 1, 2
 
@@ -255,9 +209,10 @@ def ffma_ftz_fast(a, b, c):
 
 
 @parallel_kernel
-def scaled_exp2(scores, scale, neg_max, table, deltas, t1, t2, mode, out, out_bits):
+def scaled_exp2(scores, scale, neg_max, table, bits, centres, mode, out, out_bits):
     """P = ``ex2(ffma(scores, scale, neg_max, ftz=True))``: MUFU.EX2 from ``table`` (mode
-    EX2_TABLE) or from its packed form ``deltas, t1, t2`` (EX2_PACKED, :func:`pack_ex2`), or
+    EX2_TABLE) or from its packed form ``bits, centres`` (EX2_PACKED,
+    :func:`simulator.engine.ex2_packed.pack`), or
     only the FFMA (EX2_NONE: the caller applies its MUFU model).
 
     scores [R, T, nrow, ncol]; scale, neg_max [R, T, nrow] (neg_max = -max_scaled); writes
@@ -292,7 +247,10 @@ def scaled_exp2(scores, scale, neg_max, table, deltas, t1, t2, mode, out, out_bi
                 if flat[e] != flat[e]:
                     flat_bits[e] = _CANONICAL_NAN
         else:
-            _ex2_lookup(flat, table, deltas, t1, t2, mode == EX2_PACKED, flat_bits)
+            if mode == EX2_PACKED:
+                ex2_packed.lookup(flat, flat_bits, bits, centres)
+            else:
+                _ex2_lookup(flat, table, flat_bits)
 
 
 # table reads issued this many elements ahead of their use (in the 1 x 4096 x 2 x 128 causal
@@ -304,12 +262,11 @@ _EX2_SPAN = 8192
 
 
 @numba.njit(inline="always", **_JIT)
-def _ex2_lookup(x, table, deltas, t1, t2, packed, out_bits):
+def _ex2_lookup(x, table, out_bits):
     """MUFU.EX2 of the float32 ``x`` [n] into the uint32 ``out_bits`` [n] (which may be x's
-    own memory): per span of elements, the fixed-point splits first (a vector loop), then the
-    table reads (``packed``: :func:`_ex2_bits_packed`, else :func:`_ex2_bits` on ``table``),
-    each prefetched :data:`_PREFETCH_AHEAD` elements ahead: the reads are random over
-    megabytes that the GEMMs between two calls push out of the caches."""
+    own memory) from the table itself: per span of elements, the fixed-point splits first (a
+    vector loop), then the table reads (:func:`_ex2_bits`), each prefetched
+    :data:`_PREFETCH_AHEAD` elements ahead: the reads are random over the table's 64 MB."""
     n = x.size
     idx = np.empty(_EX2_SPAN, dtype=np.int64)
     hi = np.empty(_EX2_SPAN, dtype=np.int64)
@@ -319,24 +276,19 @@ def _ex2_lookup(x, table, deltas, t1, t2, packed, out_bits):
             idx[e], hi[e] = _ex2_split(x[start + e])
         for e in range(m):
             if e + _PREFETCH_AHEAD < m:
-                ahead = max(idx[e + _PREFETCH_AHEAD], 0)  # a NaN's index -1 reads entry 0
-                if packed:
-                    _prefetch(deltas, ahead >> 4)
-                else:
-                    _prefetch(table, ahead)
-            if packed:
-                out_bits[start + e] = _ex2_bits_packed(idx[e], hi[e], deltas, t1, t2)
-            else:
-                out_bits[start + e] = _ex2_bits(idx[e], hi[e], table)
+                _prefetch(table, max(idx[e + _PREFETCH_AHEAD], 0))  # a NaN's -1 reads entry 0
+            out_bits[start + e] = _ex2_bits(idx[e], hi[e], table)
 
 
 @parallel_kernel
-def ex2_rows(x, deltas, t1, t2, out_bits):
+def ex2_rows(x, bits, centres, out_bits):
     """MUFU.EX2 (``ex2.approx.ftz.f32``) of float32 ``x`` [R, n] from the packed table
-    (:func:`pack_ex2`) into the uint32 ``out_bits`` [R, n]: ``MufuModel._ex2_core`` element by
-    element (a subnormal x reads as 0 through the fixed-point split, as ``.ftz`` has it)."""
+    (:func:`simulator.engine.ex2_packed.pack`) into the uint32 ``out_bits`` [R, n]:
+    ``MufuModel._ex2_core`` element by element (a subnormal x reads as 0 through the
+    fixed-point split, as ``.ftz`` has it)."""
+    _prefer_512()
     for r in prange(x.shape[0]):
-        _ex2_lookup(x[r], _NO_TABLE, deltas, t1, t2, True, out_bits[r])
+        ex2_packed.lookup(x[r], out_bits[r], bits, centres)
 
 
 _NO_TABLE = np.zeros(1, dtype=np.int32)
