@@ -111,29 +111,35 @@ def value_bits(idx, hi, bits, centres):
 def lookup(x, out_bits, bits, centres):
     """MUFU.EX2 (``ex2.approx.ftz.f32``) of the float32 ``x`` [n] into the uint32 ``out_bits``
     [n] (which may be x's own memory) from the packed table ``bits, centres``. Per span of
-    :data:`_SPAN` elements: the splits (a vector loop), the two reads per element (a loop of
-    loads only: LLVM does not turn them into gathers on the CPUs measured, so they are kept
-    out of the vector loops), then the values (a vector loop)."""
+    :data:`_SPAN` elements: the splits (a vector loop; a NaN marked in bit 0 of its exponent
+    increment), the two reads per element (a loop of loads only: LLVM does not turn them into
+    gathers on the CPUs measured, so they are kept out of the vector loops), then the values
+    (a vector loop that reads only the scratch rows, so that ``out_bits`` sharing x's memory
+    does not keep it scalar)."""
     n = x.size
     js = np.empty(_SPAN, dtype=np.int32)
+    hs = np.empty(_SPAN, dtype=np.int32)
     cs = np.empty(_SPAN, dtype=np.float32)
     ws = np.empty(_SPAN, dtype=np.uint32)
     for start in range(0, n, _SPAN):
         m = min(_SPAN, n - start)
         xs = x[start:start + m]
-        os = out_bits[start:start + m]
         for e in range(m):
-            js[e] = _split(xs[e])[0]
+            g = xs[e]
+            j, hi = _split(g)
+            js[e] = j
+            hs[e] = hi | np.int32(g != g)
         for e in range(m):
             uj = np.uint32(js[e])
             cs[e] = centres[uj >> np.uint32(SEGMENT_BITS)]
             ws[e] = bits[uj >> np.uint32(5)]
+        os = out_bits[start:start + m]
         for e in range(m):
-            g = xs[e]
-            j, hi = _split(g)
+            j, hi = js[e], hs[e]
             base = _trunc_int32(ulps(j) - np.float64(cs[e]))
             b = np.int32((ws[e] >> (np.uint32(j) & np.uint32(31))) & np.uint32(1))
-            os[e] = _CANONICAL_NAN if g != g else _finish(base + b, hi)
+            nan = (hi & np.int32(1)) != np.int32(0)
+            os[e] = _CANONICAL_NAN if nan else _finish(base + b, hi & np.int32(-2))
 
 
 @numba.njit(**_JIT)
