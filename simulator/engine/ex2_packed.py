@@ -25,6 +25,7 @@ import math
 import numba
 import numpy as np
 
+from .intrinsics import fma_float64 as _fma
 from .intrinsics import prefer_512_bit_vectors as _prefer_512
 from .intrinsics import trunc_int32 as _trunc_int32
 
@@ -46,15 +47,14 @@ def ulps(j):
     """``2^(j / 2^23) * 2^23`` in float64 for an int ``j`` in [0, 2^23) (IEEE multiplies and
     adds, never contracted: the same bits on every machine)."""
     z = np.float64(j) * (1.0 / HALF) - 0.5
-    p = _K8
-    p = p * z + _K7
-    p = p * z + _K6
-    p = p * z + _K5
-    p = p * z + _K4
-    p = p * z + _K3
-    p = p * z + _K2
-    p = p * z + _K1
-    p = p * z + _K0
+    p = _fma(_K8, z, _K7)
+    p = _fma(p, z, _K6)
+    p = _fma(p, z, _K5)
+    p = _fma(p, z, _K4)
+    p = _fma(p, z, _K3)
+    p = _fma(p, z, _K2)
+    p = _fma(p, z, _K1)
+    p = _fma(p, z, _K0)
     return p * _SCALE
 
 

@@ -124,6 +124,19 @@ def fma_float32(typingctx, a, b, c):
 
 
 @intrinsic
+def fma_float64(typingctx, a, b, c):
+    """``a * b + c`` of three float64 rounded once to the nearest float64, ties to even
+    (``llvm.fma.f64``: ``vfmadd`` where the CPU has it, else libm's ``fma``; never contracted
+    or reassociated)."""
+    if not all(isinstance(v, types.Float) and v.bitwidth == 64 for v in (a, b, c)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fma(*args)
+    return types.float64(a, b, c), codegen
+
+
+@intrinsic
 def prefetch(typingctx, arr, index):
     """A hint to bring ``arr[index]`` (a C-contiguous 1-d array, ``index`` in range) into the
     data caches for a read soon (``llvm.prefetch``, read, highest locality: ``prefetcht0``).
