@@ -14,6 +14,7 @@ import numba
 import numpy as np
 
 from .intrinsics import bits64, float32_of
+from .launch import JIT
 
 NO_EXP = -(1 << 20)  # exponent of a zero operand: two still fit int32
 # exponent of an inf / NaN operand: a product touching one has ea + eb >= SPECIAL, even with a
@@ -30,7 +31,7 @@ CODE_INF = 12288
 CODE_SPECIAL = 4096
 CODE_NONE = -4096
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
 
 
 @numba.njit(inline="always")

@@ -26,7 +26,7 @@ from . import decode
 from . import intrinsics as ix
 from .decode import CODE_NONE, CODE_SPECIAL, INF_EXP, NO_EXP, SPECIAL, code_max
 from .intrinsics import bits64, float32_of, float64_of, prefer_512_bit_vectors
-from .launch import parallel_kernel
+from .launch import JIT, parallel_kernel
 
 # marks of the outputs the vector path leaves to _fix: NaN, and -NaN for an exact zero sum
 _MARK = np.float32(np.nan)
@@ -35,7 +35,7 @@ _CANONICAL_NAN = 0x7FFFFFFF
 _NO_EXP32, _INF_EXP32 = np.int32(NO_EXP), np.int32(INF_EXP)
 _RZ, _RN = 0, 1
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
 
 
 @numba.njit(**_JIT)

@@ -38,7 +38,7 @@ from ..numerics.cvt import get_format
 from . import ex2_packed
 from . import intrinsics as ix
 from .decode import CODE_INF, CODE_ZERO, operand
-from .launch import parallel_kernel
+from .launch import JIT, parallel_kernel
 from .operands import Decoded
 from .softmax import (
     _CANONICAL_NAN,
@@ -51,7 +51,7 @@ from .softmax import (
     fmul_ftz,
 )
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
 _NEG_INF = np.float32(-np.inf)
 
 

@@ -9,14 +9,17 @@ kernel called while numba's pool runs one thread (``engine.set_threads(1)``) run
 twin: no launch, the same arithmetic (``prange`` runs as ``range``).
 
 Importing this module imports numba and sets its threading layer (below) before any parallel
-kernel runs: every kernel module of the engine imports it.
+kernel runs, and drops machine code cached from other sources of the engine (below): every
+kernel module of the engine imports it.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import types
+from pathlib import Path
 
 import numba
 
@@ -27,6 +30,45 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
 JIT = dict(cache=True, nogil=True)
+
+
+def drop_stale_cache(package: Path = Path(__file__).parent) -> bool:
+    """Removes the machine code numba cached in ``package/__pycache__`` (``*.nbi``, ``*.nbc``)
+    when the package's sources differ from those it was compiled from; returns whether it did.
+
+    numba keys a cached function by its own file's time stamp and size alone, while the
+    kernels inline functions of sibling modules (``ex2_packed.lookup`` into
+    ``fused_softmax.softmax_step``, ``intrinsics`` everywhere): an edit of a sibling alone (a
+    checkout's ``git pull``) would keep running code compiled from the old one. The SHA-256 of
+    every ``*.py`` here is kept beside the cache (``engine_sources.sha256``, written
+    atomically). Removing files another process is loading is safe: numba recompiles where a
+    cache file is missing. A read-only or absent ``__pycache__`` is left alone (numba then
+    caches under its user directory, keyed by each file's stamp, which an installation
+    changes for every file at once)."""
+    cache = package / "__pycache__"
+    digest = hashlib.sha256()
+    for src in sorted(package.glob("*.py")):
+        digest.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
+    stamp = cache / "engine_sources.sha256"
+    try:
+        if stamp.read_text() == digest.hexdigest():
+            return False
+    except OSError:
+        pass
+    if not cache.is_dir() or not os.access(cache, os.W_OK):
+        return False
+    for old in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
+        old.unlink(missing_ok=True)
+    tmp = cache / f"engine_sources.sha256.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(digest.hexdigest())
+        os.replace(tmp, stamp)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+drop_stale_cache()
 
 
 class Kernel:

@@ -36,9 +36,9 @@ from .intrinsics import float64_of as _float64
 from .intrinsics import fma_float32 as _fma_float32
 from .intrinsics import prefer_512_bit_vectors as _prefer_512
 from .intrinsics import prefetch as _prefetch
-from .launch import parallel_kernel
+from .launch import JIT, parallel_kernel
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
 _CANONICAL_NAN = np.uint32(0x7FFFFFFF)
 _FLT_MIN = np.float32(2.0**-126)
 _LOW29 = (1 << 29) - 1
