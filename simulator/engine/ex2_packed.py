@@ -6,12 +6,12 @@ entry by entry) make it small; :func:`pack` checks both on the table it is given
 None where either fails (the kernels then read the table itself):
 
 - its x < 0 half repeats its x >= 0 half one index lower: entry ``2^23 + j`` equals entry
-  ``j - 1`` for j >= 1, and entry ``2^23`` equals entry 0 (the fraction of a negative input
-  reaches the interpolator one unit lower);
+  ``j - 1`` for j >= 1, and entry ``2^23`` equals entry 0 (as if the fraction of a negative
+  input reached the unit's interpolator one unit lower);
 - within each segment of 4096 entries of the x >= 0 half, an entry's mantissa ``m(j)`` (its
-  bits less ``126 << 23``, an integer in [2^23, 2^24]) lies less than one unit from
-  ``v(j) - c`` with ``v(j) = 2^(j / 2^23) * 2^23`` (:func:`ulps`) and ``c`` the segment's
-  centre: ``m(j) - v(j)`` spans 1.29 units at most on the H200's table, so
+  bits less ``126 << 23``, an integer in [2^23, 2^24]) and ``v(j) = 2^(j / 2^23) * 2^23``
+  (:func:`ulps`) differ by amounts ``v(j) - m(j)`` that spread less than 2 units (1.29 at most
+  on the H200's table): with ``c`` the middle of the segment's spread,
   ``m(j) = trunc(v(j) - c) + b(j)`` with one bit ``b(j)``.
 
 The kernels compute ``trunc(v(j) - c)`` with the same compiled arithmetic that :func:`pack`
@@ -40,13 +40,13 @@ _MANTISSA_BASE = 126 << 23  # an entry's bits less this: its mantissa with the i
 _K = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(9))
 _K0, _K1, _K2, _K3, _K4, _K5, _K6, _K7, _K8 = _K
 _SCALE = 2.0**23 * math.sqrt(2.0)
-_SPAN = 1024  # elements per pass of lookup(): three scratch rows of 4 kB stay in L1
+_SPAN = 1024  # elements per pass of lookup(): its four scratch rows of 4 kB stay in L1
 
 
 @numba.njit(inline="always", **_JIT)
 def ulps(j):
-    """``2^(j / 2^23) * 2^23`` in float64 for an int ``j`` in [0, 2^23) (IEEE multiplies and
-    adds, never contracted: the same bits on every machine)."""
+    """``2^(j / 2^23) * 2^23`` in float64 for an int ``j`` in [0, 2^23): Horner's scheme in
+    fmas rounded once each (``llvm.fma.f64``), so the same bits on every machine."""
     z = np.float64(j) * (1.0 / HALF) - 0.5
     p = _fma(_K8, z, _K7)
     p = _fma(p, z, _K6)
