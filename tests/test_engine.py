@@ -645,33 +645,42 @@ def test_a_child_forked_inside_a_launch_keeps_none_of_it():
     p.join(timeout=60)
 
 
-def test_cached_machine_code_from_other_sources_is_dropped(tmp_path):
+@pytest.mark.parametrize("where", ["in-tree", "NUMBA_CACHE_DIR"])
+def test_cached_machine_code_from_other_sources_is_dropped(tmp_path, monkeypatch, where):
     """numba keys a cached kernel by its own file only, and the kernels inline functions of
     sibling modules: ``launch.drop_stale_cache`` removes the package's ``*.nbi`` / ``*.nbc``
-    when any of its sources changed since the cache was written, and keeps them (and other
-    files) otherwise."""
+    (in the directory numba caches them in: the in-tree ``__pycache__``, or under
+    ``NUMBA_CACHE_DIR`` where that is set) when any of its sources changed since the cache was
+    written, and keeps them, and every other file, otherwise."""
+    import numba
+
     from simulator.engine import launch
 
-    (tmp_path / "kernel.py").write_text("A = 1\n")
-    (tmp_path / "helper.py").write_text("B = 2\n")
-    cache = tmp_path / "__pycache__"
-    cache.mkdir()
-    cached = [cache / "kernel.k-1.py311.nbi", cache / "kernel.k-1.py311.1.nbc"]
-    keep = cache / "kernel.cpython-311.pyc"
-    for f in (*cached, keep):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "kernel.py").write_text("A = 1\n")
+    (pkg / "helper.py").write_text("B = 2\n")
+    if where == "in-tree":
+        cache = pkg / "__pycache__"
+        cache.mkdir()
+    else:
+        monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "user_cache"))
+        cache = launch._cache_dir(pkg / "helper.py")
+        assert cache is not None and (tmp_path / "user_cache") in cache.parents
+    assert launch._cache_dir(pkg / "helper.py") == cache
+    cached = [cache / "kernel.k-1.py311.nbi", cache / "kernel.k-1.py311.1.nbc",
+              cache / "helper.h-3.py311.nbi"]
+    keep = [cache / "kernel.cpython-311.pyc", cache / "other.f-1.py311.nbi"]
+    for f in (*cached, *keep):
         f.write_bytes(b"x")
-    assert launch.drop_stale_cache(tmp_path)  # no stamp yet: dropped, stamp written
-    assert not any(f.exists() for f in cached) and keep.exists()
+    assert launch.drop_stale_cache(pkg)  # no stamp yet: dropped, stamp written
+    assert not any(f.exists() for f in cached) and all(f.exists() for f in keep)
     for f in cached:
         f.write_bytes(b"x")
-    assert not launch.drop_stale_cache(tmp_path)  # same sources: kept
+    assert not launch.drop_stale_cache(pkg)  # same sources: kept
     assert all(f.exists() for f in cached)
-    (tmp_path / "helper.py").write_text("B = 3\n")  # a sibling alone changed
-    assert launch.drop_stale_cache(tmp_path)
-    assert not any(f.exists() for f in cached) and keep.exists()
-    assert not launch.drop_stale_cache(tmp_path)
+    (pkg / "helper.py").write_text("B = 3\n")  # a sibling alone changed
+    assert launch.drop_stale_cache(pkg)
+    assert not any(f.exists() for f in cached) and all(f.exists() for f in keep)
+    assert not launch.drop_stale_cache(pkg)
     assert [p.name for p in cache.iterdir() if p.name.endswith(".tmp")] == []
-    # the package's own stamp matches its sources once imported
-    pkg = launch.Path(launch.__file__).parent
-    if (pkg / "__pycache__" / "engine_sources.sha256").exists():
-        assert not launch.drop_stale_cache(pkg)

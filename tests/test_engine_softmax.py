@@ -161,7 +161,7 @@ def test_a_table_the_packing_cannot_hold_is_read_as_it_is():
     table = model("sm90").ex2_table().copy()
     table[(1 << 23) | 4096] += 9
     table.setflags(write=False)
-    assert ex2_packed.pack(table) is None and engine._packed_ex2(table) is None
+    assert ex2_packed.pack(table) is None and ex2_packed.for_table(table) is None
     x = np.full((1, 4, 1, 1), 4096 * 2.0 ** -23 - 1, dtype=np.float32)
     got = engine.softmax_exp2(x, np.float32(1), np.float32(0), table)
     # x in [-1, 0): the entry holds twice the value, the exponent field takes -1 back
@@ -409,3 +409,57 @@ def test_compiled_ex2_gives_the_models_bits():
     assert _same(want[:1000].reshape(10, 100), engine.ex2(x[:1000].reshape(10, 100)))
     with pytest.raises(TypeError, match="^x: expected a float32 array"):
         engine.ex2(x.astype(np.float64))
+
+
+def test_compiled_ex2_paths_take_what_the_model_takes():
+    """``engine.ex2`` takes a ``numpy.float32`` and refuses ndarray subclasses, as
+    ``mufu.ex2`` does; empty inputs give empty results; ``softmax_exp2`` and ``ex2_ffma_rows``
+    refuse a wrong dtype, too few dimensions or a table of the wrong kind or size by name
+    (a short table would be read out of bounds)."""
+    one = np.float32(1.5)
+    assert _same(engine.ex2(one), ex2(one))
+    with pytest.raises(TypeError, match="^x: expected a plain numpy float32 array"):
+        engine.ex2(np.ma.masked_array(np.zeros(4, np.float32)))
+    assert engine.ex2(np.zeros((0, 3), np.float32)).shape == (0, 3)
+    table = model("sm90").ex2_table()
+    empty = engine.softmax_exp2(np.zeros((1, 4, 2, 0), np.float32), np.float32(1), np.float32(0),
+                                table)
+    assert empty.shape == (1, 4, 2, 0)
+    assert engine.ex2_ffma_rows(np.zeros((5, 0), np.float32), np.float32(1), np.float32(0)).shape \
+        == (5, 0)
+    s = np.zeros((1, 4, 2, 2), np.float32)
+    for kw, err, match in ((dict(scores=s.astype(np.float64)), TypeError, "^scores"),
+                           (dict(scores=s[0, 0]), TypeError, "^scores"),
+                           (dict(table=np.zeros(10, np.int32)), ValueError, "^table"),
+                           (dict(table=table.view(np.float32)), ValueError, "^table"),
+                           (dict(table=[1, 2]), TypeError, "^table")):
+        args = dict(scores=s, scale=np.float32(1), neg_max=np.float32(0), table=table) | kw
+        with pytest.raises(err, match=match):
+            engine.softmax_exp2(**args)
+    for x in (np.zeros(3, np.float64), np.float32(0), np.zeros(3, np.float16)):
+        with pytest.raises(TypeError, match="^x"):
+            engine.ex2_ffma_rows(x, np.float32(1), np.float32(0))
+
+
+def test_only_the_models_own_table_is_packed():
+    """The packed form is derived once and kept, so only the MUFU model's table is packed:
+    it is read-only for good (its WRITEABLE flag cannot be set again). A read-only view of a
+    caller's writable array is read as it is at every call, so an edit through the array
+    shows in the next call."""
+    from simulator.engine import ex2_packed
+    from simulator.numerics.mufu import is_model_ex2_table
+
+    table = model("sm90").ex2_table()
+    assert is_model_ex2_table(table) and ex2_packed.for_table(table) is not None
+    with pytest.raises(ValueError):
+        table.setflags(write=True)
+    base = table.copy()
+    view = base.view()
+    view.setflags(write=False)
+    assert not is_model_ex2_table(view) and ex2_packed.for_table(view) is None
+    x = np.zeros((1, 4, 1, 1), np.float32)  # reads entry 0
+    before = engine.softmax_exp2(x, np.float32(1), np.float32(0), view)
+    assert (before.view(np.int32) == table[0]).all()
+    base[0] = 0x3F000000
+    after = engine.softmax_exp2(x, np.float32(1), np.float32(0), view)
+    assert (after.view(np.int32) == 0x3F000000).all()

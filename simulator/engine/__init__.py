@@ -319,6 +319,19 @@ def numba_softmax(x, rowcol: bool = True) -> bool:
             and shaped and x.size > 0 and wants_numba("softmax", x.size))
 
 
+def _require_float32_array(name: str, x, min_ndim: int = 0) -> None:
+    """Refuse what the NumPy model's operations refuse: anything but a plain float32 array of
+    ``min_ndim`` dimensions or more (TypeError naming ``name``)."""
+    from ..numerics.bits import reject_subclass
+
+    reject_subclass(name, x)
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < min_ndim:
+        what = (f"{x.dtype} of {x.ndim} dimension(s)" if isinstance(x, np.ndarray)
+                else type(x).__name__)
+        raise TypeError(f"{name}: expected a float32 array of {min_ndim} or more dimensions, "
+                        f"got {what}")
+
+
 def _rows3(x, lead, dtype=np.float32):
     """``x`` broadcast to the shape ``lead`` (``[..., a, b]``), as a C-contiguous [R, a, b].
 
@@ -329,6 +342,13 @@ def _rows3(x, lead, dtype=np.float32):
         raise TypeError(f"expected a float32 operand, got dtype {np.asarray(x).dtype}")
     x = np.ascontiguousarray(np.broadcast_to(x, lead))
     return x.reshape((-1,) + x.shape[-2:])
+
+
+def _ex2_packed():
+    """:mod:`.ex2_packed`, imported on first use (it imports numba)."""
+    from . import ex2_packed
+
+    return ex2_packed
 
 
 def _launch(kernel, *args):
@@ -368,19 +388,32 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
         scale, neg_max: float32, broadcasting against ``[..., T, nrow]``.
         table: the int32 MUFU.EX2 table of the arch (``MufuModel.ex2_table()``), or None: then
             only the FFMA is evaluated and the caller applies its ex2. The kernel reads the
-            packed form of a read-only table (:func:`simulator.engine.ex2_packed.pack`,
-            built once per table; ``MufuModel`` tables are read-only) or, for a writable
-            table or one the packing cannot hold, the table itself.
+            packed form of a MUFU model's own table (:func:`.ex2_packed.for_table`, built
+            once) or, for any other table or one the packing cannot hold, the table itself.
     Returns:
         float32 of the scores' shape.
+    Raises:
+        TypeError: ``scores`` is not a float32 array of 3 or more dimensions, ``table`` not an
+            array, or ``scale`` / ``neg_max`` not float32.
+        ValueError: ``table`` not MUFU.EX2's int32 [2^24].
     """
     from . import softmax
 
+    _require_float32_array("scores", scores, min_ndim=3)
+    if table is not None:
+        if not isinstance(table, np.ndarray):
+            raise TypeError(f"table: expected an int32 array or None, got {type(table).__name__}")
+        if table.dtype != np.int32 or table.shape != (1 << 24,):
+            raise ValueError(f"table: expected MUFU.EX2's int32 [{1 << 24}], got {table.dtype} "
+                             f"{table.shape}")
+        table = np.ascontiguousarray(table)
+    if scores.size == 0:
+        return np.empty(scores.shape, dtype=np.float32)
     s4 = np.ascontiguousarray(scores).reshape((-1,) + scores.shape[-3:])
     lead = scores.shape[:-1]
     out = np.empty(scores.shape, dtype=np.float32)
     o4 = out.reshape(s4.shape)
-    packed = None if table is None else _packed_ex2(table)
+    packed = None if table is None else _ex2_packed().for_table(table)
     mode = (softmax.EX2_NONE if table is None else
             softmax.EX2_TABLE if packed is None else softmax.EX2_PACKED)
     bits, centres = packed if packed is not None else (_NO_BITS, _NO_CENTRES)
@@ -393,7 +426,7 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
 def softmax_step_ready(arch: str) -> bool:
     """Whether :func:`softmax_step` runs for the MUFU model ``arch``: its MUFU.EX2 table
     exists (not ``"ideal"``) and packs (:func:`simulator.engine.ex2_packed.pack`)."""
-    return _packed_for(arch) is not None
+    return _ex2_packed().for_arch(arch) is not None
 
 
 def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarray,
@@ -425,7 +458,7 @@ def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarra
     """
     from . import fused_softmax
 
-    packed = _packed_for(arch)
+    packed = _ex2_packed().for_arch(arch)
     if packed is None:
         raise ValueError(f"arch: {arch!r} has no packed MUFU.EX2 table for the compiled step")
     with _launch_lock():
@@ -464,34 +497,6 @@ def backward_ds(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh, fmt: st
 
 _NO_BITS = np.zeros(1, dtype=np.uint32)
 _NO_CENTRES = np.zeros(1, dtype=np.float32)
-_PACKED: dict[int, tuple] = {}  # id(table) -> (table, ex2_packed.pack(table)): tables live as long
-
-
-def _packed_for(arch: str):
-    """The packed MUFU.EX2 table of the MUFU model ``arch`` (:func:`_packed_ex2`), or None
-    where it has no table (``"ideal"``) or the table does not pack."""
-    from ..numerics.mufu import model
-
-    table = model(arch).ex2_table()
-    return None if table is None else _packed_ex2(table)
-
-
-def _packed_ex2(table: np.ndarray):
-    """:func:`simulator.engine.ex2_packed.pack` of ``table``, built once per table object;
-    None for a writable table (it may change between calls: the kernel reads it as it is)
-    and for one of another kind or size than MUFU.EX2's int32 [2^24]."""
-    from . import ex2_packed
-
-    if table.flags.writeable or table.dtype != np.int32 or table.shape != (2 * ex2_packed.HALF,):
-        return None
-    hit = _PACKED.get(id(table))
-    if hit is None or hit[0] is not table:
-        if len(_PACKED) >= 4:  # one table per arch in use; others (tests) are not kept
-            _PACKED.clear()
-        hit = _PACKED[id(table)] = (table, ex2_packed.pack(table))
-    return hit[1]
-
-
 def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     """Compiled ``ex2(ffma(x, scale[..., None], neg[..., None], ftz=True), arch=arch)``
     (FFMA.FTZ then MUFU.EX2, :func:`simulator.engine.softmax.scaled_exp2`): the backward's
@@ -504,11 +509,12 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     Returns:
         float32 of x's shape, the NumPy model's bits.
     Raises:
-        TypeError: an array ``scale`` or ``neg`` that is not float32 (scalars are taken as
-            float32).
+        TypeError: ``x`` not a float32 array of 1 or more dimensions; an array ``scale`` or
+            ``neg`` that is not float32 (scalars are taken as float32).
     """
     from ..numerics.mufu import ex2, model
 
+    _require_float32_array("x", x, min_ndim=1)
     table = model(arch).ex2_table()
     x2 = x if x.ndim >= 2 else x[None]
     rows = np.ascontiguousarray(x2).reshape(x2.shape[:-1] + (1, x2.shape[-1]))
@@ -519,22 +525,23 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     return p if table is not None else ex2(p, arch=arch)
 
 
-def ex2(x: np.ndarray) -> np.ndarray:
+def ex2(x) -> np.ndarray:
     """Compiled MUFU.EX2 of the sm90 model (``simulator.numerics.mufu.ex2(x)``, ``.ftz``) on
-    float32 ``x`` of any shape, from the packed table (:func:`simulator.engine.softmax.ex2_rows`);
-    returns float32 of x's shape with the NumPy model's bits.
+    a float32 array of any shape or a ``numpy.float32``, from the packed table
+    (:func:`simulator.engine.softmax.ex2_rows`); returns a float32 array of x's shape with the
+    NumPy model's bits.
 
     Raises:
-        TypeError: ``x`` is not a float32 array.
+        TypeError: ``x`` is not float32, or is an ndarray subclass (as the NumPy model).
     """
+    from ..numerics.bits import require_float32
     from ..numerics.mufu import model
     from . import softmax
 
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
-        raise TypeError(f"x: expected a float32 array, got {getattr(x, 'dtype', type(x).__name__)}")
+    x = require_float32("x", x)
     table = model("sm90").ex2_table()
-    packed = _packed_ex2(table)
-    if packed is None:  # a table the packing cannot hold: the P kernel's table path
+    packed = _ex2_packed().for_table(table)
+    if packed is None or x.size == 0:  # the packing cannot hold the table: the table path
         return softmax_exp2(np.ascontiguousarray(x).reshape(1, -1, 1, 1), np.float32(1),
                             np.float32(0), table).reshape(x.shape)
     # rows of 2^14 where they divide the size (rows are what the parallel kernel shares out)

@@ -195,3 +195,32 @@ def pack(table: np.ndarray):
     for a in (words, centres):
         a.setflags(write=False)
     return words, centres
+
+
+_PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack(table)): a model's table lives on
+
+
+def for_table(table: np.ndarray):
+    """:func:`pack` of ``table``, built once per table; only for a MUFU model's own table
+    (``simulator.numerics.mufu.is_model_ex2_table``: verified, and read-only for good), None
+    for any other (a caller's array may change between calls through memory it shares, so
+    the kernels read it as it is at every call)."""
+    from ..numerics.mufu import is_model_ex2_table
+
+    if not is_model_ex2_table(table):
+        return None
+    hit = _PACKED.get(id(table))
+    if hit is None or hit[0] is not table:
+        if len(_PACKED) >= 4:  # one table per arch in use
+            _PACKED.clear()
+        hit = _PACKED[id(table)] = (table, pack(table))
+    return hit[1]
+
+
+def for_arch(arch: str):
+    """:func:`for_table` of the MUFU model ``arch``'s table; None where it has none
+    (``"ideal"``) or it does not pack."""
+    from ..numerics.mufu import model
+
+    table = model(arch).ex2_table()
+    return None if table is None else for_table(table)

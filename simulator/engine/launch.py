@@ -33,21 +33,24 @@ JIT = dict(cache=True, nogil=True)
 
 
 def drop_stale_cache(package: Path = Path(__file__).parent) -> bool:
-    """Removes the machine code numba cached in ``package/__pycache__`` (``*.nbi``, ``*.nbc``)
-    when the package's sources differ from those it was compiled from; returns whether it did.
+    """Removes the machine code numba cached for the modules of ``package`` (``*.nbi``,
+    ``*.nbc``) when the package's sources differ from those it was compiled from; returns
+    whether it did.
 
     numba keys a cached function by its own file's time stamp and size alone, while the
     kernels inline functions of sibling modules (``ex2_packed.lookup`` into
     ``fused_softmax.softmax_step``, ``intrinsics`` everywhere): an edit of a sibling alone (a
     checkout's ``git pull``) would keep running code compiled from the old one. The SHA-256 of
     every ``*.py`` here is kept beside the cache (``engine_sources.sha256``, written
-    atomically). Removing files another process is loading is safe: numba recompiles where a
-    cache file is missing. A read-only or absent ``__pycache__`` is left alone (numba then
-    caches under its user directory, keyed by each file's stamp, which an installation
-    changes for every file at once)."""
-    cache = package / "__pycache__"
+    atomically), in the directory numba caches them in (:func:`_cache_dir`:
+    ``NUMBA_CACHE_DIR``, the in-tree ``__pycache__`` or numba's user cache). Removing files
+    another process is loading is safe: numba recompiles where a cache file is missing."""
+    sources = sorted(package.glob("*.py"))
+    cache = _cache_dir(sources[0]) if sources else None
+    if cache is None or not cache.is_dir() or not os.access(cache, os.W_OK):
+        return False
     digest = hashlib.sha256()
-    for src in sorted(package.glob("*.py")):
+    for src in sources:
         digest.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
     stamp = cache / "engine_sources.sha256"
     try:
@@ -55,10 +58,9 @@ def drop_stale_cache(package: Path = Path(__file__).parent) -> bool:
             return False
     except OSError:
         pass
-    if not cache.is_dir() or not os.access(cache, os.W_OK):
-        return False
-    for old in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
-        old.unlink(missing_ok=True)
+    for src in sources:  # numba names a module's cache files "<module>.<function>-<line>..."
+        for old in [*cache.glob(f"{src.stem}.*.nbi"), *cache.glob(f"{src.stem}.*.nbc")]:
+            old.unlink(missing_ok=True)
     tmp = cache / f"engine_sources.sha256.{os.getpid()}.tmp"
     try:
         tmp.write_text(digest.hexdigest())
@@ -66,6 +68,22 @@ def drop_stale_cache(package: Path = Path(__file__).parent) -> bool:
     except OSError:
         tmp.unlink(missing_ok=True)
     return True
+
+
+def _cache_dir(source: Path) -> Path | None:
+    """The directory numba caches the functions of ``source`` in: the first of its cache
+    locators that takes the file, in numba's own order; None where none does (or numba's
+    internals differ from those of the versions pinned)."""
+    from numba.core import caching
+
+    for locator in getattr(caching.CacheImpl, "_locator_classes", ()):
+        try:
+            found = locator.from_function(drop_stale_cache, str(source))
+            if found is not None:
+                return Path(found.get_cache_path())
+        except Exception:  # a locator that cannot serve this file: numba tries the next
+            continue
+    return None
 
 
 drop_stale_cache()

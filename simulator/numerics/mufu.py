@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -98,6 +99,17 @@ def _nan_fix(x: np.ndarray, out_bits: np.ndarray) -> np.ndarray:
     return out_bits
 
 
+# the MUFU.EX2 tables the models have loaded, by id (weakly: a cleared model's table goes)
+_MODEL_EX2_TABLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def is_model_ex2_table(table) -> bool:
+    """Whether ``table`` is the MUFU.EX2 table a :class:`MufuModel` of this process loaded
+    (:meth:`MufuModel.ex2_table`): verified against its recorded checksums and read-only for
+    good, so that a compiled twin may derive a form of it once and keep it."""
+    return _MODEL_EX2_TABLES.get(id(table)) is table
+
+
 def _prep(x, name="x"):
     x = require_float32(name, x)
     return x, np.ascontiguousarray(x.reshape(-1))
@@ -123,7 +135,9 @@ class MufuModel:
     # ---- tables, loaded on first use -------------------------------------------------------
     @functools.cached_property
     def _ex2c(self) -> np.ndarray:
-        return mufu_data.ex2_table(self.arch)
+        table = mufu_data.ex2_table(self.arch)
+        _MODEL_EX2_TABLES[id(table)] = table
+        return table
 
     @functools.cached_property
     def _ex2_no_flush(self) -> np.float32:

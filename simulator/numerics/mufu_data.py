@@ -347,7 +347,8 @@ def tables(arch: str, names, mmap: bool = True) -> dict[str, np.ndarray]:
 def ex2_table(arch: str) -> np.ndarray:
     """MUFU.EX2's two tables in the layout of the emulation: int32, 2^24 entries,
     ``[lo] = ex2_pos[lo]``, ``[2^23 | lo] = ex2_neg[2^23 - lo] + 2^23`` (lo > 0: twice the
-    value, in the bits' exponent field) and ``[2^23] = ex2_neg[0]``, read-only.
+    value, in the bits' exponent field) and ``[2^23] = ex2_neg[0]``, read-only for good (its
+    WRITEABLE flag cannot be set again).
 
     With ``f = trunc(x * 2^23)`` in two's complement, ``table[(sign << 23) | (f & (2^23 - 1))]
     + (f & ~(2^23 - 1))`` is the device's bit pattern (see :mod:`.mufu`). Cached like the other
@@ -361,9 +362,7 @@ def ex2_table(arch: str) -> np.ndarray:
     mufu_cache.remove_stale_tmp(mufu_cache.cache_dir())
     if src.sums is None:
         full = load(arch)
-        out = _ex2_layout(full["ex2_pos"], full["ex2_neg"])
-        out.setflags(write=False)
-        return out
+        return _frozen(_ex2_layout(full["ex2_pos"], full["ex2_neg"]))
     half = 1 << 23
     want = {n: src.sums[n] for n in ("ex2_pos", "ex2_neg")}
     key = hashlib.blake2b((want["ex2_pos"] + want["ex2_neg"]).encode(), digest_size=16).hexdigest()
@@ -391,8 +390,14 @@ def ex2_table(arch: str) -> np.ndarray:
         cached = _ex2_layout(pos, _table(src, "ex2_neg", mmap=False, cache=False))
         del pos
         mufu_cache.write_cache(path, cached)
-    cached.setflags(write=False)
-    return cached
+    return _frozen(cached)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` seen through a read-only buffer: an array whose WRITEABLE flag cannot be set again
+    (``a`` itself stays unreachable but through the buffer's ``obj``), so that what was
+    verified once, and what compiled twins derive from it once, cannot change under them."""
+    return np.frombuffer(memoryview(a).toreadonly(), dtype=a.dtype).reshape(a.shape)
 
 
 def _ex2_layout(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
