@@ -109,6 +109,7 @@ def softmax_step(s, pos, scale, max_offset, first, check_inf, row_max, row_sum, 
     ``code_emin``, the P V instruction's exponent floor). Every NaN of the row state is 0x7fffffff.
     Per warpgroup: S gathered into row / column order, the passes over it contiguous
     (vectorised where the operations allow), P scattered back to matrix order."""
+    ix.prefer_512_bit_vectors()
     rows, threads, nrow = row_max.shape
     per = pos.size
     ncol = per // (threads * nrow)
