@@ -439,6 +439,17 @@ def test_compiled_ex2_paths_take_what_the_model_takes():
     for x in (np.zeros(3, np.float64), np.float32(0), np.zeros(3, np.float16)):
         with pytest.raises(TypeError, match="^x"):
             engine.ex2_ffma_rows(x, np.float32(1), np.float32(0))
+    # scale / neg_max: float32 only (nothing cast), plain arrays, checked on empty scores too
+    masked = np.ma.masked_array(np.ones(4, np.float32), mask=[1, 0, 0, 0])
+    for bad in (1.0, None, "2", np.float64(1), masked):
+        with pytest.raises(TypeError, match="^scale"):
+            engine.softmax_exp2(s, bad, np.float32(0), table)
+        with pytest.raises(TypeError, match="^neg_max"):
+            engine.softmax_exp2(s[:0], np.float32(1), bad, table)
+        with pytest.raises(TypeError, match="^scale"):
+            engine.ex2_ffma_rows(np.zeros((4, 3), np.float32), bad, np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="^scale"):
+        engine.softmax_exp2(s, np.ones(3, np.float32), np.float32(0), table)
 
 
 def test_only_the_models_own_table_is_packed():

@@ -32,6 +32,9 @@ import threading
 
 import numpy as np
 
+from .arguments import require_float32_array as _require_float32_array
+from .arguments import rows3 as _rows3
+
 __all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "decode_operand",
            "carry", "dot_add", "dot_add_decoded", "launching",
            "numba_dot_add_decoded",
@@ -319,31 +322,6 @@ def numba_softmax(x, rowcol: bool = True) -> bool:
             and shaped and x.size > 0 and wants_numba("softmax", x.size))
 
 
-def _require_float32_array(name: str, x, min_ndim: int = 0) -> None:
-    """Refuse what the NumPy model's operations refuse: anything but a plain float32 array of
-    ``min_ndim`` dimensions or more (TypeError naming ``name``)."""
-    from ..numerics.bits import reject_subclass
-
-    reject_subclass(name, x)
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < min_ndim:
-        what = (f"{x.dtype} of {x.ndim} dimension(s)" if isinstance(x, np.ndarray)
-                else type(x).__name__)
-        raise TypeError(f"{name}: expected a float32 array of {min_ndim} or more dimensions, "
-                        f"got {what}")
-
-
-def _rows3(x, lead, dtype=np.float32):
-    """``x`` broadcast to the shape ``lead`` (``[..., a, b]``), as a C-contiguous [R, a, b].
-
-    Raises:
-        TypeError: ``x`` is not float32 (as the NumPy model's operations raise).
-    """
-    if np.asarray(x).dtype != dtype:
-        raise TypeError(f"expected a float32 operand, got dtype {np.asarray(x).dtype}")
-    x = np.ascontiguousarray(np.broadcast_to(x, lead))
-    return x.reshape((-1,) + x.shape[-2:])
-
-
 def _ex2_packed():
     """:mod:`.ex2_packed`, imported on first use (it imports numba)."""
     from . import ex2_packed
@@ -394,8 +372,9 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
         float32 of the scores' shape.
     Raises:
         TypeError: ``scores`` is not a float32 array of 3 or more dimensions, ``table`` not an
-            array, or ``scale`` / ``neg_max`` not float32.
-        ValueError: ``table`` not MUFU.EX2's int32 [2^24].
+            array, or ``scale`` / ``neg_max`` not a float32 array or ``numpy.float32``.
+        ValueError: ``table`` not MUFU.EX2's int32 [2^24]; ``scale`` / ``neg_max`` that do
+            not broadcast to ``scores.shape[:-1]``.
     """
     from . import softmax
 
@@ -407,17 +386,18 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
             raise ValueError(f"table: expected MUFU.EX2's int32 [{1 << 24}], got {table.dtype} "
                              f"{table.shape}")
         table = np.ascontiguousarray(table)
+    lead = scores.shape[:-1]
+    scale3, neg3 = _rows3(scale, lead, "scale"), _rows3(neg_max, lead, "neg_max")
     if scores.size == 0:
         return np.empty(scores.shape, dtype=np.float32)
     s4 = np.ascontiguousarray(scores).reshape((-1,) + scores.shape[-3:])
-    lead = scores.shape[:-1]
     out = np.empty(scores.shape, dtype=np.float32)
     o4 = out.reshape(s4.shape)
     packed = None if table is None else _ex2_packed().for_table(table)
     mode = (softmax.EX2_NONE if table is None else
             softmax.EX2_TABLE if packed is None else softmax.EX2_PACKED)
     bits, centres = packed if packed is not None else (_NO_BITS, _NO_CENTRES)
-    _launch(softmax.scaled_exp2, s4, _rows3(scale, lead), _rows3(neg_max, lead),
+    _launch(softmax.scaled_exp2, s4, scale3, neg3,
             table if table is not None else _NO_TABLE, bits, centres, mode, o4,
             o4.view(np.uint32))
     return out
@@ -509,8 +489,9 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     Returns:
         float32 of x's shape, the NumPy model's bits.
     Raises:
-        TypeError: ``x`` not a float32 array of 1 or more dimensions; an array ``scale`` or
-            ``neg`` that is not float32 (scalars are taken as float32).
+        TypeError: ``x`` not a float32 array of 1 or more dimensions, ``scale`` or ``neg``
+            not a float32 array or ``numpy.float32`` (nothing is cast).
+        ValueError: ``scale`` / ``neg`` that do not broadcast to x's rows.
     """
     from ..numerics.mufu import ex2, model
 
@@ -519,8 +500,15 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     x2 = x if x.ndim >= 2 else x[None]
     rows = np.ascontiguousarray(x2).reshape(x2.shape[:-1] + (1, x2.shape[-1]))
     lead = x2.shape[:-1]
-    as_rows = [np.asarray(v, dtype=np.float32) if np.ndim(v) == 0 else v for v in (scale, neg)]
-    p = softmax_exp2(rows, *(np.broadcast_to(v, lead)[..., None] for v in as_rows), table)
+    from ..numerics.bits import require_float32
+
+    as_rows = [require_float32(n, v) for n, v in (("scale", scale), ("neg", neg))]
+    try:
+        as_rows = [np.broadcast_to(v, lead)[..., None] for v in as_rows]
+    except ValueError:
+        raise ValueError(f"scale, neg: shapes {[np.shape(v) for v in as_rows]} do not broadcast "
+                         f"to x's rows {tuple(lead)}") from None
+    p = softmax_exp2(rows, *as_rows, table)
     p = p.reshape(x.shape)
     return p if table is not None else ex2(p, arch=arch)
 

@@ -21,6 +21,7 @@ checked every entry against, so the bits are the table's whatever the rounding o
 from __future__ import annotations
 
 import math
+import weakref
 
 import numba
 import numpy as np
@@ -197,7 +198,8 @@ def pack(table: np.ndarray):
     return words, centres
 
 
-_PACKED: dict[int, tuple] = {}  # id(table) -> (table, pack(table)): a model's table lives on
+# id(table) -> (weak reference to the table, pack(table)): a cleared model's table is not kept
+_PACKED: dict[int, tuple] = {}
 
 
 def for_table(table: np.ndarray):
@@ -210,10 +212,10 @@ def for_table(table: np.ndarray):
     if not is_model_ex2_table(table):
         return None
     hit = _PACKED.get(id(table))
-    if hit is None or hit[0] is not table:
-        if len(_PACKED) >= 4:  # one table per arch in use
-            _PACKED.clear()
-        hit = _PACKED[id(table)] = (table, pack(table))
+    if hit is None or hit[0]() is not table:
+        for key in [k for k, (ref, _) in _PACKED.items() if ref() is None]:
+            del _PACKED[key]
+        hit = _PACKED[id(table)] = (weakref.ref(table), pack(table))
     return hit[1]
 
 

@@ -99,6 +99,8 @@ def _nan_fix(x: np.ndarray, out_bits: np.ndarray) -> np.ndarray:
     return out_bits
 
 
+_MODEL_LOCK = threading.Lock()  # one MufuModel per arch, also for threads that ask together
+_LOAD_LOCK = threading.Lock()
 # the MUFU.EX2 tables the models have loaded, by id (weakly: a cleared model's table goes)
 _MODEL_EX2_TABLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -135,9 +137,12 @@ class MufuModel:
     # ---- tables, loaded on first use -------------------------------------------------------
     @functools.cached_property
     def _ex2c(self) -> np.ndarray:
-        table = mufu_data.ex2_table(self.arch)
-        _MODEL_EX2_TABLES[id(table)] = table
-        return table
+        with _LOAD_LOCK:  # threads that miss together load the 64 MB table once
+            table = self.__dict__.get("_ex2c")
+            if table is None:
+                table = mufu_data.ex2_table(self.arch)
+                _MODEL_EX2_TABLES[id(table)] = table
+            return table
 
     @functools.cached_property
     def _ex2_no_flush(self) -> np.float32:
@@ -388,7 +393,8 @@ def model(arch: str = "sm90") -> MufuModel:
     """
     if not isinstance(arch, str):  # before the cache, which needs a hashable key
         raise ValueError(f"arch: expected a string, one of {archs()}, got {arch!r}")
-    return _resolved_model(arch)
+    with _MODEL_LOCK:
+        return _resolved_model(arch)
 
 
 @functools.lru_cache(maxsize=8)
