@@ -645,42 +645,62 @@ def test_a_child_forked_inside_a_launch_keeps_none_of_it():
     p.join(timeout=60)
 
 
-@pytest.mark.parametrize("where", ["in-tree", "NUMBA_CACHE_DIR"])
-def test_cached_machine_code_from_other_sources_is_dropped(tmp_path, monkeypatch, where):
-    """numba keys a cached kernel by its own file only, and the kernels inline functions of
-    sibling modules: ``launch.drop_stale_cache`` removes the package's ``*.nbi`` / ``*.nbc``
-    (in the directory numba caches them in: the in-tree ``__pycache__``, or under
-    ``NUMBA_CACHE_DIR`` where that is set) when any of its sources changed since the cache was
-    written, and keeps them, and every other file, otherwise."""
-    import numba
+def test_the_engines_cache_stamp_holds_its_sources_digest():
+    """The engine's kernels are cached where numba would put them, stamped with the SHA-256
+    of all of the engine's sources besides numba's stamp of their own file
+    (``launch.EngineCacheLocator``); functions of other files keep numba's own locators."""
+    from numba.core import caching
 
-    from simulator.engine import launch
+    from simulator.engine import launch, softmax
 
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "kernel.py").write_text("A = 1\n")
-    (pkg / "helper.py").write_text("B = 2\n")
-    if where == "in-tree":
-        cache = pkg / "__pycache__"
-        cache.mkdir()
-    else:
-        monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "user_cache"))
-        cache = launch._cache_dir(pkg / "helper.py")
-        assert cache is not None and (tmp_path / "user_cache") in cache.parents
-    assert launch._cache_dir(pkg / "helper.py") == cache
-    cached = [cache / "kernel.k-1.py311.nbi", cache / "kernel.k-1.py311.1.nbc",
-              cache / "helper.h-3.py311.nbi"]
-    keep = [cache / "kernel.cpython-311.pyc", cache / "other.f-1.py311.nbi"]
-    for f in (*cached, *keep):
-        f.write_bytes(b"x")
-    assert launch.drop_stale_cache(pkg)  # no stamp yet: dropped, stamp written
-    assert not any(f.exists() for f in cached) and all(f.exists() for f in keep)
-    for f in cached:
-        f.write_bytes(b"x")
-    assert not launch.drop_stale_cache(pkg)  # same sources: kept
-    assert all(f.exists() for f in cached)
-    (pkg / "helper.py").write_text("B = 3\n")  # a sibling alone changed
-    assert launch.drop_stale_cache(pkg)
-    assert not any(f.exists() for f in cached) and all(f.exists() for f in keep)
-    assert not launch.drop_stale_cache(pkg)
-    assert [p.name for p in cache.iterdir() if p.name.endswith(".tmp")] == []
+    assert caching.CacheImpl._locator_classes[0] is launch.EngineCacheLocator
+    kernel = softmax.ex2_rows.serial
+    loc = launch.EngineCacheLocator.from_function(kernel.py_func, softmax.__file__)
+    assert loc is not None and loc.get_source_stamp()[0] == launch.SOURCES_DIGEST
+    assert launch.SOURCES_DIGEST == launch.sources_digest()
+    plain = next(c.from_function(kernel.py_func, softmax.__file__)
+                 for c in caching.CacheImpl._locator_classes[1:]
+                 if c.from_function(kernel.py_func, softmax.__file__) is not None)
+    assert loc.get_cache_path() == plain.get_cache_path()
+    assert loc.get_source_stamp()[1] == plain.get_source_stamp()
+    assert launch.EngineCacheLocator.from_function(kernel.py_func, __file__) is None
+
+
+def test_an_edit_of_a_sibling_module_alone_recompiles_the_kernels_that_inline_it(tmp_path):
+    """A copy of the package; ``engine.ex2`` (``softmax.ex2_rows``, which inlines
+    ``ex2_packed.lookup``) run in a fresh process, then ``ex2_packed._finish`` edited to add 1
+    to every result, ``softmax.py`` untouched: the next process gives the new bits (numba's
+    own stamp, of ``softmax.py`` alone, would have loaded the cached old kernel)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import simulator
+
+    src = Path(simulator.__file__).parent
+    def skip(folder, names):  # the recordings (47 MB) and caches are not needed here
+        return [n for n in names if n == "__pycache__" or (n == "device" and
+                                                          Path(folder).name == "data")]
+
+    shutil.copytree(src, tmp_path / "simulator", ignore=skip)
+    code = ("import numpy as np; from simulator import engine; "
+            "x = np.linspace(-3, 3, 1000, dtype=np.float32); "
+            "print(int(engine.ex2(x).view(np.uint32).astype(np.int64).sum()))")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("NUMBA_CACHE_DIR", None)
+
+    def run() -> int:
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return int(out.stdout.split()[-1])
+
+    first = run()
+    assert run() == first  # from the cache
+    f = tmp_path / "simulator" / "engine" / "ex2_packed.py"
+    text = f.read_text()
+    old = "    return np.uint32(0) if r < np.int32(0x00800000) else np.uint32(r)"
+    assert old in text
+    f.write_text(text.replace(old, old.replace("np.uint32(r)", "np.uint32(r + np.int32(1))")))
+    assert run() - first == 1000  # every result one higher

@@ -31,7 +31,7 @@ CODE_INF = 12288
 CODE_SPECIAL = 4096
 CODE_NONE = -4096
 
-_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
+_JIT = JIT  # cache=True, nogil=True, under launch's cache locator
 
 
 @numba.njit(inline="always")

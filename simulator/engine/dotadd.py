@@ -35,7 +35,7 @@ _CANONICAL_NAN = 0x7FFFFFFF
 _NO_EXP32, _INF_EXP32 = np.int32(NO_EXP), np.int32(INF_EXP)
 _RZ, _RN = 0, 1
 
-_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
+_JIT = JIT  # cache=True, nogil=True, under launch's cache locator
 
 
 @numba.njit(**_JIT)

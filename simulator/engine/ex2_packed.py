@@ -31,7 +31,7 @@ from .intrinsics import prefer_512_bit_vectors as _prefer_512
 from .intrinsics import trunc_int32 as _trunc_int32
 from .launch import JIT
 
-_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
+_JIT = JIT  # cache=True, nogil=True, under launch's cache locator
 HALF = 1 << 23  # entries per half of the table: the 23 fraction bits of the fixed-point input
 SEGMENT_BITS = 12  # 4096 entries per centre
 _CANONICAL_NAN = np.uint32(0x7FFFFFFF)

@@ -51,7 +51,7 @@ from .softmax import (
     fmul_ftz,
 )
 
-_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
+_JIT = JIT  # cache=True, nogil=True, under launch's cache locator
 _NEG_INF = np.float32(-np.inf)
 
 

@@ -8,9 +8,10 @@ launches thousands of kernels (about 3,100 in a 1 x 4096 x 8 x 128 causal forwar
 kernel called while numba's pool runs one thread (``engine.set_threads(1)``) runs its serial
 twin: no launch, the same arithmetic (``prange`` runs as ``range``).
 
-Importing this module imports numba and sets its threading layer (below) before any parallel
-kernel runs, and drops machine code cached from other sources of the engine (below): every
-kernel module of the engine imports it.
+Importing this module imports numba, sets its threading layer (below) before any parallel
+kernel runs, and registers the engine's cache locator (:class:`EngineCacheLocator`: a kernel
+cached from other sources of the engine is stale): every kernel module of the engine imports
+it before it defines a kernel.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import types
 from pathlib import Path
 
 import numba
+from numba.core import caching
 
 # GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
 # it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
@@ -32,61 +34,65 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 JIT = dict(cache=True, nogil=True)
 
 
-def drop_stale_cache(package: Path = Path(__file__).parent) -> bool:
-    """Removes the machine code numba cached for the modules of ``package`` (``*.nbi``,
-    ``*.nbc``) when the package's sources differ from those it was compiled from; returns
-    whether it did.
-
-    numba keys a cached function by its own file's time stamp and size alone, while the
-    kernels inline functions of sibling modules (``ex2_packed.lookup`` into
-    ``fused_softmax.softmax_step``, ``intrinsics`` everywhere): an edit of a sibling alone (a
-    checkout's ``git pull``) would keep running code compiled from the old one. The SHA-256 of
-    every ``*.py`` here is kept beside the cache (``engine_sources.sha256``, written
-    atomically), in the directory numba caches them in (:func:`_cache_dir`:
-    ``NUMBA_CACHE_DIR``, the in-tree ``__pycache__`` or numba's user cache). Removing files
-    another process is loading is safe: numba recompiles where a cache file is missing."""
-    sources = sorted(package.glob("*.py"))
-    cache = _cache_dir(sources[0]) if sources else None
-    if cache is None or not cache.is_dir() or not os.access(cache, os.W_OK):
-        return False
+def sources_digest(package: Path = Path(__file__).parent) -> str:
+    """The SHA-256 of every ``*.py`` of ``package`` (names and bytes, in name order)."""
     digest = hashlib.sha256()
-    for src in sources:
+    for src in sorted(package.glob("*.py")):
         digest.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
-    stamp = cache / "engine_sources.sha256"
-    try:
-        if stamp.read_text() == digest.hexdigest():
-            return False
-    except OSError:
-        pass
-    for src in sources:  # numba names a module's cache files "<module>.<function>-<line>..."
-        for old in [*cache.glob(f"{src.stem}.*.nbi"), *cache.glob(f"{src.stem}.*.nbc")]:
-            old.unlink(missing_ok=True)
-    tmp = cache / f"engine_sources.sha256.{os.getpid()}.tmp"
-    try:
-        tmp.write_text(digest.hexdigest())
-        os.replace(tmp, stamp)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-    return True
+    return digest.hexdigest()
 
 
-def _cache_dir(source: Path) -> Path | None:
-    """The directory numba caches the functions of ``source`` in: the first of its cache
-    locators that takes the file, in numba's own order; None where none does (or numba's
-    internals differ from those of the versions pinned)."""
-    from numba.core import caching
+# the sources this process compiles from, read before any kernel module is decorated (each
+# imports this module first); numba records a cached function's source stamp when it is
+# decorated, i.e. when its module is imported
+SOURCES_DIGEST = sources_digest()
+_PACKAGE = Path(__file__).resolve().parent
 
-    for locator in getattr(caching.CacheImpl, "_locator_classes", ()):
+
+class EngineCacheLocator(caching._CacheLocator):
+    """numba's cache locator for the engine's kernels: where numba's own choice puts them
+    (``NUMBA_CACHE_DIR``, the in-tree ``__pycache__``, the user cache), with a source stamp
+    that is :data:`SOURCES_DIGEST` plus numba's own stamp of the kernel's file.
+
+    numba alone stamps a cached kernel with its own file, while the kernels inline functions
+    of sibling modules (``ex2_packed.lookup`` into ``fused_softmax.softmax_step``,
+    ``intrinsics`` everywhere): after an edit of a sibling alone it would load machine code
+    compiled from the old one. With the digest in the stamp, a kernel cached by a process
+    that read other sources (an older checkout, a notebook started before a ``git pull``) is
+    stale to every other process, which compiles it again."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def ensure_cache_path(self):
+        self._inner.ensure_cache_path()
+
+    def get_cache_path(self):
+        return self._inner.get_cache_path()
+
+    def get_source_stamp(self):
+        return (SOURCES_DIGEST, self._inner.get_source_stamp())
+
+    def get_disambiguator(self):
+        return self._inner.get_disambiguator()
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
         try:
-            found = locator.from_function(drop_stale_cache, str(source))
-            if found is not None:
-                return Path(found.get_cache_path())
-        except Exception:  # a locator that cannot serve this file: numba tries the next
-            continue
-    return None
+            ours = Path(py_file).resolve().parent == _PACKAGE
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            return None
+        for other in caching.CacheImpl._locator_classes:
+            inner = None if other is cls else other.from_function(py_func, py_file)
+            if inner is not None:
+                return cls(inner)
+        return None
 
 
-drop_stale_cache()
+if EngineCacheLocator not in caching.CacheImpl._locator_classes:
+    caching.CacheImpl._locator_classes.insert(0, EngineCacheLocator)
 
 
 class Kernel:

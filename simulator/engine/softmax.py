@@ -38,7 +38,7 @@ from .intrinsics import prefer_512_bit_vectors as _prefer_512
 from .intrinsics import prefetch as _prefetch
 from .launch import JIT, parallel_kernel
 
-_JIT = JIT  # cache=True, nogil=True; launch's import checks the on-disk cache first
+_JIT = JIT  # cache=True, nogil=True, under launch's cache locator
 _CANONICAL_NAN = np.uint32(0x7FFFFFFF)
 _FLT_MIN = np.float32(2.0**-126)
 _LOW29 = (1 << 29) - 1
