@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,16 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 from bench_flash import numpy_attention
-from timing import add_common_args, blas_info, blas_threads, emit, interleaved_medians, machine, ratio_row
+from timing import (
+    add_common_args,
+    blas_info,
+    blas_threads,
+    code_identity,
+    emit,
+    interleaved_medians,
+    machine,
+    ratio_row,
+)
 
 from simulator import engine, flash, mma
 
@@ -108,15 +116,10 @@ def _facts(args, repeats: int) -> dict:
     """What the rows were measured on and with."""
     import numba
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
     return {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
             "blas": blas_info(), "numba": numba.__version__, "numpy": np.__version__,
             "threads": args.threads, "repeats": repeats, "long": args.long,
-            "check_heads": args.check_heads, "commit": commit or None, "argv": sys.argv[1:]}
+            "check_heads": args.check_heads, **code_identity(), "argv": sys.argv[1:]}
 
 
 def _write_atomic(path: Path, data: dict) -> None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-from timing import interleaved_medians, machine
+from timing import code_identity, interleaved_medians, machine
 
 from simulator import engine, flash
 from simulator.io import write_json_atomic
@@ -70,8 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     facts = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
              "cpus": os.cpu_count(), "repeats": args.repeats, "argv": sys.argv[1:],
-             "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                      cwd=Path(__file__).parent).stdout.strip() or None}
+             **code_identity()}
     rows = sweep(args.threads, args.repeats)
     if args.out is not None:
         write_json_atomic(args.out, {"run": facts, "rows": rows})

@@ -88,6 +88,25 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores"
 
 
+def code_identity() -> dict:
+    """Which code a run measured: ``commit``, git's HEAD where git answers (None elsewhere; a
+    copied tree's ``.git`` may lag its files, as on the device hosts), and ``simulator_sha256``,
+    the SHA-256 of every ``simulator/**/*.py`` (paths and bytes, in path order), which names
+    the tree itself."""
+    import hashlib
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    digest = hashlib.sha256()
+    for src in sorted((ROOT / "simulator").rglob("*.py")):
+        digest.update(str(src.relative_to(ROOT)).encode() + b"\0" + src.read_bytes() + b"\0")
+    return {"commit": commit, "simulator_sha256": digest.hexdigest()}
+
+
 def add_common_args(ap) -> None:
     """``--threads``, ``--repeats`` and ``--json`` for every script."""
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads on both sides (default 1)")
