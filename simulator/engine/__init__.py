@@ -477,6 +477,8 @@ def backward_ds(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh, fmt: st
 
 _NO_BITS = np.zeros(1, dtype=np.uint32)
 _NO_CENTRES = np.zeros(1, dtype=np.float32)
+
+
 def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     """Compiled ``ex2(ffma(x, scale[..., None], neg[..., None], ftz=True), arch=arch)``
     (FFMA.FTZ then MUFU.EX2, :func:`simulator.engine.softmax.scaled_exp2`): the backward's
@@ -491,24 +493,17 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
     Raises:
         TypeError: ``x`` not a float32 array of 1 or more dimensions, ``scale`` or ``neg``
             not a float32 array or ``numpy.float32`` (nothing is cast).
-        ValueError: ``scale`` / ``neg`` that do not broadcast to x's rows.
+        ValueError: ``scale`` / ``neg`` that do not broadcast to x's rows (named there
+            ``scale`` / ``neg_max``, as :func:`softmax_exp2` takes them).
     """
     from ..numerics.mufu import ex2, model
 
     _require_float32_array("x", x, min_ndim=1)
+    per_row = [_require_float32_array(n, v)[..., None] for n, v in (("scale", scale), ("neg", neg))]
     table = model(arch).ex2_table()
     x2 = x if x.ndim >= 2 else x[None]
     rows = np.ascontiguousarray(x2).reshape(x2.shape[:-1] + (1, x2.shape[-1]))
-    lead = x2.shape[:-1]
-    from ..numerics.bits import require_float32
-
-    as_rows = [require_float32(n, v) for n, v in (("scale", scale), ("neg", neg))]
-    try:
-        as_rows = [np.broadcast_to(v, lead)[..., None] for v in as_rows]
-    except ValueError:
-        raise ValueError(f"scale, neg: shapes {[np.shape(v) for v in as_rows]} do not broadcast "
-                         f"to x's rows {tuple(lead)}") from None
-    p = softmax_exp2(rows, *as_rows, table)
+    p = softmax_exp2(rows, *per_row, table)  # its checks broadcast them to x's rows
     p = p.reshape(x.shape)
     return p if table is not None else ex2(p, arch=arch)
 
@@ -522,14 +517,13 @@ def ex2(x) -> np.ndarray:
     Raises:
         TypeError: ``x`` is not float32, or is an ndarray subclass (as the NumPy model).
     """
-    from ..numerics.bits import require_float32
     from ..numerics.mufu import model
     from . import softmax
 
-    x = require_float32("x", x)
+    x = _require_float32_array("x", x)
     table = model("sm90").ex2_table()
     packed = _ex2_packed().for_table(table)
-    if packed is None or x.size == 0:  # the packing cannot hold the table: the table path
+    if packed is None or x.size == 0:  # a table the packing cannot hold (or no element)
         return softmax_exp2(np.ascontiguousarray(x).reshape(1, -1, 1, 1), np.float32(1),
                             np.float32(0), table).reshape(x.shape)
     # rows of 2^14 where they divide the size (rows are what the parallel kernel shares out)

@@ -7,17 +7,33 @@ from __future__ import annotations
 import numpy as np
 
 
-def require_float32_array(name: str, x, min_ndim: int = 0) -> None:
-    """Refuse what the NumPy model's operations refuse: anything but a plain float32 array of
-    ``min_ndim`` dimensions or more (TypeError naming ``name``)."""
-    from ..numerics.bits import reject_subclass
+def require_float32_array(name: str, x, min_ndim: int = 0) -> np.ndarray:
+    """``x`` as :func:`simulator.numerics.bits.require_float32` takes it (a plain float32
+    array, or a ``numpy.float32`` as a 0-d one), of ``min_ndim`` dimensions or more.
 
-    reject_subclass(name, x)
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < min_ndim:
-        what = (f"{x.dtype} of {x.ndim} dimension(s)" if isinstance(x, np.ndarray)
-                else type(x).__name__)
+    Raises:
+        TypeError: naming ``name``, what was expected and what was given.
+    """
+    from ..numerics.bits import require_float32
+
+    x = require_float32(name, x)
+    if x.ndim < min_ndim:
         raise TypeError(f"{name}: expected a float32 array of {min_ndim} or more dimensions, "
-                        f"got {what}")
+                        f"got {x.ndim}")
+    return x
+
+
+def require_float32_shape(name: str, x, shape: tuple, what: str | None = None) -> None:
+    """Check that ``x`` is a float32 ndarray of ``shape`` (None: any extent) before a kernel
+    reads it unchecked.
+
+    Raises:
+        ValueError: naming ``name``, what was expected (``what``, else the shape) and given.
+    """
+    if not (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == len(shape)
+            and all(e is None or e == d for e, d in zip(shape, x.shape, strict=True))):
+        raise ValueError(f"{name}: expected float32 {what or shape}, got "
+                         f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
 
 
 def rows3(x, lead, name: str = "operand"):

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .fused_softmax import code_of_bits, format_args, narrow_bits, require_float32_shape
+from .arguments import require_float32_shape
+from .fused_softmax import code_of_bits, format_args, narrow_bits
 from .launch import parallel_kernel
 from .operands import Decoded
 from .softmax import fadd_ftz, fmul_ftz

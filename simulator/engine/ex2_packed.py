@@ -97,16 +97,11 @@ def _split(x):
 
 
 @numba.njit(inline="always", **_JIT)
-def value_bits(idx, hi, bits, centres):
-    """The uint32 result of MUFU.EX2 from ``softmax._ex2_split``'s pair (table index ``idx``,
-    -1 for NaN; exponent increment ``hi``), from the packed table ``bits, centres``."""
-    if idx < 0:
-        return _CANONICAL_NAN
-    j = idx & (HALF - 1)
-    if (idx & HALF) != 0 and j > 0:
-        j -= 1
-    j32 = np.int32(j)
-    return _finish(_base(j32, centres) + _bit(j32, bits), np.int32(hi))
+def ex2_bits(x, bits, centres):
+    """MUFU.EX2 of one float32 ``x`` as uint32 bits from the packed table ``bits, centres``
+    (what :func:`lookup` gives element by element; the canonical NaN for NaN)."""
+    j, hi = _split(x)
+    return _CANONICAL_NAN if x != x else _finish(_base(j, centres) + _bit(j, bits), hi)
 
 
 @numba.njit(inline="always", **_JIT)

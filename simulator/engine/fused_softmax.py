@@ -37,13 +37,13 @@ from numba import prange
 from ..numerics.cvt import get_format
 from . import ex2_packed
 from . import intrinsics as ix
+from .arguments import require_float32_shape
 from .decode import CODE_INF, CODE_ZERO, operand
 from .launch import JIT, parallel_kernel
 from .operands import Decoded
 from .softmax import (
     _CANONICAL_NAN,
     _FLT_MIN,
-    _ex2_split,
     fadd_ftz,
     ffma_ftz,
     ffma_ftz_fast,
@@ -183,8 +183,8 @@ def _new_max(acc, mi, first, check_inf, max_offset, sc, row_max, scores_scale, n
         ss = np.float32(1.0)
         if not first:
             c = np.float32(0.0) if check_inf and cur == _NEG_INF else cur
-            idx, hi = _ex2_split(fmul_ftz(fadd_ftz(row_max[t, mi], -c), sc))
-            ss = _f32(ex2_packed.value_bits(idx, hi, bits, centres))
+            ss = _f32(ex2_packed.ex2_bits(fmul_ftz(fadd_ftz(row_max[t, mi], -c), sc), bits,
+                                          centres))
         scores_scale[t, mi] = ss
         row_max[t, mi] = _f32(_CANONICAL_NAN) if cur != cur else cur
         m = ffma_ftz(cur, sc, np.float32(-max_offset)) if max_offset else fmul_ftz(cur, sc)
@@ -292,19 +292,6 @@ def block_step(s, positions, scale, row_max, row_sum, first, check_inf, max_offs
     p = Decoded(vals.reshape(g, w * m, n), codes.reshape(g, w * m, n),
                 np.arange(g, dtype=np.int64))
     return state + (p,)
-
-
-def require_float32_shape(name: str, x, shape: tuple, what: str | None = None) -> None:
-    """Check that ``x`` is a float32 ndarray of ``shape`` (None: any extent) before a kernel
-    reads it unchecked.
-
-    Raises:
-        ValueError: naming ``name``, what was expected (``what``, else the shape) and given.
-    """
-    if not (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == len(shape)
-            and all(e is None or e == d for e, d in zip(shape, x.shape, strict=True))):
-        raise ValueError(f"{name}: expected float32 {what or shape}, got "
-                         f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
 
 
 _POSITIONS: dict[int, tuple] = {}  # id -> (read-only positions, their uint32 form): checked once
