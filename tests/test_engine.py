@@ -647,17 +647,18 @@ def test_a_child_forked_inside_a_launch_keeps_none_of_it():
 
 def test_the_engines_cache_stamp_holds_its_sources_digest():
     """The engine's kernels are cached where numba would put them, stamped with the SHA-256
-    of all of the engine's sources besides numba's stamp of their own file
-    (``launch.EngineCacheLocator``); functions of other files keep numba's own locators."""
+    of all of the engine's sources as this process loaded them besides numba's stamp of their
+    own file (``launch.EngineCacheLocator``); functions of other files keep numba's own
+    locators."""
     from numba.core import caching
 
-    from simulator.engine import launch, softmax
+    from simulator.engine import launch, softmax, sources
 
     assert caching.CacheImpl._locator_classes[0] is launch.EngineCacheLocator
     kernel = softmax.ex2_rows.serial
     loc = launch.EngineCacheLocator.from_function(kernel.py_func, softmax.__file__)
-    assert loc is not None and loc.get_source_stamp()[0] == launch.SOURCES_DIGEST
-    assert launch.SOURCES_DIGEST == launch.sources_digest()
+    assert loc is not None and loc.get_source_stamp()[0] == sources.loaded_digest()
+    assert sources.loaded_digest() == sources.files_digest()  # nothing edited since the import
     plain = next(c.from_function(kernel.py_func, softmax.__file__)
                  for c in caching.CacheImpl._locator_classes[1:]
                  if c.from_function(kernel.py_func, softmax.__file__) is not None)
@@ -666,11 +667,9 @@ def test_the_engines_cache_stamp_holds_its_sources_digest():
     assert launch.EngineCacheLocator.from_function(kernel.py_func, __file__) is None
 
 
-def test_an_edit_of_a_sibling_module_alone_recompiles_the_kernels_that_inline_it(tmp_path):
-    """A copy of the package; ``engine.ex2`` (``softmax.ex2_rows``, which inlines
-    ``ex2_packed.lookup``) run in a fresh process, then ``ex2_packed._finish`` edited to add 1
-    to every result, ``softmax.py`` untouched: the next process gives the new bits (numba's
-    own stamp, of ``softmax.py`` alone, would have loaded the cached old kernel)."""
+def _package_copy(tmp_path):
+    """A copy of the package (without the recordings and caches) under ``tmp_path``, and a
+    function running Python code in a fresh process on it (numba's own cache location)."""
     import shutil
     import subprocess
     import sys
@@ -679,28 +678,78 @@ def test_an_edit_of_a_sibling_module_alone_recompiles_the_kernels_that_inline_it
     import simulator
 
     src = Path(simulator.__file__).parent
+
     def skip(folder, names):  # the recordings (47 MB) and caches are not needed here
         return [n for n in names if n == "__pycache__" or (n == "device" and
                                                           Path(folder).name == "data")]
 
     shutil.copytree(src, tmp_path / "simulator", ignore=skip)
-    code = ("import numpy as np; from simulator import engine; "
-            "x = np.linspace(-3, 3, 1000, dtype=np.float32); "
-            "print(int(engine.ex2(x).view(np.uint32).astype(np.int64).sum()))")
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
     env.pop("NUMBA_CACHE_DIR", None)
 
-    def run() -> int:
-        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
-                             capture_output=True, text=True, timeout=600)
+    def run(code: str, *args: str) -> str:
+        out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=tmp_path,
+                             capture_output=True, text=True)
         assert out.returncode == 0, out.stderr[-2000:]
-        return int(out.stdout.split()[-1])
+        return out.stdout
 
-    first = run()
-    assert run() == first  # from the cache
-    f = tmp_path / "simulator" / "engine" / "ex2_packed.py"
+    return tmp_path / "simulator", run
+
+
+_EX2_SUM = ("import numpy as np; from simulator import engine; "
+            "x = np.linspace(-3, 3, 1000, dtype=np.float32); "
+            "print(int(engine.ex2(x).view(np.uint32).astype(np.int64).sum()))")
+_EX2_PLUS_ONE = ("    return np.uint32(0) if r < np.int32(0x00800000) else np.uint32(r)",
+                 "    return np.uint32(0) if r < np.int32(0x00800000) else np.uint32(r + np.int32(1))")
+
+
+def test_an_edit_of_a_sibling_module_alone_recompiles_the_kernels_that_inline_it(tmp_path):
+    """A copy of the package; ``engine.ex2`` (``softmax.ex2_rows``, which inlines
+    ``ex2_packed.lookup``) run in a fresh process, then ``ex2_packed._finish`` edited to add 1
+    to every result, ``softmax.py`` untouched: the next process gives the new bits (numba's
+    own stamp, of ``softmax.py`` alone, would have loaded the cached old kernel)."""
+    package, run = _package_copy(tmp_path)
+    first = int(run(_EX2_SUM).split()[-1])
+    assert int(run(_EX2_SUM).split()[-1]) == first  # from the cache
+    f = package / "engine" / "ex2_packed.py"
     text = f.read_text()
-    old = "    return np.uint32(0) if r < np.int32(0x00800000) else np.uint32(r)"
-    assert old in text
-    f.write_text(text.replace(old, old.replace("np.uint32(r)", "np.uint32(r + np.int32(1))")))
-    assert run() - first == 1000  # every result one higher
+    assert _EX2_PLUS_ONE[0] in text
+    f.write_text(text.replace(*_EX2_PLUS_ONE))
+    assert int(run(_EX2_SUM).split()[-1]) - first == 1000  # every result one higher
+
+
+def test_a_kernel_compiled_after_an_edit_seen_mid_process_is_not_served_to_the_old_sources(tmp_path):
+    """A process imports the engine (and numba's locator), then ``ex2_packed.py`` changes on
+    disk (a ``git pull`` under a running notebook), then the process compiles ``engine.ex2``
+    from the edited module and caches it; the file is put back. A fresh process on the
+    original sources must not load that machine code: its bits equal the NumPy engine's."""
+    package, run = _package_copy(tmp_path)
+    f = package / "engine" / "ex2_packed.py"
+    original = f.read_text()
+    assert _EX2_PLUS_ONE[0] in original
+    edit_mid_process = f"""
+import pathlib, sys
+import numpy as np
+import simulator.engine.launch   # the locator registered, the engine's sources read
+f = pathlib.Path(sys.argv[1])
+text = f.read_text()
+f.write_text(text.replace({_EX2_PLUS_ONE[0]!r}, {_EX2_PLUS_ONE[1]!r}))
+try:
+    from simulator import engine
+    engine.ex2(np.linspace(-20, 20, 4096, dtype=np.float32))   # compiles the edit, caches it
+finally:
+    f.write_text(text)
+"""
+    run(edit_mid_process, str(f))
+    assert f.read_text() == original
+    check = """
+import numpy as np
+from simulator import engine
+from simulator.numerics import mufu
+x = np.linspace(-20, 20, 4096, dtype=np.float32)
+a = engine.ex2(x)
+with engine.use_engine("numpy"):
+    b = mufu.ex2(x)
+print(int((a.view(np.uint32) != b.view(np.uint32)).sum()))
+"""
+    assert int(run(check).split()[-1]) == 0

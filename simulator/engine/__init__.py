@@ -34,6 +34,10 @@ import numpy as np
 
 from .arguments import require_float32_array as _require_float32_array
 from .arguments import rows3 as _rows3
+from .sources import note_loaded as _note_loaded
+
+# the package's own sources as imported, for the compiled kernels' cache stamp (.sources)
+_note_loaded()
 
 __all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "decode_operand",
            "carry", "dot_add", "dot_add_decoded", "launching",

@@ -17,13 +17,14 @@ it before it defines a kernel.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import types
 from pathlib import Path
 
 import numba
 from numba.core import caching
+
+from . import sources
 
 # GNU OpenMP, numba's default pool where TBB is absent, aborts a process that forks after using
 # it (process-pool executors fork); the workqueue pool is fork-safe, and the engine serialises
@@ -34,32 +35,24 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 JIT = dict(cache=True, nogil=True)
 
 
-def sources_digest(package: Path = Path(__file__).parent) -> str:
-    """The SHA-256 of every ``*.py`` of ``package`` (names and bytes, in name order)."""
-    digest = hashlib.sha256()
-    for src in sorted(package.glob("*.py")):
-        digest.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-# the sources this process compiles from, read before any kernel module is decorated (each
-# imports this module first); numba records a cached function's source stamp when it is
-# decorated, i.e. when its module is imported
-SOURCES_DIGEST = sources_digest()
-_PACKAGE = Path(__file__).resolve().parent
+# the modules imported so far (the package, this module) as they were loaded; each kernel
+# module records itself when its first kernel is decorated (EngineCacheLocator)
+sources.note_loaded()
+_PACKAGE = sources.PACKAGE_DIR
 
 
 class EngineCacheLocator(caching._CacheLocator):
     """numba's cache locator for the engine's kernels: where numba's own choice puts them
     (``NUMBA_CACHE_DIR``, the in-tree ``__pycache__``, the user cache), with a source stamp
-    that is :data:`SOURCES_DIGEST` plus numba's own stamp of the kernel's file.
+    that is :func:`.sources.loaded_digest` (the engine's sources as this process loaded them,
+    computed when the kernel is decorated) plus numba's own stamp of the kernel's file.
 
     numba alone stamps a cached kernel with its own file, while the kernels inline functions
     of sibling modules (``ex2_packed.lookup`` into ``fused_softmax.softmax_step``,
     ``intrinsics`` everywhere): after an edit of a sibling alone it would load machine code
     compiled from the old one. With the digest in the stamp, a kernel cached by a process
-    that read other sources (an older checkout, a notebook started before a ``git pull``) is
-    stale to every other process, which compiles it again."""
+    that loaded other sources (an older checkout, a notebook that imported a sibling after a
+    ``git pull``) is stale to every process that loaded these, which compiles it again."""
 
     def __init__(self, inner):
         self._inner = inner
@@ -71,7 +64,7 @@ class EngineCacheLocator(caching._CacheLocator):
         return self._inner.get_cache_path()
 
     def get_source_stamp(self):
-        return (SOURCES_DIGEST, self._inner.get_source_stamp())
+        return (sources.loaded_digest(), self._inner.get_source_stamp())
 
     def get_disambiguator(self):
         return self._inner.get_disambiguator()
