@@ -149,6 +149,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     ("plot no extension", ["--plot", "{tmp}/x"], "no extension; expected one of .png"),
     ("plot unwritable", ["--plot", "/proc/x.png"], "--plot /proc/x.png: cannot write into /proc"),
     ("plot is out", ["--plot", "{tmp}/same.png", "--out", "{tmp}/same.png"], "the same file as --out"),
+    ("out ends in a separator", ["--out", "{tmp}/results/"], "names a folder; expected a file path"),
     ("heads 0", ["--input", "{heads0}"], "q has shape [1, 8, 0, 32], expected [batch >= 1"),
     ("descale shape", ["--input", "{descales}", "--dtype", "e4m3", "--heads", "0"],
      "q_descale has shape [3, 5], expected a scalar or [1, 2]"),
@@ -173,6 +174,32 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, args, needle):
     assert needle.format(tmp=tmp_path) in lines[0], (case, lines[0])
     assert not (tmp_path / "never.npz").exists()
     assert not (tmp_path / "x.xyz").exists() and not (tmp_path / "same.png").exists()
+
+
+@pytest.mark.parametrize("option, link", [("--out", None), ("--out", "hard"), ("--out", "sym"),
+                                          ("--plot", None)])
+def test_an_output_path_naming_the_input_is_refused_and_the_input_kept(tmp_path, option, link):
+    """``run --input F --out F`` (or a link to F, or ``--plot`` at F) would replace the user's
+    q, k, v with the result: refused before any work, the file untouched."""
+    x = np.random.default_rng(0).standard_normal((1, 16, 2, 32)).astype(np.float32)
+    name = "inp.png" if option == "--plot" else "inp.npz"
+    inp = tmp_path / name
+    with open(inp, "wb") as f:  # np.savez would add .npz to a .png name
+        np.savez(f, q=x, k=x, v=x)
+    before = inp.read_bytes()
+    target = inp
+    if link is not None:
+        target = tmp_path / "alias.npz"
+        (os.link if link == "hard" else os.symlink)(inp, target)
+    args = ["--input", str(inp), option, str(target)]
+    if option == "--plot":
+        args += ["--out", str(tmp_path / "never.npz")]
+    r = _run(*args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"the same file as --input {inp}" in lines[0], lines
+    assert inp.read_bytes() == before
+    assert not (tmp_path / "never.npz").exists()
 
 
 def test_device_without_gpu_is_exit_2(tmp_path):

@@ -263,11 +263,12 @@ def main(argv: list[str]) -> int:
     from ..flash.chunks import Progress
 
     # the outputs first: a bad path fails here, before any work
+    inputs = (("--input", args.input),)
+    check_output_path(args.out, "--out", inputs)
     out_path = Path(args.out)
-    check_output_path(out_path, "--out")
     plot_path = Path(args.plot) if args.plot else None
     if plot_path is not None:
-        check_plot_path(plot_path)
+        check_plot_path(args.plot, inputs)
         if os.path.realpath(plot_path) == os.path.realpath(out_path):
             raise UsageError(f"--plot {plot_path}: the same file as --out")
         try:

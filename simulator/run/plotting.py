@@ -17,14 +17,17 @@ from .workload import Workload, varlen_lengths
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")
 
 
-def check_plot_path(path: Path) -> None:
-    """--plot: a format matplotlib writes (by the extension) and a writable place."""
+def check_plot_path(path, inputs: tuple[tuple[str, object], ...] = ()) -> None:
+    """--plot: a format matplotlib writes (by the extension), a writable place, not an input
+    (:func:`.results.check_output_path`)."""
+    check = path
+    path = Path(path)
     ext = path.suffix.lower().lstrip(".")
     if ext not in PLOT_FORMATS:
         got = f"extension {path.suffix!r}" if path.suffix else "no extension"
         raise UsageError(f"--plot {path}: {got}; expected one of "
                          f"{', '.join('.' + f for f in PLOT_FORMATS)}")
-    check_output_path(path, "--plot")
+    check_output_path(check, "--plot", inputs)
 
 
 #: the figure's fixed margins, in inches: matplotlib's constrained layout measured every tick

@@ -25,14 +25,38 @@ def _kind(st: os.stat_result) -> str:
     return "not a regular file"
 
 
-def check_output_path(path: Path, what: str) -> None:
+def same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same real path (links followed), or
+    the same inode where both exist (hard links, bind mounts)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output_path(path, what: str, inputs: tuple[tuple[str, object], ...] = ()) -> None:
     """Fail before any work if ``path`` cannot receive the result (UsageError, one line).
 
-    An existing path that is not a regular file (a folder, /dev/null, a FIFO; links are
-    followed, as the atomic write does) is refused. The folder's writability is tested by
-    creating and removing a temporary file there (``os.access`` says yes to root even on
-    /proc); missing folders are created for the test and removed again.
+    ``path`` as the user typed it: a path ending in a separator names a folder and is refused
+    (it would have become a file of that name). An existing path that is not a regular file (a
+    folder, /dev/null, a FIFO; links are followed, as the atomic write does) is refused, and so
+    is the file of an input: ``inputs`` holds ``(option, path)`` pairs (``("--input", ...)``;
+    None paths are skipped), and writing over one of them would lose the user's data. The
+    folder's writability is tested by creating and removing a temporary file there
+    (``os.access`` says yes to root even on /proc); missing folders are created for the test
+    and removed again.
     """
+    raw = os.fspath(path)
+    if raw.endswith(os.sep) or (os.altsep and raw.endswith(os.altsep)):
+        raise UsageError(f"{what} {raw}: names a folder; expected a file path "
+                         f"(such as {os.path.join(raw, 'run.npz')})")
+    for option, given in inputs:
+        if given is not None and same_file(raw, given):
+            raise UsageError(f"{what} {raw}: the same file as {option} {given}; refusing to "
+                             "overwrite an input (choose another output path)")
+    path = Path(raw)
     target = Path(os.path.realpath(path))
     try:
         st = os.stat(target)
