@@ -31,7 +31,7 @@ def _band(pred: np.ndarray, hw: np.ndarray) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    table = model("sm90").ex2_table().astype(np.int64)
+    table = model("h200").ex2_table().astype(np.int64)
     pos, neg = table[:HALF], table[HALF:]
     diff, counts = np.unique(neg - pos, return_counts=True)
     print("x < 0 entry minus x >= 0 entry of the same index (ulps):",

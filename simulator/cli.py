@@ -169,7 +169,7 @@ class _InterruptWatch:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m simulator",
-        description="Bit-exact emulator of what an H200 (sm_90) computes when it runs "
+        description="Bit-exact emulator of what a Hopper GPU (H200, H100; --gpu) computes when it runs "
         "FlashAttention-3: the forward, the backward and FA3's Python API, with CUDA twins.",
         epilog="Exit codes: 0 ok, 1 emulator/device mismatch, 2 usage or input error (also "
         "missing/unreadable recorded data, no GPU), 3 internal error, 130 interrupted (Ctrl-C), "

@@ -304,7 +304,7 @@ def warm_up() -> None:
     not charged to the first drawn example. Call it once, before ``@given`` tests run."""
     from .numerics import mufu
 
-    mufu.model("sm90").resolve(("ex2", "rcp", "lg2", "tanh"))
+    mufu.model().resolve(("ex2", "rcp", "lg2", "tanh"))
 
 
 def _wave(shape, amplitude: float, freqs, phase: float) -> np.ndarray:

@@ -59,7 +59,7 @@ def test_first_divergence_finds_the_changed_setting(monkeypatch):
     same = flash.forward(q, k, v, kblock_m=64, kblock_n=64, trace=cta).trace
     assert not compare.first_divergence(base, same).found
     # a deliberately altered emulator setting: exp2 without MUFU's approximation
-    ideal = flash.forward(q, k, v, kblock_m=64, kblock_n=64, trace=cta, arch="ideal").trace
+    ideal = flash.forward(q, k, v, kblock_m=64, kblock_n=64, trace=cta, mufu="ideal").trace
     d = compare.first_divergence(base, ideal)
     assert d.found and d.step in ("max_get_scale", "online_softmax")
     assert d.cta == (0, 0, 0) and d.warpgroup == 0 and 0 <= d.thread < 128

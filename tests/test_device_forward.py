@@ -53,7 +53,7 @@ def _qkv(dtype=BF16, b=1, sq=8, sk=8, h=2, hkv=1, d=64):
     ({"softcap": -1.0}, ValueError, "softcap"),
     ({"softmax_scale": 0.0}, ValueError, "softmax_scale"),
     ({"q_descale": np.float32(2)}, ValueError, "q_descale"),
-    ({"arch": "ideal"}, ValueError, "arch"),
+    ({"gpu": "a100"}, ValueError, "gpu"),
     ({"trace": [(0, 0)]}, ValueError, "trace"),
     ({"kblock_m": 192, "kblock_n": 256}, ValueError, "shared memory"),
 ])
@@ -173,7 +173,7 @@ def test_goldens_catch_a_wrong_configuration(goldens):
     rec, out, lse = rows[12]  # e4m3_none_plain
     inputs = fg.make_inputs(rec)
     kw = fg.call_kwargs(rec, inputs)
-    for change in ({"kblock_n": 64}, {"arch": "ideal"}):
+    for change in ({"kblock_n": 64}, {"mufu": "ideal"}):
         res = emu.forward(inputs["q"], inputs["k"], inputs["v"], **{**kw, **change})
         assert np.any(out.view(np.uint16) != np.ascontiguousarray(res.out).view(np.uint16)), change
 

@@ -107,7 +107,7 @@ def test_twin_ideal_mufu_diverges(recorded):
     _, rows = recorded
     rec, raw = rows[0]  # bf16_causal_plain
     inputs, device = _device_trace(rec, raw)
-    div = first_divergence(_emulate(rec, inputs, arch="ideal").trace, device)
+    div = first_divergence(_emulate(rec, inputs, mufu="ideal").trace, device)
     assert div.found and div.step in ("online_softmax", "max_get_scale"), str(div)
     first_n = device.events[0].n_block
     assert div.step != "max_get_scale" or div.n_block != first_n

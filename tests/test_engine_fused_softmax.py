@@ -119,8 +119,8 @@ def test_block_steps_match_the_model(seed):
     scale = rng.choice(np.array([0.125, 0.0883883, 1.4426950, 2.0**-130, 3e38, 0.0],
                                 dtype=np.float32), size=(g, 1))
     offset = 8 if fmt == "e4m3" else 0
-    model = Softmax((g, w), 2, scale[:, :, None, None], offset, "sm90")
-    fused = Softmax((g, w), 2, scale[:, :, None, None], offset, "sm90")
+    model = Softmax((g, w), 2, scale[:, :, None, None], offset, "h200")
+    fused = Softmax((g, w), 2, scale[:, :, None, None], offset, "h200")
     assert fused.fusable()
     kind = seed % 2
     for block in range(4):
@@ -160,7 +160,7 @@ def test_block_step_refuses_what_it_does_not_evaluate():
         return engine.softmax_step(**args)
 
     for kw, match in (
-            (dict(arch="ideal"), "^arch"),
+            (dict(mufu="ideal"), "^mufu"),
             (dict(positions=flat[:64]), "^positions"),
             (dict(positions=flat - 64 * 64), "^positions"),
             (dict(positions=flat + 1), "^positions"),

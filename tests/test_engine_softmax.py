@@ -1,7 +1,7 @@
 """The compiled softmax steps (simulator/engine/softmax.py) against the NumPy model of
 simulator/flash/softmax.py, bit for bit (uint32 views): each kernel on random bit patterns of
 every class, whole Softmax sequences on hypothesis-drawn scores with -inf rows, NaN,
-subnormals, huge and tiny scales, Max_offset 8, Check_inf on and off, MUFU arch "sm90" and
+subnormals, huge and tiny scales, Max_offset 8, Check_inf on and off, MUFU models "h200" and
 "ideal"; then the recorded H200 forwards (step traces, the FA3 library's calls, the drawn
 replay sample) replayed with engine "numba"."""
 
@@ -90,7 +90,7 @@ def test_packed_ex2_table_gives_every_entry():
     from simulator.engine import ex2_packed
     from simulator.engine import softmax as ksoft
 
-    table = model("sm90").ex2_table()
+    table = model("h200").ex2_table()
     packed = ex2_packed.pack(table)
     assert packed is not None
     assert packed[0].nbytes == 1 << 20 and packed[1].nbytes == 8 << 10
@@ -114,7 +114,7 @@ def test_packed_ex2_halves_are_one_index_apart():
     x >= 0 half one index lower (entry 2^23 + j is entry j - 1, entry 2^23 is entry 0), and in
     each 4096-entry segment the mantissas lie within 2 units around 2^(j / 2^23) 2^23 (1.29 at
     most, so one bit per entry places them)."""
-    table = model("sm90").ex2_table().astype(np.int64)
+    table = model("h200").ex2_table().astype(np.int64)
     half = 1 << 23
     assert table[half] == table[0] and np.array_equal(table[half + 1:], table[:half - 1])
     j = np.arange(half)
@@ -130,7 +130,7 @@ def test_packed_ex2_refuses_what_it_cannot_hold():
     from simulator.engine import ex2_packed
     from simulator.engine import softmax as ksoft
 
-    table = model("sm90").ex2_table()
+    table = model("h200").ex2_table()
     half = 1 << 23
     shifted = table.copy()
     shifted[half + 5] += 1  # the x < 0 half alone
@@ -158,7 +158,7 @@ def test_a_table_the_packing_cannot_hold_is_read_as_it_is():
     ``ex2_packed.pack`` gives None) is read as it is."""
     from simulator.engine import ex2_packed
 
-    table = model("sm90").ex2_table().copy()
+    table = model("h200").ex2_table().copy()
     table[(1 << 23) | 4096] += 9
     table.setflags(write=False)
     assert ex2_packed.pack(table) is None and ex2_packed.for_table(table) is None
@@ -171,7 +171,7 @@ def test_a_table_the_packing_cannot_hold_is_read_as_it_is():
 def test_a_writable_table_is_read_at_every_call():
     """Only read-only tables (the MUFU model's) are packed, once: a writable one may change
     between calls, and an edit after a first call shows in the next."""
-    table = model("sm90").ex2_table().copy()
+    table = model("h200").ex2_table().copy()
     x = np.full((1, 4, 1, 1), 4096 * 2.0 ** -23 - 1, dtype=np.float32)
     first = engine.softmax_exp2(x, np.float32(1), np.float32(0), table)
     table[(1 << 23) | 4096] += 1
@@ -189,7 +189,7 @@ def test_kernels_agree_with_the_float32_model_on_random_bits():
         # FFMA.FTZ (the exp2 argument), then MUFU.EX2 from the verified table
         want = ffma(scores, scale[..., None], neg[..., None], ftz=True)
         assert _same(want, engine.softmax_exp2(scores, scale, neg, None))
-        assert _same(ex2(want), engine.softmax_exp2(scores, scale, neg, model("sm90").ex2_table()))
+        assert _same(ex2(want), engine.softmax_exp2(scores, scale, neg, model("h200").ex2_table()))
         # max.ftz: thread_reduce then the quad butterfly, with and without zero_init
         assert _same(quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max"),
                      engine.softmax_row_max(scores, None))
@@ -248,7 +248,7 @@ def test_ffma_midpoints_and_tiny_results():
     assert _same(want, got.reshape(-1))
     with engine.use_engine("numba"):  # the same through MUFU.EX2 (the kernel's other path)
         got = engine.softmax_exp2(a.reshape(1, -1, 1, 1), b.reshape(1, -1, 1), c.reshape(1, -1, 1),
-                                  model("sm90").ex2_table())
+                                  model("h200").ex2_table())
     assert _same(ex2(want), got.reshape(-1))
 
 
@@ -307,12 +307,12 @@ SCALES = np.array([0.12752, 1.4426950, 0.0, 1e-30, 2.0**-130, 3e38, 1e20, 8.0, 0
                   dtype=np.float32)
 
 
-def _sequence(name, blocks, checks, batch, nrow, scale_log2, max_offset, arch, final, acc):
+def _sequence(name, blocks, checks, batch, nrow, scale_log2, max_offset, mufu, final, acc):
     """Every output of a Softmax run (max_get_scale / online_softmax per block, finalize,
     rescale_o) under engine ``name``."""
     outs = []
     with engine.use_engine(name):
-        sm = Softmax((batch,), nrow, scale_log2[:, None, None], max_offset, arch)
+        sm = Softmax((batch,), nrow, scale_log2[:, None, None], max_offset, mufu)
         for i, scores in enumerate(blocks):
             outs += [sm.max_get_scale(scores, is_first=i == 0, check_inf=checks[i]),
                      sm.row_max, sm.row_sum]
@@ -327,10 +327,10 @@ def _sequence(name, blocks, checks, batch, nrow, scale_log2, max_offset, arch, f
 @given(seed=st.integers(0, 2**32 - 1), batch=st.integers(1, 3), nrow=st.sampled_from([1, 2]),
        ncol=st.integers(1, 6), nblocks=st.integers(1, 3),
        checks=st.lists(st.booleans(), min_size=3, max_size=3),
-       max_offset=st.sampled_from([0, 8]), arch=st.sampled_from(["sm90", "ideal"]),
+       max_offset=st.sampled_from([0, 8]), mufu=st.sampled_from(["h200", "ideal"]),
        scales=st.lists(st.sampled_from(range(len(SCALES))), min_size=3, max_size=3),
        nasty=st.floats(0.0, 1.0))
-def test_softmax_sequences_agree(seed, batch, nrow, ncol, nblocks, checks, max_offset, arch,
+def test_softmax_sequences_agree(seed, batch, nrow, ncol, nblocks, checks, max_offset, mufu,
                                  scales, nasty):
     rng = np.random.default_rng(seed)
     blocks = []
@@ -342,7 +342,7 @@ def test_softmax_sequences_agree(seed, batch, nrow, ncol, nblocks, checks, max_o
     scale_log2 = SCALES[np.resize(scales, batch)]
     final = SCALES[np.resize(scales[::-1], batch)]
     acc = _values(rng, (batch, 128 * nrow, 8), neg_inf_rows=0.0)
-    args = (blocks, checks, batch, nrow, scale_log2, max_offset, arch, final, acc)
+    args = (blocks, checks, batch, nrow, scale_log2, max_offset, mufu, final, acc)
     want, got = _sequence("numpy", *args), _sequence("numba", *args)
     for i, (w, g) in enumerate(zip(want, got, strict=True)):
         assert _same(w, g), f"output {i}: {np.count_nonzero(w.view(np.uint32) != g.view(np.uint32))} differ"
@@ -421,7 +421,7 @@ def test_compiled_ex2_paths_take_what_the_model_takes():
     with pytest.raises(TypeError, match="^x: expected a plain numpy float32 array"):
         engine.ex2(np.ma.masked_array(np.zeros(4, np.float32)))
     assert engine.ex2(np.zeros((0, 3), np.float32)).shape == (0, 3)
-    table = model("sm90").ex2_table()
+    table = model("h200").ex2_table()
     empty = engine.softmax_exp2(np.zeros((1, 4, 2, 0), np.float32), np.float32(1), np.float32(0),
                                 table)
     assert empty.shape == (1, 4, 2, 0)
@@ -460,7 +460,7 @@ def test_only_the_models_own_table_is_packed():
     from simulator.engine import ex2_packed
     from simulator.numerics.mufu import is_model_ex2_table
 
-    table = model("sm90").ex2_table()
+    table = model("h200").ex2_table()
     assert is_model_ex2_table(table) and ex2_packed.for_table(table) is not None
     with pytest.raises(ValueError):
         table.setflags(write=True)

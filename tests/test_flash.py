@@ -107,7 +107,7 @@ def test_fp8_descales_fold_like_scaling_the_inputs():
 def test_ideal_arch_differs_but_stays_close():
     q, k, v = qkv(F16, sq=64, sk=128)
     hw, _ = flash.forward(q, k, v)
-    ideal, _ = flash.forward(q, k, v, arch="ideal")
+    ideal, _ = flash.forward(q, k, v, mufu="ideal")
     assert not np.array_equal(hw.view(np.uint16), ideal.view(np.uint16))
     assert rel_err(hw, ideal.astype(np.float64)) < 1e-3
 
@@ -136,7 +136,7 @@ def test_trace_records_the_steps_in_order():
     (dict(softmax_scale=float("nan")), "^softmax_scale"), (dict(softcap=-2.0), "^softcap"),
     (dict(q_descale=np.float32(1)), "^q_descale: descales apply to e4m3"),
     (dict(seqlens_k=np.array([5000])), "^seqlens_k"), (dict(window=(1, 2, 3)), "^window"),
-    (dict(arch="sm80"), "^arch"), (dict(causal=True, window=(-2, 4)), "^window"),
+    (dict(gpu="a100"), "^gpu"), (dict(mufu="sm80"), "^mufu"), (dict(causal=True, window=(-2, 4)), "^window"),
 ])
 def test_bad_input(kw, match):
     q, k, v = qkv(BF16, sq=16, sk=16)
@@ -165,7 +165,7 @@ def test_property_close_to_reference(sq, sk, causal, seed, scale):
 
 def test_reference_accepts_forward_kwargs_and_edge_inputs():
     q, k, v = qkv(BF16, sq=20, sk=30)
-    a = flash.reference(q, k, v, kblock_n=64, schedule="plain", arch="ideal")
+    a = flash.reference(q, k, v, kblock_n=64, schedule="plain", mufu="ideal")
     b = flash.reference(q, k, v)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     # keys beyond seqlens_k are absent even when they hold NaN

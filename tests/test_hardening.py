@@ -160,11 +160,11 @@ def test_largest_tiling_still_builds():
 
 # ---- numerics: flags and conversions ------------------------------------------------------------
 @pytest.mark.parametrize("fn", [mufu.ex2, mufu.rcp, mufu.lg2])
-@pytest.mark.parametrize("arch", ["sm90", "ideal"])
+@pytest.mark.parametrize("model", ["h200", "ideal"])
 @pytest.mark.parametrize("flag", [None, 0, 1, "no", 0.0])
-def test_mufu_ftz_must_be_a_bool(fn, arch, flag):
+def test_mufu_ftz_must_be_a_bool(fn, model, flag):
     with pytest.raises(TypeError, match=f"ftz: expected True or False, got {flag!r}"):
-        fn(np.float32([1.5]), arch, ftz=flag)
+        fn(np.float32([1.5]), model, ftz=flag)
 
 
 @pytest.mark.parametrize("fn", [mufu.ex2, mufu.rcp, mufu.lg2])
@@ -316,7 +316,7 @@ def test_missing_shipped_table_is_reported_as_missing(fresh_mufu, monkeypatch, c
     (data / "sm90.json").unlink()  # both files gone: sm90 is still the shipped architecture
     with pytest.raises(mufu_data.MufuDataError, match=r"sm90\.npz: file not found"):
         mufu.rcp(np.float32([1.0]))
-    with pytest.raises(ValueError, match="unknown arch 'sm80'"):
+    with pytest.raises(ValueError, match="unknown MUFU model .sm80."):
         mufu.rcp(np.float32([1.0]), "sm80")
     capsys.readouterr()
     assert cli.main(["verify", "--topic", "mufu", "--quick"]) == 2

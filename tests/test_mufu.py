@@ -117,33 +117,34 @@ def test_type_errors_name_argument_and_dtype():
         mufu.tanh(1.0)
 
 
-def test_unknown_arch_lists_calibrated():
-    with pytest.raises(ValueError, match=r"unknown arch 'sm80'.*\['sm90'\].*'ideal'"):
-        mufu.ex2(f32(1.0), arch="sm80")
-    assert mufu.archs() == ["ideal", "sm90"]
+def test_unknown_model_lists_the_gpus():
+    with pytest.raises(ValueError, match=r"unknown MUFU model 'sm80': expected 'ideal' or a GPU .*"
+                                         r"\['h200', 'h100', 'h100-pcie'\]"):
+        mufu.ex2(f32(1.0), model="sm80")
+    assert mufu.model_names() == ["ideal", "h200", "h100", "h100-pcie"]
 
 
 def test_ideal_rcp_is_correctly_rounded():
     rng = np.random.default_rng(3)
     u = rng.integers(0x00800000, 0x7F000000, 2000, dtype=np.uint32)
-    got = mufu.rcp(u.view(np.float32), arch="ideal", ftz=False).view(np.uint32)
+    got = mufu.rcp(u.view(np.float32), model="ideal", ftz=False).view(np.uint32)
     want = [round_f32(1 / decode(int(v))) for v in u]
     assert [int(g) for g in got] == want
 
 
 def test_ideal_ex2_lg2_exact_points_and_ulp_cost():
     k = np.arange(-20, 21, dtype=np.float32)
-    assert bits(mufu.ex2(k, arch="ideal")) == bits(np.float32(2.0) ** k)
-    assert bits(mufu.lg2(np.float32(2.0) ** k, arch="ideal")) == bits(k)
+    assert bits(mufu.ex2(k, model="ideal")) == bits(np.float32(2.0) ** k)
+    assert bits(mufu.lg2(np.float32(2.0) ** k, model="ideal")) == bits(k)
     # the approximation's cost, in ulps, over the softmax range
     x = np.linspace(-30, 8, 100_000, dtype=np.float32)
-    d = mufu.ex2(x).view(np.int32).astype(np.int64) - mufu.ex2(x, arch="ideal").view(np.int32)
+    d = mufu.ex2(x).view(np.int32).astype(np.int64) - mufu.ex2(x, model="ideal").view(np.int32)
     assert d.min() >= -2 and d.max() <= 1 and np.any(d != 0)
 
 
 def test_ideal_tanh_matches_exact_rational_rounding():
     x = f32(0.5, 1.0, 2.5, -0.75)
-    got = mufu.tanh(x, arch="ideal").view(np.uint32)
+    got = mufu.tanh(x, model="ideal").view(np.uint32)
     for xi, g in zip(x, got, strict=True):
         from decimal import Decimal, localcontext
         with localcontext() as c:

@@ -110,20 +110,23 @@ def test_lg2_equals_the_straightforward_formulation(tables):
         assert bad.size == 0, f"exponent {e}: x bits {u[bad[:4]]}"
 
 
-def test_model_is_resolved_once_per_arch():
-    assert mufu.model("sm90") is mufu.model("sm90")
-    assert mufu.model("ideal").ideal and not mufu.model("sm90").ideal
+def test_model_is_resolved_once_per_table_set():
+    """One model per calibrated table set: the GPUs whose records name the same tables share
+    it (the H200, the H100 SXM and PCIe: the GH100 die, docs/h100.md)."""
+    assert mufu.model("h200") is mufu.model("h200") is mufu.model()
+    assert mufu.model("h100") is mufu.model("h200") is mufu.model("h100-pcie")
+    assert mufu.model("ideal").ideal and not mufu.model("h200").ideal
     x = np.linspace(-4, 4, 33, dtype=np.float32)
-    m = mufu.model("sm90")
+    m = mufu.model("h200")
     for name in ("ex2", "rcp", "lg2"):
         assert getattr(m, name)(x).view(np.uint32).tolist() == \
             getattr(mufu, name)(x).view(np.uint32).tolist()
     assert m.tanh(x).view(np.uint32).tolist() == mufu.tanh(x).view(np.uint32).tolist()
-    with pytest.raises(ValueError, match=r"unknown arch 'sm80'.*\['sm90'\]"):
+    with pytest.raises(ValueError, match=r"unknown MUFU model 'sm80'.*\['h200', 'h100', 'h100-pcie'\]"):
         mufu.model("sm80")
-    for bad in (["sm90"], None, 90):  # unhashable too: a ValueError naming the argument
-        with pytest.raises(ValueError, match=r"arch: expected a string, one of \['ideal', 'sm90'\]"):
-            mufu.ex2(np.float32([1.0]), arch=bad)
+    for bad in (["h200"], None, 90):  # unhashable too: a ValueError naming the argument
+        with pytest.raises(ValueError, match=r"model: expected a string, one of \['ideal', 'h200'"):
+            mufu.ex2(np.float32([1.0]), model=bad)
     with pytest.raises(TypeError, match="x: expected a float32 array, got dtype float64"):
         m.ex2(np.zeros(2))
 

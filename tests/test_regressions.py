@@ -113,7 +113,7 @@ def test_recorded_hypothesis_cases_tell_ideal_arithmetic_apart(replay_sample):
     """The sample can fail: correctly rounded MUFU and IEEE tensor cores change some bits."""
     differ = 0
     for c in replay_sample[:20]:
-        out, lse = rr.result_bits(*flash.forward(c["q"], c["k"], c["v"], arch="ideal", **c["kwargs"]))
+        out, lse = rr.result_bits(*flash.forward(c["q"], c["k"], c["v"], mufu="ideal", **c["kwargs"]))
         differ += int(not (np.array_equal(out, c["out_bits"]) and np.array_equal(lse, c["lse_bits"])))
     assert differ >= 3  # 6 of the first 20 measured; small drawn cases often round alike
 

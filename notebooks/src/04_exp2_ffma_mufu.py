@@ -20,7 +20,7 @@
 # (`scale_apply_exp2` in `hopper/softmax.h`; docs/forward.md, step 5, and "How FA3 compiles
 # the softmax"), which compiles to one **FFMA** (multiply-add, one rounding) and one
 # **MUFU.EX2** (the special function unit's approximate `2^x`). docs/mufu.md describes the
-# model measured on the H200 over all 2^32 inputs; `arch="ideal"` is the correctly rounded
+# model measured on the H200 over all 2^32 inputs; `model="ideal"` is the correctly rounded
 # `2^x` with the same special cases. Here we measure the error in ulp, look at its structure,
 # and follow it into `P`, `O` and the LSE.
 
@@ -48,7 +48,7 @@ BF16 = NB.bf16
 rng = np.random.default_rng(4)
 x = np.concatenate([np.linspace(-30, 8, 1 << 19, dtype=np.float32),
                     rng.uniform(-30, 8, 1 << 19).astype(np.float32)])
-hwv, ideal = mufu.ex2(x, arch="sm90"), mufu.ex2(x, arch="ideal")
+hwv, ideal = mufu.ex2(x, model="h200"), mufu.ex2(x, model="ideal")
 err = ulp_distance(hwv, ideal)
 neg, pos = err[x < 0], err[x >= 0]
 print("ulp error, x < 0:", {int(e): int(np.count_nonzero(neg == e)) for e in np.unique(neg)})
@@ -80,7 +80,7 @@ fig.tight_layout()
 xs = rng.uniform(0.25, 0.5, 1 << 16).astype(np.float32) * rng.choice([-1, 1], 1 << 16).astype(np.float32)
 cleared = (bits(xs) & np.uint32(0xFFFFFFFC)).view(np.float32)
 assert np.array_equal(bits(mufu.ex2(xs)), bits(mufu.ex2(cleared)))
-ideal_xs, ideal_cleared = mufu.ex2(xs, arch="ideal"), mufu.ex2(cleared, arch="ideal")
+ideal_xs, ideal_cleared = mufu.ex2(xs, model="ideal"), mufu.ex2(cleared, model="ideal")
 changed_ideal = np.count_nonzero(bits(ideal_xs) != bits(ideal_cleared))
 print(f"the correctly rounded 2^x does see those bits: {changed_ideal} of {xs.size} results change")
 
@@ -140,7 +140,7 @@ bound = (0.5 * ulp_of * np.log(2) + 3 * 2.0**-23)[live]
 assert np.all(rel_total[live] <= bound * 1.001)
 
 # %% [markdown]
-# ## Into P, O and the LSE: the same forward with `arch="sm90"` and `arch="ideal"`
+# ## Into P, O and the LSE: the same forward with the H200's MUFU and `mufu="ideal"`
 #
 # Both runs use identical GEMMs and float32 arithmetic; only the MUFU models differ (`ex2`,
 # and `rcp`, `lg2` in `finalize`). `compare.diff` gives the bit differences in ulp.
@@ -156,21 +156,21 @@ q = (1.5 * rng.standard_normal((1, 128, 2, D))).astype(np.float32).astype(BF16)
 k = (1.5 * rng.standard_normal((1, 512, 2, D))).astype(np.float32).astype(BF16)
 v = rng.standard_normal((1, 512, 2, D)).astype(np.float32).astype(BF16)
 ctas = [(0, h, 0) for h in range(2)]
-run = {a: flash.forward(q, k, v, kblock_m=128, kblock_n=128, arch=a, trace=ctas)
-       for a in ("sm90", "ideal")}
+run = {name: flash.forward(q, k, v, kblock_m=128, kblock_n=128, mufu=m, trace=ctas)
+       for name, m in (("h200", None), ("ideal", "ideal"))}
 
 def p_of(tr):
     return np.concatenate([e.data["acc_s"].ravel() for e in tr if e.step == "online_softmax"])
 
-d_p = compare.diff(p_of(run["sm90"].trace), p_of(run["ideal"].trace))
-d_o = compare.diff(run["sm90"].out, run["ideal"].out)
-d_l = compare.diff(run["sm90"].lse, run["ideal"].lse)
+d_p = compare.diff(p_of(run["h200"].trace), p_of(run["ideal"].trace))
+d_o = compare.diff(run["h200"].out, run["ideal"].out)
+d_l = compare.diff(run["h200"].lse, run["ideal"].lse)
 for name, d in (("P (float32)", d_p), ("O (bf16)", d_o), ("LSE (float32)", d_l)):
     print(f"--- {name}\n{d}\n")
 assert d_p.max_ulp <= 2 and d_p.nan_mismatch == 0
 assert d_o.max_ulp <= 1
 assert d_l.max_ulp <= 4
-print(compare.first_divergence(run["sm90"].trace, run["ideal"].trace,
+print(compare.first_divergence(run["h200"].trace, run["ideal"].trace,
                                labels=("emulator (sm90 MUFU)", "emulator (ideal)")))
 
 # %%
@@ -178,17 +178,17 @@ ref_out, ref_lse = flash.reference(q, k, v)
 for a, r in run.items():
     print(f"{a:6s}: max |O - O_ref| {np.abs(r.out.astype(np.float64) - ref_out).max():.3e}, "
           f"max |LSE - LSE_ref| {np.abs(r.lse - ref_lse).max():.3e}")
-err_hw = np.abs(run["sm90"].lse - ref_lse)
+err_hw = np.abs(run["h200"].lse - ref_lse)
 err_id = np.abs(run["ideal"].lse - ref_lse)
 assert err_hw.max() < 1e-5 and err_id.max() < 1e-5
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
-pd = ulp_distance(p_of(run["sm90"].trace), p_of(run["ideal"].trace))
+pd = ulp_distance(p_of(run["h200"].trace), p_of(run["ideal"].trace))
 vals, counts = np.unique(pd, return_counts=True)
 axes[0].bar(vals, counts)
 axes[0].set_yscale("log")
 axes[0].set_title("P: sm90 - ideal, ulp (all traced elements)")
-ld = ulp_distance(run["sm90"].lse, run["ideal"].lse).ravel()
+ld = ulp_distance(run["h200"].lse, run["ideal"].lse).ravel()
 vals, counts = np.unique(ld, return_counts=True)
 axes[1].bar(vals, counts)
 axes[1].set_title("LSE: sm90 - ideal, ulp")

@@ -192,7 +192,7 @@ assert np.any(p_at_max != 1)
 # %%
 cap = 30.0
 rc = flash.forward(qh, kh, vh, kblock_m=64, kblock_n=128, softcap=cap, trace=[(0, 0, 0)])
-rc_ideal = flash.forward(qh, kh, vh, kblock_m=64, kblock_n=128, softcap=cap, arch="ideal")
+rc_ideal = flash.forward(qh, kh, vh, kblock_m=64, kblock_n=128, softcap=cap, mufu="ideal")
 oc, lc = flash.reference(qh, kh, vh, softcap=cap)
 capped = [e for e in rc.trace if e.step == "softcap"][0].data["acc_s"][0]
 assert np.all(bits(np.abs(capped)) <= bits(np.float32(1.0)))
@@ -207,7 +207,7 @@ print("MUFU.TANH against a correctly rounded tanh, in the output:", compare.diff
 softcap_val = flash.host_constants(64, None, cap)["softcap_val"]
 s_raw = np.linspace(-1200, 1200, 4001, dtype=np.float32)          # raw q.k
 t_hw = mufu.tanh(nm.fmul(s_raw, softcap_val, ftz=True))
-t_id = mufu.tanh(nm.fmul(s_raw, softcap_val, ftz=True), arch="ideal")
+t_id = mufu.tanh(nm.fmul(s_raw, softcap_val, ftz=True), model="ideal")
 x_scaled = s_raw / np.sqrt(64)
 fig, axes = plt.subplots(1, 2, figsize=(13, 3.4))
 axes[0].plot(x_scaled, cap * t_hw, "-", label="softcap * tanh.approx(s * softcap_val)")

@@ -32,7 +32,7 @@
 #    too;
 # 2. puts one CTA's steps side by side, device against emulator, for one quad;
 # 3. changes **one** emulator setting at a time (the correctly rounded MUFU of
-#    `arch="ideal"`, the FFMA of the exponent split into FMUL + FADD, the other schedule) and
+#    `mufu="ideal"`, the FFMA of the exponent split into FMUL + FADD, the other schedule) and
 #    lets `first_divergence` find where the H200 and the altered emulator part, and why there;
 # 4. runs the kernel live when a GPU is present (CI has none: the recordings stand in).
 
@@ -261,7 +261,7 @@ fig.tight_layout()
 # (0), `mask(1)` (1), `max_get_scale(1)` (2), `online_softmax(1)` (3), `rescale_o(1)` (4),
 # `pv_gemm(1)` (5), then block 0, `finalize` and `epilogue`.
 #
-# ### (a) `arch="ideal"`: correctly rounded MUFU instead of the H200's approximations
+# ### (a) `mufu="ideal"`: correctly rounded MUFU instead of the H200's approximations
 #
 # `ex2`, `rcp`, `lg2` and `tanh` become correctly rounded (notebook 4 measures the
 # difference: -2..+1 ulp for `ex2`).
@@ -282,8 +282,8 @@ def profile(a, b):
 
 
 device0 = run["device"]
-ideal = replay("bf16_causal_plain", arch="ideal")
-div_a = compare.first_divergence(ideal.trace, device0, labels=("emulator, arch='ideal'", "H200"))
+ideal = replay("bf16_causal_plain", mufu="ideal")
+div_a = compare.first_divergence(ideal.trace, device0, labels=("emulator, mufu='ideal'", "H200"))
 print(div_a)
 assert div_a.found and not div_a.note
 assert (div_a.event_index, div_a.step, div_a.array, div_a.n_block) == (3, "online_softmax", "acc_s", 1)
@@ -310,9 +310,9 @@ assert prof[4:6] == [0, 0]        # rescale_o(1) multiplies O = 0; P V sees P ro
 # after `qk_gemm`:
 
 # %%
-div_cap = compare.first_divergence(replay("f16_local_plain_softcap", arch="ideal").trace,
+div_cap = compare.first_divergence(replay("f16_local_plain_softcap", mufu="ideal").trace,
                                    runs["f16_local_plain_softcap"]["device"],
-                                   labels=("emulator, arch='ideal'", "H200"))
+                                   labels=("emulator, mufu='ideal'", "H200"))
 print(div_cap)
 assert (div_cap.event_index, div_cap.step, div_cap.array) == (1, "softcap", "acc_s")
 
@@ -436,7 +436,7 @@ for name, r in runs.items():
         first.setdefault(e.step, i)
     n_ctas = len(r["device"].ctas())
     after_first_softmax = [i for i, e in enumerate(events) if e.step == "online_softmax"][n_ctas - 1] + 1
-    d_ideal = compare.first_divergence(replay(name, arch="ideal").trace, r["device"])
+    d_ideal = compare.first_divergence(replay(name, mufu="ideal").trace, r["device"])
     with exp2_argument_unfused():
         d_split = compare.first_divergence(replay(name).trace, r["device"])
     d_sched = compare.first_divergence(

@@ -239,7 +239,7 @@ if REC is not None:
 
 # %%
 x = np.linspace(-30, 0, 1 << 20, dtype=np.float32)
-err = ulp_distance(mufu.ex2(x), mufu.ex2(x, arch="ideal"))
+err = ulp_distance(mufu.ex2(x), mufu.ex2(x, model="ideal"))
 vals, counts = np.unique(err, return_counts=True)
 print("MUFU.EX2 - correctly rounded 2^x, ulp:", dict(zip(vals.tolist(), counts.tolist(), strict=True)))
 assert err.min() >= -2 and err.max() <= 1

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..flash.backward import BackwardResult, m_block_range, make_backward_config
 from ..flash.backward_trace import make_tracer
+from ..gpus import DEFAULT_GPU
 from . import runtime
 
 KERNEL = "fa3_backward.cu"
@@ -44,7 +45,7 @@ def _padded(x: np.ndarray, kd: int) -> np.ndarray:
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
-             arch="sm90", trace=None) -> BackwardResult:
+             gpu=DEFAULT_GPU, trace=None) -> BackwardResult:
     """FlashAttention-3's backward on the GPU, the device twin of
     :func:`simulator.flash.backward.backward` (same arguments, same checks).
 
@@ -56,7 +57,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         softmax_scale, causal, window, softcap, max_seqlen_q, max_seqlen_k: as the emulator's.
         deterministic: accepted and checked as the emulator does; the twin always adds dQ in
             FA3's deterministic order.
-        arch: must be "sm90" (the emulator's "ideal" has no device twin).
+        gpu: the GPU record the arguments are checked against, as the emulator's ``gpu=`` (the
+            kernel runs on the GPU present; the emulator's ``mufu="ideal"`` has no twin).
         trace: None or ``(batch, head, n_block)``: that CTA's steps, as the emulator's
             ``trace=`` records them (:class:`simulator.flash.backward_trace.CtaTrace`; the
             kernel's trace hooks, docs/backward_twin.md).
@@ -65,16 +67,14 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         dpsum and lse_log2 (float32 [batch, heads, m_blocks * kBlockM]), the tiles, and with
         ``trace`` a dict of float32 arrays (the emulator's names and shapes).
     Raises:
-        ValueError: invalid arguments (the emulator's messages, ``trace`` included), ``arch``
-            other than "sm90", or sizes past the kernel's 32-bit indexing.
+        ValueError: invalid arguments (the emulator's messages, ``trace`` included), or sizes
+            past the kernel's 32-bit indexing.
         DeviceUnavailable: no CuPy or no CUDA GPU.
     """
-    if arch != "sm90":
-        raise ValueError(f"arch: the device runs 'sm90' only, got {arch!r}")
     cfg = make_backward_config(dout, q, k, v, out, lse, softmax_scale=softmax_scale,
                                causal=causal, window=window, softcap=softcap,
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
-                               max_seqlen_k=max_seqlen_k, arch=arch)
+                               max_seqlen_k=max_seqlen_k, gpu=gpu)
     tracer = make_tracer(cfg, trace)  # validates trace as the emulator does
     kd, M, N = cfg.tiles.kernel_head_dim, cfg.tiles.kblock_m, cfg.tiles.kblock_n
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N

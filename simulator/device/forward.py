@@ -21,6 +21,7 @@ import numpy as np
 from ..flash.config import SCHEDULES, Config, ForwardResult, make_config
 from ..flash.constants import MAX_OFFSET
 from ..flash.forward import validate_trace
+from ..gpus import DEFAULT_GPU
 from . import forward_trace, runtime
 
 KERNEL = "fa3_forward.cu"
@@ -111,7 +112,7 @@ def compile_kernel(options: tuple[str, ...]):
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
-            q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None):
+            q_descale=None, k_descale=None, v_descale=None, gpu=DEFAULT_GPU, trace=None):
     """FlashAttention-3 forward on the GPU (docs/forward.md), the device twin of the emulator.
 
     Args:
@@ -129,7 +130,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             up to 256; (kblock_m + 2 kblock_n) * kernel head dim * elem_bytes must fit in
             227 KiB of shared memory; "plain" or "intra_wg_overlap".
         q_descale, k_descale, v_descale: e4m3 only: float32 scalars or [batch, heads_kv].
-        arch: must be "sm90" (the GPU is the H200; the emulator's "ideal" has no device twin).
+        gpu: the GPU record (:mod:`simulator.gpus`) the arguments are checked against, as the
+            emulator's ``gpu=`` (the kernel runs on the GPU present; the emulator's
+            ``mufu="ideal"`` has no device twin).
         trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record (as the
             emulator's ``trace``; CTAs outside the grid record nothing). The kernel is then
             built with ``-DFA_TRACE=1`` (same arithmetic, plus stores of the state).
@@ -143,12 +146,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             or a ``trace`` entry that is not three integers.
         DeviceUnavailable: no CuPy or no CUDA GPU.
     """
-    if arch != "sm90":
-        raise ValueError(f"arch: the device runs 'sm90' only, got {arch!r}")
     cfg = make_launch_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                              softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m,
                              kblock_n=kblock_n, schedule=schedule, q_descale=q_descale,
-                             k_descale=k_descale, v_descale=v_descale, arch=arch)
+                             k_descale=k_descale, v_descale=v_descale, gpu=gpu)
     if trace is None:
         return ForwardResult(*launch(cfg, q, k, v), None)
     validate_trace(trace, cfg)  # the emulator's rules: 3-int CTAs inside the grid

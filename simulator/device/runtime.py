@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..gpus import get_gpu
+
 
 def _kernels_dir() -> Path:
     """The folder holding the CUDA sources: ``simulator/kernels/`` inside an installed package,
@@ -28,7 +30,8 @@ def _kernels_dir() -> Path:
 
 
 KERNELS_DIR = _kernels_dir()
-DEFAULT_OPTIONS = ("-arch=sm_90a", "--use_fast_math", "-std=c++17")
+# the default GPU's target with its arch-specific instructions (wgmma needs sm_90a)
+DEFAULT_OPTIONS = (f"-arch={get_gpu().sm_arch}a", "--use_fast_math", "-std=c++17")
 INSTALL_HINT = ".venv/bin/pip install -e '.[gpu]' in the repository (installs cupy-cuda13x)"
 
 

@@ -32,6 +32,7 @@ import threading
 
 import numpy as np
 
+from ..gpus import DEFAULT_GPU
 from .arguments import require_float32_array as _require_float32_array
 from .arguments import rows3 as _rows3
 from .sources import note_loaded as _note_loaded
@@ -368,7 +369,7 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
     Args:
         scores: float32 ``[..., T, nrow, ncol]``.
         scale, neg_max: float32, broadcasting against ``[..., T, nrow]``.
-        table: the int32 MUFU.EX2 table of the arch (``MufuModel.ex2_table()``), or None: then
+        table: the int32 MUFU.EX2 table of the MUFU model (``MufuModel.ex2_table()``), or None: then
             only the FFMA is evaluated and the caller applies its ex2. The kernel reads the
             packed form of a MUFU model's own table (:func:`.ex2_packed.for_table`, built
             once) or, for any other table or one the packing cannot hold, the table itself.
@@ -407,15 +408,16 @@ def softmax_exp2(scores: np.ndarray, scale, neg_max, table) -> np.ndarray:
     return out
 
 
-def softmax_step_ready(arch: str) -> bool:
-    """Whether :func:`softmax_step` runs for the MUFU model ``arch``: its MUFU.EX2 table
-    exists (not ``"ideal"``) and packs (:func:`simulator.engine.ex2_packed.pack`)."""
-    return _ex2_packed().for_arch(arch) is not None
+def softmax_step_ready(mufu: str) -> bool:
+    """Whether :func:`softmax_step` runs for the MUFU model ``mufu`` (a GPU key or
+    ``"ideal"``, as :func:`simulator.numerics.mufu.model` takes it): its MUFU.EX2 table exists
+    (not ``"ideal"``) and packs (:func:`simulator.engine.ex2_packed.pack`)."""
+    return _ex2_packed().for_model(mufu) is not None
 
 
 def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarray,
                  row_sum: np.ndarray, first: bool, check_inf: bool, max_offset: int, fmt: str,
-                 emin: int, arch: str = "sm90"):
+                 emin: int, mufu: str = DEFAULT_GPU):
     """One K/V block's softmax step of the forward compiled in one call
     (:func:`simulator.engine.fused_softmax.softmax_step`): ``Softmax.max_get_scale``, then
     ``online_softmax``, then P's ``convert`` to ``fmt`` and its decode as the P V GEMM's A.
@@ -430,21 +432,21 @@ def softmax_step(s: np.ndarray, positions: np.ndarray, scale, row_max: np.ndarra
         fmt: P's format (``"bf16"``, ``"f16"``, ``"e4m3"``, ``"e5m2"``), converted as
             ``simulator.numerics.convert``'s default form.
         emin: the P V instruction's operand exponent floor (``FusedDotAdd.emin``).
-        arch: the MUFU model; :func:`softmax_step_ready` must hold for it.
+        mufu: the MUFU model (a GPU key); :func:`softmax_step_ready` must hold for it.
     Returns:
         ``(row_max, row_sum, scores_scale, p)``: the new state and scores_scale float32
         [G, W, T, nrow], and P as an :class:`simulator.engine.operands.Decoded` [G, W * M, N].
     Raises:
         ValueError: arguments of the wrong kind or shape, positions that are not each tile
             position once or a thread count not a multiple of 4, a Max_offset other than 0
-            or 8, an unknown ``fmt``, ``emin`` not an int in [-126, 127], an arch whose table
-            does not pack.
+            or 8, an unknown ``fmt``, ``emin`` not an int in [-126, 127], a MUFU model whose
+            table does not pack.
     """
     from . import fused_softmax
 
-    packed = _ex2_packed().for_arch(arch)
+    packed = _ex2_packed().for_model(mufu)
     if packed is None:
-        raise ValueError(f"arch: {arch!r} has no packed MUFU.EX2 table for the compiled step")
+        raise ValueError(f"mufu: {mufu!r} has no packed MUFU.EX2 table for the compiled step")
     with _launch_lock():
         out = fused_softmax.block_step(s, positions, scale, row_max, row_sum, first, check_inf,
                                        max_offset, fmt, emin, packed)
@@ -483,15 +485,15 @@ _NO_BITS = np.zeros(1, dtype=np.uint32)
 _NO_CENTRES = np.zeros(1, dtype=np.float32)
 
 
-def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
-    """Compiled ``ex2(ffma(x, scale[..., None], neg[..., None], ftz=True), arch=arch)``
+def ex2_ffma_rows(x: np.ndarray, scale, neg, mufu: str = DEFAULT_GPU) -> np.ndarray:
+    """Compiled ``ex2(ffma(x, scale[..., None], neg[..., None], ftz=True), mufu)``
     (FFMA.FTZ then MUFU.EX2, :func:`simulator.engine.softmax.scaled_exp2`): the backward's
     ``P = ex2(S * scale_log2 - LSE_log2)``.
 
     Args:
         x: float32 ``[..., n]``.
         scale, neg: float32, broadcasting against ``x.shape[:-1]`` (one value per row).
-        arch: the MUFU model, ``"sm90"`` (the verified table) or ``"ideal"``.
+        mufu: the MUFU model, a GPU key (its verified table) or ``"ideal"``.
     Returns:
         float32 of x's shape, the NumPy model's bits.
     Raises:
@@ -504,16 +506,16 @@ def ex2_ffma_rows(x: np.ndarray, scale, neg, arch: str = "sm90") -> np.ndarray:
 
     _require_float32_array("x", x, min_ndim=1)
     per_row = [_require_float32_array(n, v)[..., None] for n, v in (("scale", scale), ("neg", neg))]
-    table = model(arch).ex2_table()
+    table = model(mufu).ex2_table()
     x2 = x if x.ndim >= 2 else x[None]
     rows = np.ascontiguousarray(x2).reshape(x2.shape[:-1] + (1, x2.shape[-1]))
     p = softmax_exp2(rows, *per_row, table)  # its checks broadcast them to x's rows
     p = p.reshape(x.shape)
-    return p if table is not None else ex2(p, arch=arch)
+    return p if table is not None else ex2(p, mufu)
 
 
-def ex2(x) -> np.ndarray:
-    """Compiled MUFU.EX2 of the sm90 model (``simulator.numerics.mufu.ex2(x)``, ``.ftz``) on
+def ex2(x, mufu: str = DEFAULT_GPU) -> np.ndarray:
+    """Compiled MUFU.EX2 of the GPU ``mufu`` (``simulator.numerics.mufu.ex2(x, mufu)``, ``.ftz``) on
     a float32 array of any shape or a ``numpy.float32``, from the packed table
     (:func:`simulator.engine.softmax.ex2_rows`); returns a float32 array of x's shape with the
     NumPy model's bits.
@@ -521,11 +523,13 @@ def ex2(x) -> np.ndarray:
     Raises:
         TypeError: ``x`` is not float32, or is an ndarray subclass (as the NumPy model).
     """
-    from ..numerics.mufu import model
+    from ..numerics import mufu as _mufu
     from . import softmax
 
     x = _require_float32_array("x", x)
-    table = model("sm90").ex2_table()
+    table = _mufu.model(mufu).ex2_table()
+    if table is None:  # "ideal": correctly rounded, no table to compile from
+        return _mufu.ex2(x, mufu)
     packed = _ex2_packed().for_table(table)
     if packed is None or x.size == 0:  # a table the packing cannot hold (or no element)
         return softmax_exp2(np.ascontiguousarray(x).reshape(1, -1, 1, 1), np.float32(1),

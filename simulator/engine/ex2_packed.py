@@ -214,10 +214,10 @@ def for_table(table: np.ndarray):
     return hit[1]
 
 
-def for_arch(arch: str):
-    """:func:`for_table` of the MUFU model ``arch``'s table; None where it has none
-    (``"ideal"``) or it does not pack."""
+def for_model(mufu: str):
+    """:func:`for_table` of the MUFU model ``mufu``'s table (a GPU key); None where it has
+    none (``"ideal"``) or it does not pack."""
     from ..numerics.mufu import model
 
-    table = model(arch).ex2_table()
+    table = model(mufu).ex2_table()
     return None if table is None else for_table(table)

@@ -88,7 +88,7 @@ def online_rescale(scores: np.ndarray, row_max_prev: np.ndarray, row_max: np.nda
       sum, and the compiler fuses the multiply with the first add;
     - ``rescale_o``: every element of a row of O is multiplied by that row's scale (FMUL).
 
-    Hints: ``simulator.numerics.ex2(x, arch="sm90")`` is MUFU.EX2 as the H200 computes it;
+    Hints: ``simulator.numerics.ex2(x)`` is MUFU.EX2 as the H200 computes it;
     ``ffma(a, b, c, ftz=True)`` rounds once; broadcast row state against columns with
     ``[..., None]``. Checked on every later block of the 5 recorded bf16 / f16 traces.
     """
@@ -180,7 +180,7 @@ def finalize(row_max: np.ndarray, row_sum: np.ndarray, scale_log2: np.float32, m
        the (scaled) total is 0 or NaN.
 
     Returned ``row_sum`` is ``total`` before step 3. Hints: ``mufu.LN2_F32`` is the float32
-    ``ln 2``; ``rcp`` and ``lg2`` take ``arch="sm90"``. Checked on the finalize step of the 7
+    ``ln 2``; ``rcp`` and ``lg2`` default to the H200 too. Checked on the finalize step of the 7
     recorded traces (2 of them e4m3).
     """
     raise NotImplementedError(NOT_WRITTEN.format(n=5, name="finalize", func="finalize"))

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import engine, flash
 from ..flash.backward import make_backward_config
+from ..gpus import DEFAULT_GPU
 from .arrays import returned, to_numpy
 from .checks import check_bool, check_parallel, cu_seqlens, seqused
 
@@ -27,7 +28,7 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, seqused_q=None, seqused_k=None, sm_margin=0, *,
-                        memory_budget=None, progress=None, executor=None):
+                        memory_budget=None, progress=None, executor=None, gpu=DEFAULT_GPU):
     """FA3's backward: (dq, dk, dv) for ``dout`` at a forward's ``out`` and ``softmax_lse``.
 
     Args:
@@ -50,6 +51,8 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
             :func:`simulator.flash.backward` (per kernel-level call; a varlen launch makes one
             per sequence); an executor runs chunks of (batch, head) rows as its tasks, with
             the bits of the serial call.
+        gpu: keyword-only, not FA3's: the GPU (:mod:`simulator.gpus` key or record) whose
+            MUFU and tensor cores run it.
     Returns:
         (dq, dk, dv) like q, k, v (NumPy, or CPU torch tensors when q was one).
     Raises:
@@ -68,7 +71,7 @@ def backward_spread(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=
                     window_size=(-1, -1), softcap=0.0, cu_seqlens_q=None, cu_seqlens_k=None,
                     max_seqlen_q=None, max_seqlen_k=None, seqused_q=None, seqused_k=None,
                     sm_margin=0, *, memory_budget=None, progress=None,
-                    executor=None) -> dict:
+                    executor=None, gpu=DEFAULT_GPU) -> dict:
     """What FA3's default (``deterministic=False``) backward can give on these inputs.
 
     FA3 reduce-adds dQ's float32 partials (one per key block) and, with GQA, dK / dV's (one per
@@ -107,7 +110,7 @@ def launch(args: dict, deterministic: bool, spread: bool):
     kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
               window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread,
               memory_budget=args.get("memory_budget"), progress=args.get("progress"),
-              executor=args.get("executor"))
+              executor=args.get("executor"), gpu=args.get("gpu", DEFAULT_GPU))
     used = args["seqused_q"] is not None or args["seqused_k"] is not None
     if args["cu_seqlens_q"] is None and args["cu_seqlens_k"] is None:
         d = arrs

@@ -10,6 +10,7 @@ import numpy as np
 from ..flash import chunks
 from ..flash.config import input_format
 from ..flash.constants import host_constants
+from ..gpus import get_gpu
 from ..numerics.bits import is_int
 from .arrays import to_numpy
 
@@ -95,6 +96,13 @@ def check_splits(num_splits) -> int:
         raise ValueError(f"num_splits: expected at most {MAX_SPLITS} (FA3: 'num_splits > 256 "
                          f"not supported'), got {int(num_splits)}")
     return int(num_splits)
+
+
+def gpu_sms(gpu, num_sms):
+    """FA3's ``num_sms`` on ``gpu``: the caller's override, or (None) the SM count of the GPU
+    record (:mod:`simulator.gpus`; an unknown GPU raises ValueError naming ``gpu``)."""
+    record = get_gpu(gpu)
+    return record.sm_count if num_sms is None else num_sms
 
 
 def check_sms(num_sms, sm_margin) -> int:

@@ -43,11 +43,12 @@ import numpy as np
 
 from ..flash import chunks
 from ..flash.dispatch import round_up_headdim, round_up_headdimv, should_pack_gqa, tile_size_fwd_sm90
+from ..gpus import DEFAULT_GPU
 from ..hw import allreduce
 from ..numerics import fadd, ffma, fmax, fmul, fsub
 from ..numerics.bits import flush_subnormal
 from ..numerics.cvt import FORMATS, convert
-from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2, rcp
+from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2, model, rcp
 from .checks import MAX_SPLITS, check_int
 from .splits import (
     SplitPlan,
@@ -192,7 +193,7 @@ def _lane_allreduce(x: np.ndarray, op: str, width: int) -> np.ndarray:
 
 
 def _combine_rows(lse: np.ndarray, o: np.ndarray, count: np.ndarray, kernel: CombineKernel,
-                  arch: str, out_fmt: str) -> tuple[np.ndarray, np.ndarray]:
+                  mufu: str, out_fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """The kernel on flat rows: ``lse`` [S, R], ``o`` [S, R, dv] float32, ``count`` [R] splits
     each row reads (>= 2). Returns (out [R, dv] in the output format, lse [R] float32)."""
     num, rows = lse.shape
@@ -213,15 +214,15 @@ def _combine_rows(lse: np.ndarray, o: np.ndarray, count: np.ndarray, kernel: Com
     valid = full != _NEG_INF  # FSETP.NEU: NaN counts as a valid split
     max_valid = np.where(valid.any(axis=0), kmax - 1 - np.argmax(valid[::-1], axis=0), -1)
     cur = np.where(lse_max == _NEG_INF, _ZERO, lse_max)
-    e = [ex2(fmul(fsub(regs[j], cur, ftz=True), LOG2E_F32, ftz=True), arch=arch, ftz=True)
+    e = [ex2(fmul(fsub(regs[j], cur, ftz=True), LOG2E_F32, ftz=True), model=mufu, ftz=True)
          for j in range(J)]
     total = fadd(_ZERO, e[0], ftz=True)
     for j in range(1, J):
         total = fadd(total, e[j], ftz=True)
     total = _lane_allreduce(total, "sum", T)
-    lse_row = ffma(lg2(total, arch=arch, ftz=True), LN2_F32, lse_max, ftz=True)
+    lse_row = ffma(lg2(total, model=mufu, ftz=True), LN2_F32, lse_max, ftz=True)
     nonzero = (flush_subnormal(total) != _ZERO) & ~np.isnan(total)  # FSETP.NE.FTZ (ordered)
-    inv = np.where(nonzero, rcp(np.where(nonzero, total, np.float32(1)), arch=arch, ftz=True), _ZERO)
+    inv = np.where(nonzero, rcp(np.where(nonzero, total, np.float32(1)), model=mufu, ftz=True), _ZERO)
     weights = np.stack([fmul(e[j], inv, ftz=True) for j in range(J)])       # [J, R, T]
     weights = weights.transpose(0, 2, 1).reshape(kmax, rows)                # split-major
     # Step 6: O = sum over splits in order, one FFMA per split with a positive weight
@@ -243,7 +244,7 @@ def row_bytes(num: int, head_dim_v: int, max_splits: int) -> int:
     return 4 * num * (head_dim_v + 1) + 40 * head_dim_v + 48 * max_splits
 
 
-def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, arch: str = "sm90",
+def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFAULT_GPU,
             num_splits=None, num_splits_dynamic=None, layout: str = "forward", out=None, lse=None,
             memory_budget=None):
     """FA3's combine kernel (hopper/flash_fwd_combine_kernel.h) as the sm_90 build computes it.
@@ -269,7 +270,8 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, arch: str = "sm9
         head_dim_v: FA3's ``params.dv``, which picks the kernel (kBlockK 64 for ``<= 64``, else
             128): ``mha_fwd`` passes ``head_size_v``, ``mha_combine`` the last dim rounded up to a
             multiple of 4. Must be ``out_partial.shape[-1]`` up to that rounding.
-        arch: MUFU model, ``"sm90"`` (H200 tables) or ``"ideal"`` (correctly rounded).
+        mufu: the MUFU model: a GPU key of :mod:`simulator.gpus` (its calibrated tables) or
+            ``"ideal"`` (correctly rounded).
         num_splits: FA3's ``params.num_splits`` (picks kLogMaxSplits, hence which splits each
             thread holds and the summation order); default ``out_partial.shape[0]``; 2..256.
         num_splits_dynamic: None, or ints broadcasting against the output LSE shape
@@ -294,7 +296,7 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, arch: str = "sm9
         ValueError: arrays that are not plain float32 ndarrays, shapes that do not match the
             layout, num_splits outside 2..256 (the kernel returns without writing for one split:
             FA3 only launches it for ``num_splits > 1``) or below the splits a row reads, an
-            unknown out_dtype, layout or arch, head_dim_v that does not match.
+            unknown out_dtype, layout or MUFU model, head_dim_v that does not match.
         MemoryError: not even one row fits ``memory_budget``, with the estimate.
         MufuDataError: the calibrated MUFU tables are missing or corrupt.
     Source: hopper/flash_fwd_combine_kernel.h (steps 1-7), flash_fwd_combine_launch_template.h,
@@ -309,9 +311,10 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, arch: str = "sm9
     lse_partial = _float32_array("lse_partial", lse_partial)
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    if not isinstance(arch, str):
-        raise ValueError(f"arch: expected a string ('sm90' or 'ideal'), got {arch!r}")
-    ex2(np.zeros(1, np.float32), arch=arch)  # an unknown arch raises here, naming it
+    try:
+        model(mufu)
+    except ValueError as exc:  # named as this function's argument
+        raise ValueError(f"mufu: {str(exc).removeprefix('model: ')}") from None
     odt = _out_dtype(out_dtype)
     names = {"forward": ("[num_splits, ..., seqlen, heads, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
              "accum": ("[num_splits, ..., heads, seqlen, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
@@ -375,7 +378,7 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, arch: str = "sm9
     for start in range(0, len(rows[0]), size):
         part = tuple(ix[start: start + size] for ix in rows)
         res_o, res_l = _combine_rows(np.ascontiguousarray(lse_c[(slice(None), *part)]),
-                                     o[(slice(None), *part)], count[part], kernel, arch,
+                                     o[(slice(None), *part)], count[part], kernel, mufu,
                                      _OUT_FORMATS[odt])
         o_view[part], l_view[part] = res_o, res_l
     return out_arr, lse_arr

@@ -29,6 +29,7 @@ import numpy as np
 from .. import engine, flash
 from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
+from ..gpus import DEFAULT_GPU, mufu_model_name
 from ..trace import Trace
 from . import autograd
 from .arrays import returned, to_numpy
@@ -41,6 +42,7 @@ from .checks import (
     check_parallel,
     check_scale,
     cu_seqlens,
+    gpu_sms,
     need_sms,
     seqused,
     trace_ctas,
@@ -48,7 +50,6 @@ from .checks import (
 from .combine import combine
 from .kvcache import flash_attn_with_kvcache
 from .launch import (
-    H200_SMS,
     descale_rows,
     kernel_window,
     launch_flags,
@@ -61,14 +62,14 @@ from .launch import (
 )
 from .scheduler import dynamic_num_splits
 
-__all__ = ["H200_SMS", "flash_attn_combine", "flash_attn_func", "flash_attn_varlen_func",
+__all__ = ["flash_attn_combine", "flash_attn_func", "flash_attn_varlen_func",
            "flash_attn_with_kvcache"]
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None,
                     k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0,
                     softcap=0.0, num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0,
-                    return_attn_probs=False, *, num_sms=H200_SMS, trace=None, executor=None,
+                    return_attn_probs=False, *, num_sms=None, gpu=DEFAULT_GPU, trace=None, executor=None,
                     progress=None, memory_budget=None):
     """FA3's ``flash_attn_func`` (forward).
 
@@ -90,7 +91,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         pack_gqa, deterministic: accepted, no effect on the forward's bits (deterministic is
             passed to the backward under autograd).
         return_attn_probs: also return softmax_lse.
-        num_sms: keyword-only: the GPU's multiprocessors (the H200's 132) for the heuristic.
+        gpu: keyword-only, not FA3's: the GPU the call runs on, a key of
+            :data:`simulator.gpus.GPUS` (``"h200"``, ``"h100"``, ``"h100-pcie"``) or a record:
+            its SM count (the split heuristic), MUFU tables and tensor-core parameters.
+        num_sms: keyword-only, not FA3's: None (the GPU's SM count), or an override of it.
         trace: keyword-only, not FA3's: None, or CTAs ``(batch, head, m_block)`` whose steps to
             record; unsplit launches only (``num_splits=1``).
         executor, progress, memory_budget: keyword-only, not FA3's: passed to every
@@ -117,17 +121,18 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         refuse_qv_grad(qv, chunk)
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, executor=executor,
-                   progress=progress, memory_budget=memory_budget)
+                   progress=progress, memory_budget=memory_budget, gpu=gpu)
 
         def run(q_, k_, v_):
             return flash_attn_func(
                 q_, k_, v_, softmax_scale, causal, qv, q_descale, k_descale, v_descale,
                 window_size, attention_chunk, softcap, num_splits, pack_gqa, deterministic,
-                sm_margin, True, num_sms=num_sms, executor=executor, progress=progress,
+                sm_margin, True, num_sms=num_sms, gpu=gpu, executor=executor, progress=progress,
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
     check_parallel(executor, progress, memory_budget, trace)
+    num_sms = gpu_sms(gpu, num_sms)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
     qv = to_numpy(qv, "qv")[0]
     descales = {n: to_numpy(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
@@ -155,7 +160,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     kw = dict(softmax_scale=check_scale(softmax_scale, d, softcap, 0 if qv is None else dv),
               causal=causal, window=tuple(window_size), softcap=softcap, qv=qv,
               attention_chunk=chunk, **descales,
-              **parallel(executor, progress, memory_budget))
+              gpu=gpu, **parallel(executor, progress, memory_budget))
     wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)
     record = None if wanted is None else Trace()
     if k.shape[1] == 0 and v.shape[:3] == k.shape[:3]:  # total_k == 0: O = 0, LSE = +inf
@@ -177,7 +182,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            qv=None, q_descale=None, k_descale=None, v_descale=None,
                            window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                            pack_gqa=None, deterministic=False, sm_margin=0,
-                           return_attn_probs=False, *, num_sms=H200_SMS, trace=None,
+                           return_attn_probs=False, *, num_sms=None, gpu=DEFAULT_GPU, trace=None,
                            executor=None, progress=None, memory_budget=None):
     """FA3's ``flash_attn_varlen_func`` (forward): packed sequences.
 
@@ -214,18 +219,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                    softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                    max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k,
-                   executor=executor, progress=progress, memory_budget=memory_budget)
+                   executor=executor, progress=progress, memory_budget=memory_budget, gpu=gpu)
 
         def run(q_, k_, v_):
             return flash_attn_varlen_func(
                 q_, k_, v_, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
                 seqused_k, softmax_scale, causal, qv, q_descale, k_descale, v_descale,
                 window_size, attention_chunk, softcap, num_splits, pack_gqa, deterministic,
-                sm_margin, True, num_sms=num_sms, executor=executor, progress=progress,
+                sm_margin, True, num_sms=num_sms, gpu=gpu, executor=executor, progress=progress,
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
     check_parallel(executor, progress, memory_budget, trace)
+    num_sms = gpu_sms(gpu, num_sms)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
     qv = to_numpy(qv, "qv")[0]
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -297,7 +303,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                       qv=None if qv is None else qv[None, qs], attention_chunk=chunk,
                       **{n: descale_rows(x, bi) for n, x in descales.items()},
-                      **parallel(executor, progress, memory_budget))
+                      gpu=gpu, **parallel(executor, progress, memory_budget))
             o, l_ = traced_forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]),
                                    bi, wanted, record)
             out[qs], lse[:, qs] = o[0], l_[0]
@@ -357,7 +363,7 @@ def check_combine_shapes(op: np.ndarray, lp: np.ndarray) -> None:
                          "(mha_combine)")
 
 
-def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gpu=DEFAULT_GPU):
     """FA3's ``flash_attn_combine`` (``mha_combine``): merge per-split partial outputs.
 
     Args:
@@ -367,6 +373,7 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
             it: NumPy arrays of any memory layout are accepted here).
         out: must be None (results are returned, not written in place).
         out_dtype: float32 (FA3's default: the partials' dtype), bfloat16 or float16.
+        gpu: keyword-only, not FA3's: the GPU (:mod:`simulator.gpus`) whose MUFU runs it.
     Returns:
         (out [batch, seqlen, heads, head_dim] in ``out_dtype``, softmax_lse float32 in the
         layout :func:`simulator.fa3.combine.combine` documents for ``layout="combine"``), as
@@ -384,5 +391,5 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
                              f"{getattr(x, 'dtype', type(x).__name__)}")
     check_combine_shapes(op, lp)
     res = combine(op, lp, _combine_out_dtype(out_dtype), head_dim_v=op.shape[-1],
-                           layout="combine")
+                  layout="combine", mufu=mufu_model_name(gpu))
     return returned(res, t)

@@ -14,6 +14,7 @@ from .. import engine
 from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
+from ..gpus import DEFAULT_GPU
 from ..trace import Trace
 from . import paged, rotary
 from .append import append_kv
@@ -27,13 +28,13 @@ from .checks import (
     check_pack_gqa,
     check_parallel,
     check_scale,
+    gpu_sms,
     int_array,
     need_sms,
     trace_ctas,
 )
 from .kvcache_rows import NewKeys, QueryRows, cache_lengths
 from .launch import (
-    H200_SMS,
     descale_rows,
     kernel_window,
     launch_flags,
@@ -70,7 +71,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
-                            num_sms=H200_SMS, trace=None, executor=None, progress=None,
+                            num_sms=None, gpu=DEFAULT_GPU, trace=None, executor=None, progress=None,
                             memory_budget=None):
     """FA3's ``flash_attn_with_kvcache`` (decode and chunked prefill against a KV cache).
 
@@ -144,6 +145,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         raise ValueError("attention_chunk: with page_table not emulated (no paged recording "
                          "covers it); gather the pages into a contiguous cache first")
     check_parallel(executor, progress, memory_budget, trace)
+    num_sms = gpu_sms(gpu, num_sms)
     (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
     (kn, _), (vn, _), (qv, _) = to_numpy(k, "k"), to_numpy(v, "v"), to_numpy(qv, "qv")
     rows_q = QueryRows.of(q, cu_seqlens_q, max_seqlen_q)
@@ -280,7 +282,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
                   max_seqlen_q=sq, max_seqlen_k=s_cache, qv=qvs[bi], attention_chunk=chunk,
                   **{n: descale_rows(x, bi) for n, x in descales.items()},
-                  **parallel(executor, progress, memory_budget))
+                  gpu=gpu, **parallel(executor, progress, memory_budget))
         if splits is not None and splits[bi] != 1:
             kw["num_splits"] = int(splits[bi])
         if packs_varlen:

@@ -15,11 +15,9 @@ from .. import flash
 from ..flash.config import input_format
 from ..flash.dispatch import fa3_dispatch
 from ..flash.masks import chunk_window, fa3_window, kernel_flags, normalize_window
+from ..gpus import DEFAULT_GPU, mufu_model_name
 from .combine import combine
 from .splits import get_num_splits
-
-#: multiprocessors of the H200 (what FA3's split heuristic reads off the device)
-H200_SMS = 132
 
 
 def parallel(executor, progress, memory_budget) -> dict:
@@ -88,6 +86,7 @@ def run_forward(q, k, v, kw: dict, splits, partials: list | None = None) -> tupl
     if partials is not None:
         partials.append((part.out, part.lse))
     return combine(part.out, part.lse, output_dtype(q.dtype), head_dim_v=v.shape[-1],
+                   mufu=mufu_model_name(kw.get("gpu", DEFAULT_GPU)),
                    memory_budget=kw.get("memory_budget"))
 
 

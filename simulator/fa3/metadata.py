@@ -24,10 +24,11 @@ import numpy as np
 
 from ..flash.config import check_chunk
 from ..flash.dispatch import check_head_dim, check_head_dim_v, should_pack_gqa
+from ..gpus import DEFAULT_GPU
 from . import paged
 from .arrays import returned, to_numpy
-from .checks import check_bool, check_options, check_pack_gqa, cu_seqlens, int_array, need_sms
-from .launch import H200_SMS, kernel_window, launch_flags, static_splits
+from .checks import check_bool, check_options, check_pack_gqa, cu_seqlens, gpu_sms, int_array, need_sms
+from .launch import kernel_window, launch_flags, static_splits
 from .scheduler import dynamic_num_splits
 
 #: the prepare kernel's L2 estimate (hopper/flash_prepare_scheduler.cu: "underestimate seems
@@ -55,7 +56,7 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
                            cu_seqlens_q=None, cu_seqlens_k_new=None, cache_leftpad=None,
                            page_size=None, max_seqlen_k_new=0, causal=False,
                            window_size=(-1, -1), attention_chunk=0, has_softcap=False,
-                           num_splits=0, pack_gqa=None, sm_margin=0, *, num_sms=H200_SMS):
+                           num_splits=0, pack_gqa=None, sm_margin=0, *, num_sms=None, gpu=DEFAULT_GPU):
     """FA3's ``get_scheduler_metadata``: the prepare kernel's int32 array for a
     ``flash_attn_with_kvcache`` launch of these arguments (module docstring: layout).
 
@@ -69,7 +70,10 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
         page_size: None (a contiguous cache) or the paged cache's page size.
         max_seqlen_k_new: the new keys' length (0: no append).
         causal, window_size, has_softcap, num_splits, pack_gqa, sm_margin: as the launch.
-        num_sms: keyword-only: the GPU's multiprocessors (the H200's 132).
+        gpu: keyword-only, not FA3's: the GPU the call runs on, a key of
+            :data:`simulator.gpus.GPUS` (``"h200"``, ``"h100"``, ``"h100-pcie"``) or a record:
+            its SM count (the split heuristic), MUFU tables and tensor-core parameters.
+        num_sms: keyword-only, not FA3's: None (the GPU's SM count), or an override of it.
     Returns:
         int32 [size], laid out as the module docstring says: a NumPy array, or a CPU torch
         tensor when ``cache_seqlens`` is one (as the library returns a tensor).
@@ -95,6 +99,7 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
                                              num_heads_kv, headdim))
     dv = d if headdim_v is None else int(headdim_v)
     check_bool("has_softcap", has_softcap)
+    num_sms = gpu_sms(gpu, num_sms)
     _, _, sms, splits_arg = check_options(1.0 if has_softcap else 0.0, causal, num_sms,
                                           sm_margin, num_splits)
     if h % hkv:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..gpus import DEFAULT_GPU
 from .checks import check_int
 from .interface import flash_attn_func
-from .launch import H200_SMS
 
 
 def unpack_qkv(qkv, num_heads_q):
@@ -48,7 +48,7 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
                               k_descale=None, v_descale=None, window_size=(-1, -1),
                               attention_chunk=0, softcap=0.0, deterministic=False,
                               num_heads_q=None, sm_margin=0, return_attn_probs=False, *,
-                              num_sms=H200_SMS, trace=None, executor=None, progress=None,
+                              num_sms=None, gpu=DEFAULT_GPU, trace=None, executor=None, progress=None,
                               memory_budget=None):
     """FA3's ``flash_attn_qkvpacked_func``.
 
@@ -73,5 +73,5 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
                            window_size=window_size, attention_chunk=attention_chunk,
                            softcap=softcap, num_splits=1, deterministic=deterministic,
                            sm_margin=sm_margin, return_attn_probs=return_attn_probs,
-                           num_sms=num_sms, trace=trace, executor=executor, progress=progress,
+                           num_sms=num_sms, gpu=gpu, trace=trace, executor=executor, progress=progress,
                            memory_budget=memory_budget)

@@ -12,8 +12,12 @@ import numpy as np
 
 from ..flash.config import input_format
 from ..flash.dispatch import round_up_headdim, round_up_headdimv, should_pack_gqa, tile_size_fwd_sm90
+from ..gpus import get_gpu
 from ..numerics.bits import is_int
 from .checks import check_bool, check_int
+
+#: the SM count of the default GPU (simulator.gpus), what the heuristic reads unless told
+_DEFAULT_SMS = get_gpu().sm_count
 
 _INT32 = 1 << 32
 _ELEMENT_SIZE = {"bf16": 2, "f16": 2, "e4m3": 1}
@@ -205,7 +209,7 @@ def _window(window_size, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
 
 def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v=None, dtype="bf16",
                 causal=False, local=False, softcap=0.0, varlen=False, *, varlen_q=None,
-                window_size=None, num_sms: int = 132, paged_kv: bool = False,
+                window_size=None, num_sms: int = _DEFAULT_SMS, paged_kv: bool = False,
                 paged_kv_non_tma: bool = False) -> SplitPlan:
     """``get_num_splits`` then ``get_pack_gqa`` (hopper/flash_api.cpp) for sm_90, with their inputs.
 
@@ -296,7 +300,8 @@ def plan_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v
 
 def get_num_splits(batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v=None, dtype="bf16",
                    causal=False, local=False, softcap=0.0, varlen=False, *, window_size=None,
-                   num_sms: int = 132, paged_kv: bool = False, paged_kv_non_tma: bool = False) -> int:
+                   num_sms: int = _DEFAULT_SMS, paged_kv: bool = False,
+                   paged_kv_non_tma: bool = False) -> int:
     """``get_num_splits`` of hopper/flash_api.cpp for sm_90: what ``mha_fwd`` uses when called
     with ``num_splits <= 0`` (flash_attn_func's default is 1). See :func:`plan_splits` for the
     formula, the arguments and the errors. Returns an int in 1..128 (see

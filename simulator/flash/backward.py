@@ -31,13 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine
+from ..gpus import DEFAULT_GPU, GPU, get_gpu, mufu_model_name
 from ..numerics import convert, fadd, ffma, fmul
 from . import chunks
 from .backward_mainloop import accumulator_bytes, m_block_range, mainloop
 from .backward_mainloop import dq_add_ftz as dq_add_ftz  # the public names stay here
 from .backward_mainloop import dq_order as dq_order
 from .backward_trace import make_tracer
-from .config import ARCHS, input_format
+from .config import input_format
 from .constants import host_constants
 from .dispatch import kernel_head_dim
 from .masks import fa3_window, kernel_flags, normalize_window
@@ -167,7 +168,8 @@ class BackwardConfig:
     scale_log2: np.float32           # softmax_scale * log2(e), or softcap * log2(e) with softcap
     softcap_val: np.float32          # softmax_scale / softcap (0: no softcap)
     deterministic: bool
-    arch: str
+    mufu: str                        # the MUFU model: the GPU's key, or "ideal"
+    gpu: GPU                         # the GPU whose arithmetic runs
 
     @property
     def m_blocks(self) -> int:
@@ -180,7 +182,7 @@ class BackwardConfig:
 
 def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False,
                          window=(-1, -1), softcap=0.0, deterministic=False, max_seqlen_q=None,
-                         max_seqlen_k=None, arch="sm90") -> BackwardConfig:
+                         max_seqlen_k=None, gpu=DEFAULT_GPU, mufu=None) -> BackwardConfig:
     """Check a backward call's arguments as ``mha_bwd`` does and resolve FA3's choices.
 
     Raises:
@@ -224,8 +226,8 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
     if h % hk:
         raise ValueError(f"k: heads_kv = {hk} must divide heads = {h}")
     consts = host_constants(d, softmax_scale, softcap)  # checked as the forward checks them
-    if arch not in ARCHS:
-        raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
+    gpu = get_gpu(gpu)
+    mufu = mufu_model_name(gpu, mufu)
     msq = sq if max_seqlen_q is None else int(max_seqlen_q)
     msk = sk if max_seqlen_k is None else int(max_seqlen_k)
     win = fa3_window(normalize_window(bool(causal), window), msq, msk)
@@ -240,7 +242,7 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
     kwin = (msk - 1 if win[0] < 0 else win[0], msq - 1 if win[1] < 0 else win[1])
     return BackwardConfig(fmt, b, sq, sk, h, hk, d, win, kwin, is_causal, is_local,
                           tiles, consts["softmax_scale"], consts["scale_log2"],
-                          consts["softcap_val"], bool(deterministic), arch)
+                          consts["softcap_val"], bool(deterministic), mufu, gpu)
 
 
 def max_dq_partials(cfg: BackwardConfig) -> int:
@@ -255,7 +257,7 @@ def max_dq_partials(cfg: BackwardConfig) -> int:
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
-             arch="sm90", spread=False, memory_budget=None, progress=None,
+             gpu=DEFAULT_GPU, mufu=None, spread=False, memory_budget=None, progress=None,
              trace=None, executor=None) -> BackwardResult:
     """FlashAttention-3's backward, emulated bit for bit on Hopper warpgroups.
 
@@ -271,7 +273,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
             ascending); with False the library's own run may differ where ``spread`` says so.
         max_seqlen_q, max_seqlen_k: the launch's maxima when this call is one sequence of a
             varlen launch (FA3 normalises the window with them).
-        arch: "sm90" (the H200's MUFU.EX2) or "ideal" (correctly rounded).
+        gpu: the GPU whose arithmetic runs (:mod:`simulator.gpus` key or record).
+        mufu: None (the GPU's calibrated MUFU.EX2 / MUFU.TANH) or "ideal" (correctly rounded).
         spread: also compute, per value, the smallest and largest result any arrival order
             of the reduce-adds gives (:mod:`simulator.flash.spread`): ``result.spread``.
         memory_budget: bytes for the padded operands, the accumulators and the working arrays
@@ -311,7 +314,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     cfg = make_backward_config(dout, q, k, v, out, lse, softmax_scale=softmax_scale,
                                causal=causal, window=window, softcap=softcap,
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
-                               max_seqlen_k=max_seqlen_k, arch=arch)
+                               max_seqlen_k=max_seqlen_k, gpu=gpu, mufu=mufu)
     want = spread and not cfg.deterministic
     tracer = make_tracer(cfg, trace)
     post = _post_rows(cfg, budget, want)  # its MemoryError before the long part

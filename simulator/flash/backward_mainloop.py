@@ -207,7 +207,7 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
     key_idx = n[:, None] * N + np.arange(N)[None, :]                                  # [C, N]
     kc = kp[b[:, None], key_idx, (h // g)[:, None]]                                   # [C, N, kd]
     vc = vp[b[:, None], key_idx, (h // g)[:, None]]
-    ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}")
+    ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}", cfg.gpu)
     order = dq_order(cfg, n)
     # the compiled engine's hand-over: K and V (as K^T, V^T and K) decoded once per chunk,
     # Q and dO once per m_block for their two GEMMs each, the dS step compiled (same bits,
@@ -235,7 +235,7 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         if cfg.softcap_val > 0:
             # apply_softcap then calculate_dtanh (hopper/utils.h), before the mask as FA3 does it
             # (after it, 1 - (-inf)^2 would be NaN); 1 - t*t is one FFMA (docs/backward.md)
-            s = tanh(fmul(s, cfg.softcap_val, ftz=True), arch=cfg.arch)
+            s = tanh(fmul(s, cfg.softcap_val, ftz=True), model=cfg.mufu)
             dtanh = ffma(-s, s, np.float32(1), ftz=True)
             traced["dtanh"] = dtanh
         ok = allowed(r[None, :, None], key_idx[act][:, None, :], cfg.seqlen_q, cfg.seqlen_k,
@@ -244,9 +244,9 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         row = tile + job[0] - r0                       # the (b, h) row in dpsum / lse_log2
         lse_m = lse_log2[row][:, r]                                                     # [A, M]
         if engine.numba_softmax(s, rowcol=False):  # P: the compiled twin (simulator.engine)
-            p = engine.ex2_ffma_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.arch)
+            p = engine.ex2_ffma_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.mufu)
         else:
-            p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), arch=cfg.arch)
+            p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), model=cfg.mufu)
         if ops is not None:  # dS, the conversions and decodes compiled
             dv[act], dqp, dk[act] = ops.grads(*engine.backward_ds(
                 p, dp, dpsum[row][:, r], dtanh, cfg.fmt, ins.params.emin), dv[act], dk[act])

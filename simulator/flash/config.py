@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..gpus import DEFAULT_GPU, GPU, get_gpu, mufu_model_name
 from ..numerics import FORMATS
 from ..trace import Trace
 from .constants import host_constants
@@ -27,7 +28,6 @@ INPUT_FORMATS = ("bf16", "f16", "e4m3")
 DTYPES = {name: FORMATS[name].dtype for name in INPUT_FORMATS}
 _FORMAT_OF = {dt: name for name, dt in DTYPES.items()}
 SCHEDULES = ("plain", "intra_wg_overlap")
-ARCHS = ("sm90", "ideal")
 
 
 def input_format(dtype) -> str | None:
@@ -69,7 +69,7 @@ class Config:
     kblock_m: int
     kblock_n: int
     schedule: str
-    arch: str
+    mufu: str
     consts: dict
     seqlens_k: np.ndarray
     q_descale: np.ndarray
@@ -90,8 +90,13 @@ class Config:
     has_qv: bool = False
     #: FA3's attention_chunk (0: none): keys cut into chunks of this many, a row sees its own
     chunk: int = 0
+    #: the GPU whose arithmetic runs (its tensor-core parameters; ``mufu`` names its MUFU model
+    #: or "ideal"): a :class:`simulator.gpus.GPU`, None for the default one
+    gpu: GPU | None = None
 
     def __post_init__(self):
+        if self.gpu is None:
+            object.__setattr__(self, "gpu", get_gpu())
         if not self.head_dim_v:
             object.__setattr__(self, "head_dim_v", self.head_dim)
         if not self.kernel_head_dim_v:
@@ -150,8 +155,8 @@ def _descale(name: str, x, fmt: str, batch: int, heads_kv: int) -> np.ndarray:
 
 def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
                 seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
-                q_descale=None, k_descale=None, v_descale=None, arch="sm90",
-                max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
+                q_descale=None, k_descale=None, v_descale=None, gpu=DEFAULT_GPU,
+                mufu=None, max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
                 qv=None, attention_chunk=0) -> Config:
     """Validate every argument of :func:`forward` and resolve FA3's dispatch; raises ValueError
     naming the argument. ``kblock_m``, ``kblock_n``, ``schedule`` None: FA3's choice
@@ -182,8 +187,8 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
     if b < 1 or sq < 1 or h < 1:
         raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {q.shape}")
-    if arch not in ARCHS:
-        raise ValueError(f"arch: expected one of {ARCHS}, got {arch!r}")
+    gpu = get_gpu(gpu)
+    mufu = mufu_model_name(gpu, mufu)
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal: expected True or False, got {causal!r}")
     max_q = _launch_max("max_seqlen_q", max_seqlen_q, sq)
@@ -224,13 +229,13 @@ def make_config(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), s
         softmax_scale = (d + v.shape[3]) ** (-0.5)
     consts = host_constants(d, softmax_scale, softcap)
     return Config(fmt, b, sq, sk, h, hkv, d, disp.kernel_head_dim, win, float(softcap),
-                  int(kblock_m), int(kblock_n), schedule, arch, consts, seqlens,
+                  int(kblock_m), int(kblock_n), schedule, mufu, consts, seqlens,
                   _descale("q_descale", q_descale, fmt, b, hkv),
                   _descale("k_descale", k_descale, fmt, b, hkv),
                   _descale("v_descale", v_descale, fmt, b, hkv), disp,
                   _splits(num_splits, b), max_q, max_k,
                   _pack_gqa(pack_gqa, num_splits, h, hkv, max_q, kblock_m),
-                  disp.head_dim_v, disp.kernel_head_dim_v, has_qv, chunk)
+                  disp.head_dim_v, disp.kernel_head_dim_v, has_qv, chunk, gpu)
 
 
 def check_chunk(attention_chunk) -> int:

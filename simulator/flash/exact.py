@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .. import mma
+from ..gpus import DEFAULT_GPU
 from ..hw import quad_allreduce, thread_reduce
 from ..numerics import convert, ffma, fmul, fsub
 from ..numerics.mufu import LN2_F32, ex2, lg2, rcp, tanh
@@ -96,9 +97,9 @@ class Ops:
     """The arithmetic of one :class:`Exactness`: each method is the instruction model on
     float32 registers, or float64 where its switch is on."""
 
-    def __init__(self, exact: Exactness, arch: str = "sm90"):
+    def __init__(self, exact: Exactness, mufu: str = DEFAULT_GPU):
         self.exact = exact
-        self.arch = arch
+        self.mufu = mufu
 
     def regs(self, x) -> np.ndarray:
         """``x`` as the softmax's registers: float64 with exact arithmetic, else float32."""
@@ -116,16 +117,16 @@ class Ops:
         return ffma(_f32(a), _f32(b), _f32(c), ftz=True)
 
     def exp2(self, x):
-        return np.exp2(_f64(x)) if self.exact.ex2 else ex2(_f32(x), arch=self.arch)
+        return np.exp2(_f64(x)) if self.exact.ex2 else ex2(_f32(x), model=self.mufu)
 
     def rcp(self, x):
-        return 1.0 / _f64(x) if self.exact.rcp_lg2 else rcp(_f32(x), arch=self.arch)
+        return 1.0 / _f64(x) if self.exact.rcp_lg2 else rcp(_f32(x), model=self.mufu)
 
     def lg2(self, x):
-        return np.log2(_f64(x)) if self.exact.rcp_lg2 else lg2(_f32(x), arch=self.arch)
+        return np.log2(_f64(x)) if self.exact.rcp_lg2 else lg2(_f32(x), model=self.mufu)
 
     def tanh(self, x):
-        return np.tanh(_f64(x)) if self.exact.tanh else tanh(_f32(x), arch=self.arch)
+        return np.tanh(_f64(x)) if self.exact.tanh else tanh(_f32(x), model=self.mufu)
 
     def ln2(self):
         return np.log(2.0) if self.exact.ffma else LN2_F32
@@ -242,9 +243,9 @@ def gemm(a, b, c, instruction, exact: Exactness) -> np.ndarray:
     return c
 
 
-def softcap(s, softcap_val, arch: str, exact: Exactness) -> np.ndarray:
+def softcap(s, softcap_val, mufu: str, exact: Exactness) -> np.ndarray:
     """``tanh(s * softcap_val)`` (FMUL then MUFU.TANH), each exact where its switch says."""
-    ops = Ops(exact, arch)
+    ops = Ops(exact, mufu)
     return ops.tanh(ops.mul(s, softcap_val))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import engine, mma
+from ..gpus import DEFAULT_GPU
 from ..hw import accumulator_layout, rowcol_view
 from ..numerics import convert, fmul, format_of
 from ..numerics.mufu import tanh
@@ -33,7 +34,7 @@ _NEG_ZERO = np.float32(-0.0)
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
             seqlens_k=None, kblock_m=None, kblock_n=None, schedule=None,
-            q_descale=None, k_descale=None, v_descale=None, arch="sm90", trace=None,
+            q_descale=None, k_descale=None, v_descale=None, gpu=DEFAULT_GPU, mufu=None, trace=None,
             max_seqlen_q=None, max_seqlen_k=None, num_splits=None, pack_gqa=None,
             executor=None, memory_budget=None, progress=None, qv=None,
             attention_chunk=0, exact=None) -> ForwardResult:
@@ -64,7 +65,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
             block (a multiple of 16, 32 for e4m3, up to 256).
         schedule: None (FA3's), "plain" or "intra_wg_overlap"; see docs/forward.md.
         q_descale, k_descale, v_descale: FP8 only: float32 scalars or [batch, heads_kv].
-        arch: "sm90" (MUFU models measured on the H200) or "ideal" (correctly rounded).
+        gpu: the GPU whose arithmetic runs, a key of :data:`simulator.gpus.GPUS` (``"h200"``,
+            ``"h100"``, ``"h100-pcie"``) or a record: its MUFU tables and tensor-core parameters.
+        mufu: None (the GPU's calibrated MUFU models) or ``"ideal"`` (correctly rounded ex2,
+            rcp, lg2, tanh: what the approximation costs).
         trace: None, or an iterable of CTAs ``(batch, head, m_block)`` to record (unsplit,
             without PackGQA or qv, V head dim <= 256).
         max_seqlen_q, max_seqlen_k: the launch's maxima when this call is one sequence of a
@@ -131,7 +135,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softc
     cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                       softcap=softcap, seqlens_k=seqlens_k, kblock_m=kblock_m, kblock_n=kblock_n,
                       schedule=schedule, q_descale=q_descale, k_descale=k_descale,
-                      v_descale=v_descale, arch=arch, max_seqlen_q=max_seqlen_q,
+                      v_descale=v_descale, gpu=gpu, mufu=mufu, max_seqlen_q=max_seqlen_q,
                       max_seqlen_k=max_seqlen_k, num_splits=num_splits, pack_gqa=pack_gqa, qv=qv,
                       attention_chunk=attention_chunk)
     if trace is not None and (cfg.splits is not None or cfg.pack_gqa):
@@ -339,7 +343,7 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     scale_log2, softcap_val, final_scale = (_exact.cta_scales(cfg, b, hkv) if exact is not None
                                             and exact.ffma else cta_scales(cfg, b, hkv))
     soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
-                   MAX_OFFSET[cfg.fmt], cfg.arch, exact)
+                   MAX_OFFSET[cfg.fmt], cfg.mufu, exact)
     view = rowcol_view(f"m64n{N}k16")
     # each thread-row element's flat position in a warpgroup's 64 x N tile: a take along one
     # axis gives the [G, W, 128, 2, N/4] scores C-ordered (the kernels read rows in place)
@@ -349,9 +353,9 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
     acc_layout_s = accumulator_layout(f"m64n{N}k16")
     acc_layout_o = accumulator_layout(f"m64n{min(dv, 256)}k16")
     tracer = _Tracer(ctas, wanted, record, acc_layout_s, acc_layout_o)
-    qk = mma.parse("wgmma", f"m64n{N}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}")
+    qk = mma.parse("wgmma", f"m64n{N}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}", cfg.gpu)
     # a V head dim over 256 runs as m64n256 instructions side by side (columns are independent)
-    pv = mma.parse("wgmma", f"m64n{min(dv, 256)}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}")
+    pv = mma.parse("wgmma", f"m64n{min(dv, 256)}k{cfg.k_step}.f32.{cfg.fmt}.{cfg.fmt}", cfg.gpu)
     # the compiled engine's hand-over: Q decoded once per group, each K/V block once per
     # distinct (batch, kv head) of the group, not once per CTA and block (same bits)
     fast = _decoded_gemms(cfg, qt, qvt, qk, pv, exact)
@@ -374,9 +378,9 @@ def _run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, rec
             s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, exact)
             tracer.frag("qv_gemm", n, acc_s=s)
         if cfg.softcap > 0:
-            s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), arch=cfg.arch) \
+            s = tanh(fmul(s, softcap_val[:, None, None, None], ftz=True), model=cfg.mufu) \
                 if exact is None else _exact.softcap(s, softcap_val[:, None, None, None],
-                                                     cfg.arch, exact)
+                                                     cfg.mufu, exact)
             tracer.frag("softcap", n, acc_s=s)
         first, check_inf = step == 0, masked[step]
         if check_inf:  # the blocks between the masking steps run without a mask function

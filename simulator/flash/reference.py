@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..gpus import DEFAULT_GPU
 from .config import make_config
 from .masks import allowed
 
@@ -16,13 +17,13 @@ _CHUNK_ELEMENTS = 1 << 24
 
 def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
               seqlens_k=None, q_descale=None, k_descale=None, v_descale=None,
-              kblock_m=None, kblock_n=None, schedule=None, arch="sm90", qv=None,
+              kblock_m=None, kblock_n=None, schedule=None, gpu=DEFAULT_GPU, mufu=None, qv=None,
               attention_chunk=0):
     """Attention in float64 on the exact input values (with ``qv``: scores
     ``q K^T + qv V^T``, FA3's MLA form).
 
     Args: as :func:`simulator.flash.forward`; ``kblock_m``, ``kblock_n``, ``schedule`` and
-        ``arch`` are validated the same way but do not change the exact result.
+        ``gpu``, ``mufu`` are validated the same way but do not change the exact result.
     Returns:
         ``(out, lse)``: float64 [batch, seqlen_q, heads, head_dim_v] and [batch, heads, seqlen_q]
         (natural log); rows that see no key give 0 and -inf; rows with a NaN among their visible
@@ -35,7 +36,7 @@ def reference(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), sof
     cfg = make_config(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                       softcap=softcap, seqlens_k=seqlens_k, q_descale=q_descale,
                       k_descale=k_descale, v_descale=v_descale, kblock_m=kblock_m,
-                      kblock_n=kblock_n, schedule=schedule, arch=arch, qv=qv,
+                      kblock_n=kblock_n, schedule=schedule, gpu=gpu, mufu=mufu, qv=qv,
                       attention_chunk=attention_chunk)
     group = cfg.heads // cfg.heads_kv
     kvh = np.arange(cfg.heads) // group

@@ -5,7 +5,7 @@ State per warpgroup thread: ``row_max`` and ``row_sum``, float32 ``[..., 128, kN
 row/column view of the accumulator, ``[..., 128, kNRows, ncol]``
 (:func:`simulator.hw.rowcol_view`). Every float32 operation is the ``.ftz`` instruction that
 ``--use_fast_math`` produces, and exp2 / 1/x / log2 are the MUFU models of
-:mod:`simulator.numerics.mufu` (``arch="sm90"``, or ``"ideal"`` for correctly rounded ones).
+:mod:`simulator.numerics.mufu` (a GPU's calibrated ones, or ``"ideal"`` for correctly rounded ones).
 The exact sequence is docs/forward.md, steps 4, 5 and "finalize"; hopper/softmax.h is the
 source, and the SASS of FA3's sm_90 kernels shows how it compiles (the fused row_sum rescale).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import engine
+from ..gpus import DEFAULT_GPU
 from ..hw import quad_allreduce, thread_reduce
 from ..numerics import ffma, fmul, fsub
 from ..numerics.mufu import ex2, lg2, model, rcp
@@ -38,7 +39,7 @@ class Softmax:
         scale_log2: float32 ``softmax_scale_log2``, a scalar or an array broadcasting against
             ``batch_shape + (1, 1)`` (one value per CTA when FP8 descales are folded in).
         max_offset: 0, or 8 for FP8 (``Max_offset``).
-        arch: MUFU model, ``"sm90"`` or ``"ideal"``.
+        mufu: the MUFU model, a GPU key (:mod:`simulator.gpus`) or ``"ideal"``.
         exact: None (the H200's arithmetic), or a :class:`simulator.flash.exact.Exactness`:
             the methods take :mod:`simulator.flash.exact`'s generic path, with float64 where
             its switches say.
@@ -50,17 +51,17 @@ class Softmax:
     """
 
     def __init__(self, batch_shape: tuple[int, ...], nrow: int, scale_log2, max_offset: int = 0,
-                 arch: str = "sm90", exact=None):
+                 mufu: str = DEFAULT_GPU, exact=None):
         if max_offset not in (0, 8):
             raise ValueError(f"max_offset: expected 0 or 8, got {max_offset!r}")
         shape = tuple(batch_shape) + (128, nrow)
         self.row_max = np.full(shape, _NEG_INF, dtype=np.float32)
         self.row_sum = np.zeros(shape, dtype=np.float32)
-        self.ops = None if exact is None else _exact.Ops(exact, arch)
+        self.ops = None if exact is None else _exact.Ops(exact, mufu)
         self.scale_log2 = np.asarray(scale_log2, dtype=np.float32) if exact is None else \
             self.ops.regs(scale_log2)
         self.max_offset = max_offset
-        self.arch = arch
+        self.mufu = mufu
         self.lse: np.ndarray | None = None
         self._row_sum_scale: np.ndarray | None = None  # scores_scale waiting for online_softmax
         # scale_log2 per batch entry, where it is one value for all threads and rows (what
@@ -93,7 +94,7 @@ class Softmax:
         cur = self.row_max
         if check_inf:
             cur = np.where(cur == _NEG_INF, np.float32(0), cur)
-        scale = ex2(fmul(fsub(prev, cur, ftz=True), self._scale(), ftz=True), arch=self.arch)
+        scale = ex2(fmul(fsub(prev, cur, ftz=True), self._scale(), ftz=True), model=self.mufu)
         self._row_sum_scale = scale
         return scale
 
@@ -119,7 +120,7 @@ class Softmax:
             max_scaled = np.where(self.row_max == _NEG_INF, np.float32(0), max_scaled)
         if engine.numba_softmax(scores):  # P and the row sums: compiled twin
             return self._online_compiled(scores, scale, -max_scaled, is_first)
-        p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True), arch=self.arch)
+        p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True), model=self.mufu)
         if is_first:
             self.row_sum = thread_reduce(p, op="sum", zero_init=True)
         else:
@@ -130,11 +131,11 @@ class Softmax:
 
     def _online_compiled(self, scores, scale, neg_max, is_first) -> np.ndarray:
         """:meth:`online_softmax`'s P and row_sum through ``simulator.engine`` (MUFU.EX2 from
-        the arch's verified table; ``"ideal"`` applies :func:`ex2` between FFMA and sum)."""
-        table = model(self.arch).ex2_table()
+        the model's verified table; ``"ideal"`` applies :func:`ex2` between FFMA and sum)."""
+        table = model(self.mufu).ex2_table()
         p = engine.softmax_exp2(scores, scale, neg_max, table)
         if table is None:
-            p = ex2(p, arch=self.arch)
+            p = ex2(p, model=self.mufu)
         if is_first:
             self.row_sum = engine.softmax_row_sum(p, None, None)
         else:
@@ -147,7 +148,7 @@ class Softmax:
         scale_log2 per batch entry, a MUFU model whose table the compiled step reads
         (``engine.softmax_step_ready``)."""
         return (self.ops is None and self._entry_scale is not None
-                and engine.softmax_step_ready(self.arch))
+                and engine.softmax_step_ready(self.mufu))
 
     def block_step(self, s: np.ndarray, positions: np.ndarray, is_first: bool,
                    check_inf: bool, fmt: str, emin: int):
@@ -168,7 +169,7 @@ class Softmax:
         """
         self.row_max, self.row_sum, scale, p = engine.softmax_step(
             s, positions, self._entry_scale, self.row_max, self.row_sum, is_first, check_inf,
-            self.max_offset, fmt, emin, self.arch)
+            self.max_offset, fmt, emin, self.mufu)
         self._row_sum_scale = None if is_first else scale
         return scale, p
 
@@ -185,13 +186,13 @@ class Softmax:
         total = quad_allreduce(self.row_sum, "sum")
         self.row_sum = total
         empty = (total == 0) | np.isnan(total)
-        inv = np.where(empty, np.float32(0), rcp(np.where(empty, np.float32(1), total), arch=self.arch))
+        inv = np.where(empty, np.float32(0), rcp(np.where(empty, np.float32(1), total), model=self.mufu))
         scores_scale = fmul(inv, np.asarray(final_scale, dtype=np.float32), ftz=True)
         if self.max_offset:
             total = fmul(total, _SUM_SCALE_FP8, ftz=True)
         empty = (total == 0) | np.isnan(total)
         ln2_scale = fmul(self._scale(), LN2_F32, ftz=True)
-        log_sum = fmul(lg2(np.where(empty, np.float32(1), total), arch=self.arch), LN2_F32, ftz=True)
+        log_sum = fmul(lg2(np.where(empty, np.float32(1), total), model=self.mufu), LN2_F32, ftz=True)
         lse = ffma(self.row_max, ln2_scale, log_sum, ftz=True)
         self.lse = np.where(empty, _NEG_INF, lse).astype(np.float32)
         return scores_scale

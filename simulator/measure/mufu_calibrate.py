@@ -31,6 +31,7 @@ import numpy as np
 
 from ..device.runtime import device_info
 from ..errors import OneLineParser
+from ..gpus import GPU
 from ..io import write_bytes_atomic, write_json_atomic
 from ..numerics import mufu, mufu_data
 from ..replay import mufu as ev
@@ -107,10 +108,10 @@ def measure_tables(module, cupy, log) -> dict[str, np.ndarray]:
 
 
 def _check_unit(unit: int):
-    form, arch, dev = _SHARED["form"], _SHARED["arch"], _SHARED["device"]
+    form, model, dev = _SHARED["form"], _SHARED["model"], _SHARED["device"]
     start = unit * WORK_UNIT
     xb = np.arange(start, start + WORK_UNIT, dtype=np.uint64).astype(np.uint32)
-    emu = mufu.FORMS[form](xb.view(np.float32), arch).view(np.uint32)
+    emu = mufu.FORMS[form](xb.view(np.float32), model).view(np.uint32)
     d = dev[start:start + WORK_UNIT]
     bad = np.flatnonzero(d != emu)
     examples = [{"x": f"0x{int(xb[i]):08x}", "device": f"0x{int(d[i]):08x}",
@@ -119,7 +120,9 @@ def _check_unit(unit: int):
     return unit, len(bad), examples, digests
 
 
-def sweep(module, cupy, arch: str, workers: int, log, partial=None) -> tuple[dict, dict]:
+def sweep(module, cupy, model: GPU, workers: int, log, partial=None) -> tuple[dict, dict]:
+    """Every form of the MUFU probe kernel over all 2^32 inputs on the device
+    against the MUFU model of ``model`` (a GPU record naming the tables under test)."""
     report, digests = {}, {}
     host = np.empty(1 << 32, dtype=np.uint32)
     dout = cupy.empty(GPU_CHUNK, dtype=cupy.uint32)
@@ -149,7 +152,7 @@ def sweep(module, cupy, arch: str, workers: int, log, partial=None) -> tuple[dic
         for base in range(0, 1 << 32, GPU_CHUNK):
             fn((8192,), (256,), (np.uint32(base), dout, np.int64(GPU_CHUNK)))
             dout.get(out=host[base:base + GPU_CHUNK])
-        _SHARED.update(form=form, arch=arch, device=host)
+        _SHARED.update(form=form, model=model, device=host)
         results = []
         with ctx.Pool(workers) as pool:
             for r in pool.imap_unordered(_check_unit, range(n_units)):
@@ -218,13 +221,18 @@ def main(argv=None) -> int:
     os.environ[mufu_data.ENV_DIR] = str(Path(args.out).resolve())
     mufu_data.load.cache_clear()
     mufu.clear_models()
-    mufu.model(arch).resolve()  # decode (and checksum-verify) before forking the workers
+    # the measured chip as a GPU record naming the new tables, for the MUFU model under test
+    model = GPU(key=arch, name=info["gpu"],
+                compute_capability=tuple(int(x) for x in info["compute_capability"].split(".")),
+                sm_count=int(info["multiprocessors"]), mufu_tables=arch, tensor_cores="",
+                evidence="python -m simulator calibrate")
+    mufu.model(model).resolve()  # decode (and checksum-verify) before forking the workers
     ev_dir = Path(args.evidence_out)
 
     def partial(rep):
         write_json_atomic(ev_dir / "mufu_report_partial.json", {"device": info, "forms": rep})
 
-    report, digests = sweep(module, cupy, arch, args.workers, log, partial)
+    report, digests = sweep(module, cupy, model, args.workers, log, partial)
     (ev_dir / "mufu_report_partial.json").unlink(missing_ok=True)
     samples, sample_summary = record_samples(module, cupy, log)
     total = sum(r["mismatches"] for r in report.values())

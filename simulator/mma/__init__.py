@@ -1,4 +1,4 @@
-"""Tensor-core arithmetic of sm_90: wgmma and mma.sync, bit for bit.
+"""Tensor-core arithmetic of Hopper: wgmma and mma.sync, bit for bit, per GPU (``gpu=``).
 
 Entry points (PTX's own shape/type spelling):
 
@@ -22,13 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine
+from ..gpus import DEFAULT_GPU, get_gpu
 from ..numerics import FORMATS, to_float32
 from ..numerics.bits import reject_subclass
 from .fused import FusedDotAdd, fused_dot_add
-from .instructions import EXACT, PARAMS, params_for
+from .instructions import EXACT, PARAMETER_SETS, PARAMS, params_for
 
-__all__ = ["EXACT", "PARAMS", "Instruction", "dot_add", "gemm", "instruction_for", "mma_sync",
-           "mma_sync_fragments", "parse", "wgmma", "wgmma_fragments"]
+__all__ = ["EXACT", "PARAMETER_SETS", "PARAMS", "Instruction", "dot_add", "gemm", "instruction_for",
+           "mma_sync", "mma_sync_fragments", "parse", "wgmma", "wgmma_fragments"]
 
 _WGMMA_RE = re.compile(r"m64n([1-9]\d*)k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)")
 _MMA_RE = re.compile(r"m16n8k(16|32)\.f32\.(bf16|f16|e4m3|e5m2)\.(bf16|f16|e4m3|e5m2)\.f32")
@@ -68,11 +69,13 @@ class Instruction:
         return f"mma.sync.aligned.m16n8k{self.k}.row.col.f32.{self.fmt}.{self.fmt}.f32"
 
 
-def parse(kind: str, shape: str) -> Instruction:
-    """Parse a PTX shape/type string of ``kind`` (``"wgmma"`` or ``"mma_sync"``).
+def parse(kind: str, shape: str, gpu=DEFAULT_GPU) -> Instruction:
+    """Parse a PTX shape/type string of ``kind`` (``"wgmma"`` or ``"mma_sync"``) into the
+    instruction as ``gpu`` (a :mod:`simulator.gpus` key or record) executes it.
 
     Raises:
-        ValueError: unsupported string, listing the supported ones.
+        ValueError: unsupported string, listing the supported ones; an unknown GPU or one
+            without measured parameters for the family (:func:`.instructions.params_for`).
     """
     if kind not in ("wgmma", "mma_sync"):
         raise ValueError(f"kind: expected 'wgmma' or 'mma_sync', got {kind!r}")
@@ -91,7 +94,7 @@ def parse(kind: str, shape: str) -> Instruction:
     if not ok or fa != fb or (half and k != 16) or (not half and k != 32):
         raise ValueError(f"unsupported {kind} shape/type {shape!r}; supported: {SUPPORTED} "
                          "(mixed A/B types are not probed on the device yet)")
-    return Instruction(kind, m, n, k, fa, params_for(kind, fa), (kind, fa) in EXACT)
+    return Instruction(kind, m, n, k, fa, params_for(kind, fa, gpu), (kind, fa) in EXACT)
 
 
 def _operand(name: str, x, fmt: str, decode: bool = True) -> np.ndarray | None:
@@ -169,8 +172,8 @@ def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> 
     return out
 
 
-def _one(kind: str, shape: str, A, B, C) -> np.ndarray:
-    ins = parse(kind, shape)
+def _one(kind: str, shape: str, A, B, C, gpu) -> np.ndarray:
+    ins = parse(kind, shape, gpu)
     _operand("A", A, ins.fmt, decode=False)
     _operand("B", B, ins.fmt, decode=False)
     if A.shape[-2:] != (ins.m, ins.k):
@@ -183,7 +186,7 @@ def _one(kind: str, shape: str, A, B, C) -> np.ndarray:
     return dot_add(_operand("A", A, ins.fmt), _operand("B", B, ins.fmt), c, ins.params)
 
 
-def wgmma(shape: str, A, B, C=None) -> np.ndarray:
+def wgmma(shape: str, A, B, C=None, *, gpu=DEFAULT_GPU) -> np.ndarray:
     """One ``wgmma.mma_async`` (D = A B + C with scale-d = 1) of a warpgroup, as matrices.
 
     Args:
@@ -191,33 +194,37 @@ def wgmma(shape: str, A, B, C=None) -> np.ndarray:
         A: [..., 64, K] operand array (bf16 / f16 / e4m3 / e5m2, matching ``shape``).
         B: [..., K, N] operand array of the same format.
         C: [..., 64, N] float32 accumulator, or None for zeros (scale-d = 0 gives the same).
+        gpu: keyword-only: the GPU (:mod:`simulator.gpus`) whose tensor cores compute it.
     Returns:
         D: float32 [..., 64, N].
     Raises:
-        ValueError: unsupported shape string or operand shapes; TypeError: operand dtypes.
+        ValueError: unsupported shape string or operand shapes, an unknown GPU;
+        TypeError: operand dtypes.
     """
-    return _one("wgmma", shape, A, B, C)
+    return _one("wgmma", shape, A, B, C, gpu)
 
 
-def mma_sync(shape: str, A, B, C=None) -> np.ndarray:
+def mma_sync(shape: str, A, B, C=None, *, gpu=DEFAULT_GPU) -> np.ndarray:
     """One ``mma.sync.aligned`` of a warp (row.col), as matrices.
 
     Args:
         shape: ``"m16n8k16.f32.bf16.bf16.f32"``, ``"m16n8k16.f32.f16.f16.f32"``,
             ``"m16n8k32.f32.e4m3.e4m3.f32"`` or ``"m16n8k32.f32.e5m2.e5m2.f32"``.
         A: [..., 16, K]; B: [..., K, 8]; C: [..., 16, 8] float32 or None.
+        gpu: keyword-only, as for :func:`wgmma`.
     Returns:
         D: float32 [..., 16, 8]. The fp8 shapes run as two chained 16-product steps split by
         k % 4 (docs/mma.md, "FP8 through mma.sync"), C added last with round-to-nearest.
     Raises:
         ValueError, TypeError: as for :func:`wgmma`.
     """
-    return _one("mma_sync", shape, A, B, C)
+    return _one("mma_sync", shape, A, B, C, gpu)
 
 
-def instruction_for(instruction) -> Instruction:
+def instruction_for(instruction, gpu=DEFAULT_GPU) -> Instruction:
     """``instruction`` as an :class:`Instruction`: one already parsed passes through, a string
-    ``"wgmma.<shape>"`` / ``"mma_sync.<shape>"`` is parsed (once per distinct string).
+    ``"wgmma.<shape>"`` / ``"mma_sync.<shape>"`` is parsed for ``gpu`` (once per distinct
+    string and GPU).
 
     Raises:
         ValueError: anything else, or an unsupported string, naming the argument.
@@ -228,21 +235,22 @@ def instruction_for(instruction) -> Instruction:
         raise ValueError(f"instruction: expected an Instruction or a string 'wgmma.<shape>' or "
                          f"'mma_sync.<shape>' (e.g. 'wgmma.m64n64k16.f32.bf16.bf16'), got "
                          f"{type(instruction).__name__}")
-    return _parse_named(instruction)
+    return _parse_named(instruction, get_gpu(gpu))
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_named(instruction: str) -> Instruction:
+def _parse_named(instruction: str, gpu) -> Instruction:
     kind, _, shape = instruction.partition(".")
     if kind not in ("wgmma", "mma_sync"):
         raise ValueError(f"instruction: expected 'wgmma.<shape>' or 'mma_sync.<shape>', got {instruction!r}")
     try:
-        return parse(kind, shape)
+        return parse(kind, shape, gpu)
     except ValueError as exc:
         raise ValueError(f"instruction: {exc}") from None
 
 
-def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.bf16.bf16") -> np.ndarray:
+def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.bf16.bf16",
+         gpu=DEFAULT_GPU) -> np.ndarray:
     """A GEMM on tensor cores: K split into the instruction's k-steps, issued in ascending k.
 
     The result of each k-step is the C of the next (the accumulator stays in registers, as in
@@ -254,13 +262,15 @@ def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.
         instruction: an :class:`Instruction` (from :func:`parse`, resolved once by callers that
             issue many GEMMs, as ``flash.forward``) or its string ``"wgmma.<shape>"`` /
             ``"mma_sync.<shape>"``; only k and the format matter.
+        gpu: the GPU (:mod:`simulator.gpus`) a string ``instruction`` is parsed for (an
+            :class:`Instruction` carries its own parameters).
     Returns:
         float32 [..., M, N].
     Raises:
         ValueError: K not a multiple of the instruction's k, bad instruction, shape mismatch.
         TypeError: operand dtypes.
     """
-    ins = instruction_for(instruction)
+    ins = instruction_for(instruction, gpu)
     _operand("A", A, ins.fmt, decode=False)
     _operand("B", B, ins.fmt, decode=False)
     m, k = A.shape[-2:]
@@ -282,10 +292,10 @@ def _same_layout(x, y) -> bool:
                       and np.array_equal(x.col, y.col))
 
 
-def _fragment_call(kind: str, shape: str, A, B, C):
+def _fragment_call(kind: str, shape: str, A, B, C, gpu):
     from ..hw import Fragment, a_operand_layout, accumulator_layout
 
-    ins = parse(kind, shape)
+    ins = parse(kind, shape, gpu)
     geometry = f"m{ins.m}n{ins.n}k{ins.k}"
     acc = accumulator_layout(geometry)
     if isinstance(A, Fragment):
@@ -297,10 +307,10 @@ def _fragment_call(kind: str, shape: str, A, B, C):
         if not isinstance(C, Fragment) or not _same_layout(C.layout, acc):
             raise ValueError(f"C: expected a Fragment in the accumulator layout of {geometry}")
         c = C.to_matrix()
-    return Fragment.from_matrix(_one(kind, shape, A, B, c), acc)
+    return Fragment.from_matrix(_one(kind, shape, A, B, c, gpu), acc)
 
 
-def wgmma_fragments(shape: str, A, B, C=None):
+def wgmma_fragments(shape: str, A, B, C=None, *, gpu=DEFAULT_GPU):
     """:func:`wgmma` on register fragments, as a warpgroup holds them.
 
     Args:
@@ -310,15 +320,16 @@ def wgmma_fragments(shape: str, A, B, C=None):
             (A from shared memory).
         B: matrix [..., K, N] (B always comes from shared memory).
         C: a Fragment in ``accumulator_layout("m64nNkK")`` (float32 [..., 128, N/2]) or None.
+        gpu: keyword-only, as for :func:`wgmma`.
     Returns:
         D as a Fragment in the accumulator layout.
     Raises:
         ValueError: a fragment in the wrong layout; otherwise as :func:`wgmma`.
     """
-    return _fragment_call("wgmma", shape, A, B, C)
+    return _fragment_call("wgmma", shape, A, B, C, gpu)
 
 
-def mma_sync_fragments(shape: str, A, B, C=None):
+def mma_sync_fragments(shape: str, A, B, C=None, *, gpu=DEFAULT_GPU):
     """:func:`mma_sync` on a warp's fragments (32 threads); arguments as for
     :func:`wgmma_fragments` with the m16n8k16 / m16n8k32 layouts."""
-    return _fragment_call("mma_sync", shape, A, B, C)
+    return _fragment_call("mma_sync", shape, A, B, C, gpu)

@@ -1,6 +1,8 @@
-"""Tensor-core instruction families of sm_90 and the fused dot-add parameters each one uses.
+"""Tensor-core instruction families and the fused dot-add parameters each one uses, per
+parameter set (:data:`PARAMETER_SETS`, named by the GPU records' ``tensor_cores``).
 
-The parameters were fitted to, and then validated against, H200 outputs recorded by
+The ``"hopper"`` set (wgmma and mma.sync of Hopper's tensor cores) was fitted to, and then
+validated against, H200 outputs recorded by
 ``python -m simulator measure mma_probe`` (``simulator/data/device/mma_report.json``):
 
 * f16 / bf16 inputs, f32 accumulate (mma.sync m16n8k16 and wgmma m64nNk16 alike): one fused
@@ -18,6 +20,7 @@ The parameters were fitted to, and then validated against, H200 outputs recorded
 
 from __future__ import annotations
 
+from ..gpus import DEFAULT_GPU, get_gpu
 from .spec import FusedDotAdd
 
 EMIN = {"bf16": -126, "f16": -14, "e4m3": -6, "e5m2": -14}
@@ -46,15 +49,29 @@ PARAMS: dict[tuple[str, str], FusedDotAdd] = {
 #: families whose model reproduced every recorded device output
 EXACT = set(PARAMS)
 
+#: parameter set name (a GPU record's ``tensor_cores``) -> (kind, format) -> parameters. Only
+#: Hopper's is measured: an Ampere part accumulates with other widths and k splits, and gets no
+#: parameters until they are fitted on one.
+PARAMETER_SETS: dict[str, dict[tuple[str, str], FusedDotAdd]] = {"hopper": PARAMS}
 
-def params_for(kind: str, fmt: str) -> FusedDotAdd:
-    """Fused dot-add parameters of an instruction family.
 
+def params_for(kind: str, fmt: str, gpu=DEFAULT_GPU) -> FusedDotAdd:
+    """Fused dot-add parameters of an instruction family on ``gpu``.
+
+    Args:
+        kind: ``"wgmma"`` or ``"mma_sync"``; fmt: the operand format.
+        gpu: a key of :data:`simulator.gpus.GPUS` or a record: its ``tensor_cores`` set.
     Raises:
-        ValueError: unknown family, listing the known ones.
+        ValueError: an unknown GPU, a GPU whose tensor cores have no measured parameters, or
+            a family the set does not hold, listing the known ones.
     """
+    record = get_gpu(gpu)
+    params = PARAMETER_SETS.get(record.tensor_cores)
+    if params is None:
+        raise ValueError(f"gpu: {record.key!r} has no measured tensor-core parameters "
+                         f"({record.tensor_cores!r}); known sets: {sorted(PARAMETER_SETS)}")
     try:
-        return PARAMS[(kind, fmt)]
+        return params[(kind, fmt)]
     except KeyError:
-        raise ValueError(f"no tensor-core model for {kind} with {fmt} inputs; known: "
-                         f"{sorted(PARAMS)}") from None
+        raise ValueError(f"no tensor-core model for {kind} with {fmt} inputs on {record.key}; "
+                         f"known: {sorted(params)}") from None

@@ -4,8 +4,9 @@ Public API:
     fadd, fsub, fmul, ffma, fmax, fmin  -- float32 ops (``ftz=`` keyword), see :mod:`.float32`
     convert, to_float32, convert_x2, FORMATS, format_of -- cvt to/from bf16, f16, e4m3, e5m2, see :mod:`.cvt`
     flush_subnormal, canonicalize_nan, to_bits, from_bits -- bit helpers, see :mod:`.bits`
-    ex2, rcp, lg2, tanh, exp2f_fast, expf_fast, logf_fast, recip_fast, mufu_archs -- MUFU
-        approximations of sm_90 (arch="sm90") or correctly rounded (arch="ideal"), see :mod:`.mufu`
+    ex2, rcp, lg2, tanh, exp2f_fast, expf_fast, logf_fast, recip_fast, mufu_model_names -- MUFU
+        approximations of a GPU (model="h200", the default, "h100", ...) or correctly rounded
+        (model="ideal"), see :mod:`.mufu`
 """
 
 from .bits import (
@@ -20,7 +21,7 @@ from .bits import (
 from .cvt import FORMATS, convert, convert_x2, format_of, to_float32
 from .float32 import fadd, ffma, fmax, fmin, fmul, fsub
 from .mufu import MufuDataError, ex2, exp2f_fast, expf_fast, lg2, logf_fast, rcp, recip_fast, tanh
-from .mufu import archs as mufu_archs
+from .mufu import model_names as mufu_model_names
 
 __all__ = [
     "CANONICAL_NAN_BITS",
@@ -31,7 +32,7 @@ __all__ = [
     "expf_fast",
     "lg2",
     "logf_fast",
-    "mufu_archs",
+    "mufu_model_names",
     "rcp",
     "recip_fast",
     "tanh",

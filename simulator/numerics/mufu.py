@@ -2,10 +2,10 @@
 
 PTX instructions (PTX ISA, "Floating Point Instructions": ex2, rcp, lg2, tanh)::
 
-    ex2(x, arch, ftz)    ex2.approx{.ftz}.f32    2**x
-    rcp(x, arch, ftz)    rcp.approx{.ftz}.f32    1/x
-    lg2(x, arch, ftz)    lg2.approx{.ftz}.f32    log2(x)  (base 2, not ln)
-    tanh(x, arch)        tanh.approx.f32         (PTX has no .ftz form)
+    ex2(x, model, ftz)    ex2.approx{.ftz}.f32    2**x
+    rcp(x, model, ftz)    rcp.approx{.ftz}.f32    1/x
+    lg2(x, model, ftz)    lg2.approx{.ftz}.f32    log2(x)  (base 2, not ln)
+    tanh(x, model)        tanh.approx.f32         (PTX has no .ftz form)
 
 CUDA-level forms under ``--use_fast_math`` (the instruction sequences nvcc/NVRTC 13.0 emit for
 sm_90a; SASS in docs/mufu.md)::
@@ -15,11 +15,12 @@ sm_90a; SASS in docs/mufu.md)::
     logf_fast(x)    __logf(x)  MUFU.LG2; FMUL.FTZ by 0x3f317218 (ln 2)
     recip_fast(x)   1.f / x    MUFU.RCP
 
-``arch="sm90"`` emulates the H200 bit for bit from the tables measured by
-``python -m simulator calibrate`` (``simulator/data/mufu/sm90.npz``; exhaustive device evidence
-in ``simulator/data/device/mufu_report.json``). ``arch="ideal"`` gives correctly rounded results
-(:mod:`.mufu_ideal`) with the same special values and ``.ftz`` handling, to show what the
-approximation costs.
+``model=`` names the MUFU model: a GPU of :mod:`simulator.gpus` (``"h200"``, the default,
+``"h100"``, ...) emulates that chip bit for bit from the calibrated tables its record names,
+measured by ``python -m simulator calibrate`` (``simulator/data/mufu/``; exhaustive device
+evidence in ``simulator/data/device/mufu_report.json``); ``model="ideal"`` gives correctly
+rounded results (:mod:`.mufu_ideal`) with the same special values and ``.ftz`` handling, to show
+what the approximation costs.
 
 Models (structure measured on the H200; see docs/mufu.md):
 
@@ -42,7 +43,7 @@ Models (structure measured on the H200; see docs/mufu.md):
 
 Every function takes a float32 array (or numpy.float32 scalar) of any shape and returns a new
 float32 array of the same shape; NaN results are the canonical 0x7fffffff. Each is a thin
-wrapper around :func:`model` (``model(arch).ex2(x, ftz)``...): the arch is resolved once per
+wrapper around :func:`model` (``model(name).ex2(x, ftz)``...): the name is resolved once per
 process, and its tables are loaded by the first function that needs them.
 """
 
@@ -55,12 +56,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import gpus
 from . import mufu_data
 from .bits import CANONICAL_NAN_BITS, SIGN_MASK, from_bits, require_bool, require_float32
 from .float32 import fadd, fmul
 from .mufu_ideal import ideal_ex2, ideal_lg2, ideal_rcp, ideal_tanh
 
-IDEAL = "ideal"
+IDEAL = gpus.IDEAL
 LOG2E_F32 = np.uint32(0x3FB8AA3B).view(np.float32)  # 1.44269502f, the FMUL constant of __expf
 LN2_F32 = np.uint32(0x3F317218).view(np.float32)  # 0.693147182f, the FMUL constant of __logf
 _MANT = np.uint32(0x7FFFFF)
@@ -72,22 +74,28 @@ _EX2_CHUNK = 1 << 15  # elements per pass of MUFU.EX2's emulation
 MufuDataError = mufu_data.MufuDataError
 
 
-def archs() -> list[str]:
-    """Architectures accepted by ``arch=``: ``'ideal'`` plus every calibrated one."""
-    return [IDEAL, *mufu_data.available_archs()]
+def model_names() -> list[str]:
+    """The names ``model=`` accepts: ``'ideal'`` plus every GPU of :mod:`simulator.gpus`."""
+    return [IDEAL, *gpus.gpu_keys()]
 
 
-def _check_arch(arch: str) -> str:
-    if not isinstance(arch, str):
-        raise ValueError(f"arch: expected a string, one of {archs()}, got {arch!r}")
-    if arch == IDEAL:
-        return arch
-    known = mufu_data.available_archs()
-    # an expected arch with missing files passes: loading it raises MufuDataError saying which
-    if arch not in known and arch not in mufu_data.expected_archs():
-        raise ValueError(f"unknown arch {arch!r}: calibrated architectures are {known} "
-                         f"(plus {IDEAL!r}); calibrate another GPU with {mufu_data.REGENERATE}")
-    return arch
+def _table_set(name) -> str:
+    """The calibrated table set of MUFU model ``name`` (a GPU key or record), or ``"ideal"``."""
+    if isinstance(name, str) and name == IDEAL:
+        return IDEAL
+    if not isinstance(name, (str, gpus.GPU)):
+        raise ValueError(f"model: expected a string, one of {model_names()}, got {name!r}")
+    try:
+        record = gpus.get_gpu(name, "model")
+    except ValueError:
+        raise ValueError(f"model: unknown MUFU model {name!r}: expected {IDEAL!r} or a GPU of "
+                         f"simulator.gpus, one of {gpus.gpu_keys()}") from None
+    tables = record.mufu_tables
+    # a record's table set with missing files passes: loading it raises MufuDataError saying which
+    if tables not in mufu_data.available_archs() and tables not in mufu_data.expected_archs():
+        raise ValueError(f"model: the MUFU tables {tables!r} of GPU {record.key!r} are not in "
+                         f"{mufu_data.search_dirs()}; calibrate them with {mufu_data.REGENERATE}")
+    return tables
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -99,7 +107,7 @@ def _nan_fix(x: np.ndarray, out_bits: np.ndarray) -> np.ndarray:
     return out_bits
 
 
-_MODEL_LOCK = threading.Lock()  # one MufuModel per arch, also for threads that ask together
+_MODEL_LOCK = threading.Lock()  # one MufuModel per table set, also for threads that ask together
 _LOAD_LOCK = threading.Lock()
 # the MUFU.EX2 tables the models have loaded, by id (weakly: a cleared model's table goes)
 _MODEL_EX2_TABLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -118,21 +126,23 @@ def _prep(x, name="x"):
 
 
 class MufuModel:
-    """The MUFU forms of one architecture, resolved once (see :func:`model`).
+    """The MUFU forms of one calibrated table set, or the correctly rounded ones, resolved once
+    (see :func:`model`).
 
-    ``arch == "ideal"``: the correctly rounded functions of :mod:`.mufu_ideal`. A calibrated
-    arch: the device tables, each loaded (decoded, or read from the cache and verified) the
-    first time a function that needs it runs, so a forward that only runs ex2, rcp and lg2
-    never loads the tanh table. Methods take what the module functions take (float32 array of
-    any shape, or numpy.float32) and return a new float32 array of that shape.
+    ``tables == "ideal"``: the correctly rounded functions of :mod:`.mufu_ideal`. A calibrated
+    table set: the device tables, each loaded (decoded, or read from the cache and verified)
+    the first time a function that needs it runs, so a forward that only runs ex2, rcp and lg2
+    never loads the tanh table. GPUs whose records name one table set share one model. Methods
+    take what the module functions take (float32 array of any shape, or numpy.float32) and
+    return a new float32 array of that shape.
     """
 
-    def __init__(self, arch: str):
-        self.arch = arch
-        self.ideal = arch == IDEAL
+    def __init__(self, tables: str):
+        self.tables = tables
+        self.ideal = tables == IDEAL
 
     def __repr__(self) -> str:
-        return f"MufuModel({self.arch!r})"
+        return f"MufuModel({self.tables!r})"
 
     # ---- tables, loaded on first use -------------------------------------------------------
     @functools.cached_property
@@ -140,7 +150,7 @@ class MufuModel:
         with _LOAD_LOCK:  # threads that miss together load the 64 MB table once
             table = self.__dict__.get("_ex2c")
             if table is None:
-                table = mufu_data.ex2_table(self.arch)
+                table = mufu_data.ex2_table(self.tables)
                 _MODEL_EX2_TABLES[id(table)] = table
             return table
 
@@ -153,16 +163,16 @@ class MufuModel:
 
     @functools.cached_property
     def _rcp_table(self) -> np.ndarray:
-        return mufu_data.tables(self.arch, ("rcp",))["rcp"]
+        return mufu_data.tables(self.tables, ("rcp",))["rcp"]
 
     @functools.cached_property
     def _lg2_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        t = mufu_data.tables(self.arch, ("lg2_e0", "lg2_em1"))
+        t = mufu_data.tables(self.tables, ("lg2_e0", "lg2_em1"))
         return t["lg2_e0"], t["lg2_em1"]
 
     @functools.cached_property
     def _tanh_tables(self) -> dict:
-        t = mufu_data.tables(self.arch, ("tanh",))
+        t = mufu_data.tables(self.tables, ("tanh",))
         kind = t["tanh_kind"].astype(np.uint8)
         shift = t["tanh_shift"].astype(np.uint32)
         sizes = np.where(kind == mufu_data.TANH_TABLE, 1 << (23 - shift.astype(np.int64)), 0)
@@ -327,7 +337,7 @@ class MufuModel:
 
     # ---- PTX instructions --------------------------------------------------------------------
     def ex2(self, x, ftz: bool = True) -> np.ndarray:
-        """``ex2.approx{.ftz}.f32`` of this arch; arguments, result and errors as :func:`ex2`."""
+        """``ex2.approx{.ftz}.f32`` of this model; arguments, result and errors as :func:`ex2`."""
         x, flat = _prep(x)
         ftz = require_bool("ftz", ftz)
         if self.ideal:
@@ -341,7 +351,7 @@ class MufuModel:
         return r.view(np.float32).reshape(x.shape)
 
     def rcp(self, x, ftz: bool = True) -> np.ndarray:
-        """``rcp.approx{.ftz}.f32`` of this arch; arguments, result and errors as :func:`rcp`."""
+        """``rcp.approx{.ftz}.f32`` of this model; arguments, result and errors as :func:`rcp`."""
         x, flat = _prep(x)
         ftz = require_bool("ftz", ftz)
         if self.ideal:
@@ -359,7 +369,7 @@ class MufuModel:
         return r.view(np.float32).reshape(x.shape)
 
     def lg2(self, x, ftz: bool = True) -> np.ndarray:
-        """``lg2.approx{.ftz}.f32`` of this arch; arguments, result and errors as :func:`lg2`."""
+        """``lg2.approx{.ftz}.f32`` of this model; arguments, result and errors as :func:`lg2`."""
         x, flat = _prep(x)
         ftz = require_bool("ftz", ftz)
         if self.ideal:
@@ -373,33 +383,35 @@ class MufuModel:
         return r.view(np.float32).reshape(x.shape)
 
     def tanh(self, x) -> np.ndarray:
-        """``tanh.approx.f32`` of this arch; arguments, result and errors as :func:`tanh`."""
+        """``tanh.approx.f32`` of this model; arguments, result and errors as :func:`tanh`."""
         x, flat = _prep(x)
         if self.ideal:
             return ideal_tanh(x, ftz=False)
         return self._tanh_core(flat).view(np.float32).reshape(x.shape)
 
 
-def model(arch: str = "sm90") -> MufuModel:
-    """The :class:`MufuModel` of ``arch``, one per process and arch: the arch is checked here,
-    once, and its tables are loaded by the first function that needs them.
+def model(name=gpus.DEFAULT_GPU) -> MufuModel:
+    """The :class:`MufuModel` of ``name``, one per process and table set: the name is checked
+    here, once, and its tables are loaded by the first function that needs them.
 
     Args:
-        arch: ``"sm90"`` (calibrated H200 tables), ``"ideal"`` (correctly rounded), or any
-            other calibrated arch (:func:`archs`).
+        name: a GPU of :mod:`simulator.gpus` (key or record: the calibrated tables it names;
+            default the H200's) or ``"ideal"`` (correctly rounded).
     Raises:
-        ValueError: ``arch`` is not a string, or is not a known arch (the message lists the
-            calibrated ones).
+        ValueError: ``name`` is not a string or GPU record, or names no GPU (the message lists
+            the known ones), or the GPU's tables are not installed.
     """
-    if not isinstance(arch, str):  # before the cache, which needs a hashable key
-        raise ValueError(f"arch: expected a string, one of {archs()}, got {arch!r}")
+    tables = _table_set(name)  # before the cache, which needs a hashable key
     with _MODEL_LOCK:
-        return _resolved_model(arch)
+        return _resolved_model(tables)
 
 
 @functools.lru_cache(maxsize=8)
-def _resolved_model(arch: str) -> MufuModel:
-    return MufuModel(_check_arch(arch))
+def _resolved_model(tables: str) -> MufuModel:
+    return MufuModel(tables)
+
+
+_model = model  # the module functions' parameter is named model too
 
 
 def clear_models() -> None:
@@ -407,13 +419,13 @@ def clear_models() -> None:
     _resolved_model.cache_clear()
 
 
-def ex2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
+def ex2(x, model: str = gpus.DEFAULT_GPU, ftz: bool = True) -> np.ndarray:
     """``ex2.approx{.ftz}.f32``: 2**x as the sm_90 MUFU.EX2 computes it.
 
     Args:
         x: float32 array (any shape) or numpy.float32.
-        arch: ``"sm90"`` (calibrated H200 tables) or ``"ideal"`` (correctly rounded); see
-            :func:`archs`.
+        model: the MUFU model: a GPU of :mod:`simulator.gpus` (its calibrated tables; default
+            the H200) or ``"ideal"`` (correctly rounded); see :func:`model_names`.
         ftz: True for ``.ftz`` (MUFU.EX2 alone). False adds the sm_90 subnormal fix-up
             (``x < -126``: ``r = MUFU.EX2(x/2)``, result ``r*r`` rounded to nearest, so results
             down to 2^-149 survive).
@@ -421,21 +433,21 @@ def ex2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
         float32 array of ``x``'s shape. Error vs correctly rounded: -2..+1 ulp (H200).
     Raises:
         TypeError: ``x`` is not float32 (or is an ndarray subclass), or ``ftz`` is not a bool.
-        ValueError: unknown ``arch``.
+        ValueError: unknown ``model``.
         MufuDataError: the calibrated tables are missing or fail their checksum.
     Source: PTX ISA "ex2"; device evidence simulator/data/device/mufu_report.json.
     """
     x = require_float32("x", x)
     ftz = require_bool("ftz", ftz)
-    return model(arch).ex2(x, ftz)
+    return _model(model).ex2(x, ftz)
 
 
-def rcp(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
+def rcp(x, model: str = gpus.DEFAULT_GPU, ftz: bool = True) -> np.ndarray:
     """``rcp.approx{.ftz}.f32``: 1/x as the sm_90 MUFU.RCP computes it.
 
     Args:
         x: float32 array (any shape) or numpy.float32.
-        arch: ``"sm90"`` or ``"ideal"``.
+        model: a GPU key (its calibrated tables) or ``"ideal"``, as for :func:`ex2`.
         ftz: True for ``.ftz`` (MUFU.RCP alone; subnormal x gives +-inf, |x| > 2^126 gives
             +-0 or a flushed result). False: ``s * MUFU.RCP(x * s)`` with the scale ``s`` of the
             sm_90 sequence (2^24 for subnormal x, 0.25 for |x| > 2^126), both FMULs rounded.
@@ -447,15 +459,15 @@ def rcp(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     """
     x = require_float32("x", x)
     ftz = require_bool("ftz", ftz)
-    return model(arch).rcp(x, ftz)
+    return _model(model).rcp(x, ftz)
 
 
-def lg2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
+def lg2(x, model: str = gpus.DEFAULT_GPU, ftz: bool = True) -> np.ndarray:
     """``lg2.approx{.ftz}.f32``: log2(x) (base 2; multiply by ln 2 for ln) as MUFU.LG2 computes it.
 
     Args:
         x: float32 array (any shape) or numpy.float32.
-        arch: ``"sm90"`` or ``"ideal"``.
+        model: a GPU key (its calibrated tables) or ``"ideal"``, as for :func:`ex2`.
         ftz: True for ``.ftz`` (MUFU.LG2 alone: subnormal x gives -inf). False: for
             ``|x| < 2^-126``, ``MUFU.LG2(x * 2^24) + (-24)`` (FADD rounded to nearest).
     Returns:
@@ -468,15 +480,15 @@ def lg2(x, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     """
     x = require_float32("x", x)
     ftz = require_bool("ftz", ftz)
-    return model(arch).lg2(x, ftz)
+    return _model(model).lg2(x, ftz)
 
 
-def tanh(x, arch: str = "sm90") -> np.ndarray:
+def tanh(x, model: str = gpus.DEFAULT_GPU) -> np.ndarray:
     """``tanh.approx.f32``: tanh(x) as the sm_90 MUFU.TANH computes it (no .ftz form exists).
 
     Args:
         x: float32 array (any shape) or numpy.float32.
-        arch: ``"sm90"`` or ``"ideal"``.
+        model: a GPU key (its calibrated tables) or ``"ideal"``, as for :func:`ex2`.
     Returns:
         float32 array of ``x``'s shape. sm_90: x itself for |x| < 2^-8 (subnormals kept), +-1 for
         |x| >= 8, error up to about +-134 ulp in between (H200).
@@ -485,42 +497,42 @@ def tanh(x, arch: str = "sm90") -> np.ndarray:
     Source: PTX ISA "tanh"; simulator/data/device/mufu_report.json.
     """
     x = require_float32("x", x)
-    return model(arch).tanh(x)
+    return _model(model).tanh(x)
 
 
 # ---- CUDA-level forms under --use_fast_math ---------------------------------------------------
-def exp2f_fast(x, arch: str = "sm90") -> np.ndarray:
+def exp2f_fast(x, model: str = gpus.DEFAULT_GPU) -> np.ndarray:
     """``exp2f(x)`` under ``--use_fast_math``: MUFU.EX2 alone, i.e. ``ex2(x, ftz=True)``."""
-    return ex2(x, arch=arch, ftz=True)
+    return ex2(x, model=model, ftz=True)
 
 
-def expf_fast(x, arch: str = "sm90") -> np.ndarray:
+def expf_fast(x, model: str = gpus.DEFAULT_GPU) -> np.ndarray:
     """``__expf(x)`` (and ``expf`` under ``--use_fast_math``): ``FMUL.FTZ t, x, 0x3fb8aa3b``
     then MUFU.EX2. Natural exponent; float32 in, float32 out, shape kept."""
     x = require_float32("x", x)
-    return ex2(fmul(x, LOG2E_F32, ftz=True), arch=arch, ftz=True)
+    return ex2(fmul(x, LOG2E_F32, ftz=True), model=model, ftz=True)
 
 
-def logf_fast(x, arch: str = "sm90") -> np.ndarray:
+def logf_fast(x, model: str = gpus.DEFAULT_GPU) -> np.ndarray:
     """``__logf(x)`` (and ``logf`` under ``--use_fast_math``): MUFU.LG2 then
     ``FMUL.FTZ`` by 0x3f317218. Natural log; float32 in, float32 out, shape kept."""
     x = require_float32("x", x)
-    return fmul(lg2(x, arch=arch, ftz=True), LN2_F32, ftz=True)
+    return fmul(lg2(x, model=model, ftz=True), LN2_F32, ftz=True)
 
 
-def recip_fast(x, arch: str = "sm90") -> np.ndarray:
+def recip_fast(x, model: str = gpus.DEFAULT_GPU) -> np.ndarray:
     """``1.f / x`` under ``--use_fast_math``: MUFU.RCP alone, i.e. ``rcp(x, ftz=True)``."""
-    return rcp(x, arch=arch, ftz=True)
+    return rcp(x, model=model, ftz=True)
 
 
-#: PTX/CUDA form name -> emulator function taking (x, arch); the names of kernels/probes/mufu.cu
+#: PTX/CUDA form name -> emulator function taking (x, model); the names of kernels/probes/mufu.cu
 FORMS = {
-    "ex2": lambda x, arch="sm90": ex2(x, arch, ftz=False),
-    "ex2_ftz": lambda x, arch="sm90": ex2(x, arch, ftz=True),
-    "rcp": lambda x, arch="sm90": rcp(x, arch, ftz=False),
-    "rcp_ftz": lambda x, arch="sm90": rcp(x, arch, ftz=True),
-    "lg2": lambda x, arch="sm90": lg2(x, arch, ftz=False),
-    "lg2_ftz": lambda x, arch="sm90": lg2(x, arch, ftz=True),
+    "ex2": lambda x, model=gpus.DEFAULT_GPU: ex2(x, model, ftz=False),
+    "ex2_ftz": lambda x, model=gpus.DEFAULT_GPU: ex2(x, model, ftz=True),
+    "rcp": lambda x, model=gpus.DEFAULT_GPU: rcp(x, model, ftz=False),
+    "rcp_ftz": lambda x, model=gpus.DEFAULT_GPU: rcp(x, model, ftz=True),
+    "lg2": lambda x, model=gpus.DEFAULT_GPU: lg2(x, model, ftz=False),
+    "lg2_ftz": lambda x, model=gpus.DEFAULT_GPU: lg2(x, model, ftz=True),
     "tanh": tanh,
     "exp2f_fast": exp2f_fast,
     "expf_fast": expf_fast,
@@ -528,6 +540,6 @@ FORMS = {
     "recip_fast": recip_fast,
 }
 
-__all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "MufuModel", "archs",
+__all__ = ["FORMS", "IDEAL", "LN2_F32", "LOG2E_F32", "MufuDataError", "MufuModel", "model_names",
            "clear_models", "ex2", "exp2f_fast", "expf_fast", "lg2", "logf_fast", "model", "rcp",
            "recip_fast", "tanh"]

@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RecordedDataError
+from ..gpus import GPUS
 from . import mufu_cache
 from .mufu_cache import CACHE_VERSION, STALE_TMP_SECONDS, cache_dir  # noqa: F401 (public here too)
 from .mufu_codec import (
@@ -65,8 +66,9 @@ FORMAT_VERSION = 1
 #: tanh binade kinds (per biased exponent of |x|)
 TANH_IDENTITY, TANH_TABLE, TANH_ONE, TANH_SPECIAL = 0, 1, 2, 3
 
-#: architectures whose data ships with the package (a missing file is an error, not an unknown arch)
-SHIPPED_ARCHS = ("sm90",)
+#: table sets whose data ships with the package, the ones the GPU records name (a missing file is
+#: an error, not an unknown table set)
+SHIPPED_ARCHS = tuple(sorted({g.mufu_tables for g in GPUS.values()}))
 _REF = {"ex2_pos": ideal_ex2, "ex2_neg": ideal_ex2, "rcp": ideal_rcp, "lg2_e0": ideal_lg2,
         "lg2_em1": ideal_lg2, "tanh": ideal_tanh}
 #: the MUFU instruction each table samples (its _list kernel in kernels/probes/mufu.cu)

@@ -1,4 +1,4 @@
-"""Correctly rounded float32 ex2, rcp, lg2 and tanh: the ``arch="ideal"`` MUFU models.
+"""Correctly rounded float32 ex2, rcp, lg2 and tanh: the ``model="ideal"`` MUFU models.
 
 Every result is the float32 nearest (ties to even) to the exact mathematical value. The value is
 first computed in float64 with NumPy; the float32 rounding of that value can only be wrong when

@@ -53,7 +53,7 @@ SAME_AS = {"exp2f_fast": "ex2_ftz", "recip_fast": "rcp_ftz"}
 
 
 def reference_bits(form: str, x_bits: np.ndarray) -> np.ndarray:
-    """Residual reference for ``form`` (uint32): the same form with ``arch="ideal"`` (correctly
+    """Residual reference for ``form`` (uint32): the same form with ``model="ideal"`` (correctly
     rounded MUFU results inside the same float32 instruction sequence)."""
     return MUFU_FORMS[form](x_bits.view(np.float32), "ideal").view(np.uint32)
 

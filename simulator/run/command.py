@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import EXIT_MISMATCH, EXIT_OK, UsageError
 from ..flash.config import INPUT_FORMATS as FORMATS
+from ..gpus import DEFAULT_GPU, gpu_keys
 from .backward import check_backward_args, report, run_backward
 from .device import check_device, run_device, run_device_varlen
 from .emulation import (
@@ -207,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--window", type=_window_side, nargs=2, metavar=("L", "R"), default=(-1, -1),
                    help=f"local window, keys left and right of the diagonal, each -1..{_WINDOW_MAX} "
                    "(-1 = unbounded; default: -1 -1)")
+    g.add_argument("--gpu", choices=gpu_keys(), default=DEFAULT_GPU,
+                   help=f"the GPU whose arithmetic and SM count run (default: {DEFAULT_GPU}; "
+                   "simulator.gpus)")
     g.add_argument("--softcap", type=float, default=0.0, metavar="X", help="softcap (default: 0 = off)")
     g.add_argument("--softmax-scale", type=float, metavar="X", help="default 1/sqrt(head_dim)")
     g.add_argument("--kblock-m", type=int, choices=(64, 128, 192),
@@ -318,9 +322,9 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     from ..numerics import mufu
 
-    # the H200 MUFU tables the forward reads (a few seconds on a cold cache, once per process):
+    # the GPU's MUFU tables the forward reads (a few seconds on a cold cache, once per process):
     # ex2 (softmax), rcp (finalize), lg2 (LSE), tanh with a softcap
-    mufu.model("sm90").resolve(("ex2", "rcp", "lg2") + (("tanh",) if args.softcap else ()))
+    mufu.model(args.gpu).resolve(("ex2", "rcp", "lg2") + (("tanh",) if args.softcap else ()))
     t1 = time.perf_counter()
     visits = work_counts(seq_cfgs or cfg)[1]
     warning = slow_run_warning(seq_cfgs or cfg, visits, args.workers)
@@ -376,7 +380,7 @@ def main(argv: list[str]) -> int:
                   "note": "out/lse are padded to [batch, seqlen]: rows past a sequence hold 0 / -inf"},
               "causal": bool(args.causal), "window": list(cfg.window), "softcap": cfg.softcap,
               "kblock_m": cfg.kblock_m, "kblock_n": cfg.kblock_n, "schedule": cfg.schedule,
-              "arch": cfg.arch, "trace_ctas": [list(c) for c in trace_ctas],
+              "gpu": cfg.gpu.key, "mufu": cfg.mufu, "trace_ctas": [list(c) for c in trace_ctas],
               "descales": {k: v.tolist() for k, v in work.descales.items()},
               "metrics": {k: v for k, v in m.items()}, "times_s": times,
               "provenance": work.provenance}

@@ -25,7 +25,7 @@ def forward_kwargs(args, work: Workload) -> dict:
     """The :func:`simulator.flash.forward` arguments of the command's options and input."""
     kw = dict(softmax_scale=args.softmax_scale, causal=args.causal, window=tuple(args.window),
               softcap=args.softcap, seqlens_k=work.seqlens_k, kblock_m=args.kblock_m,
-              kblock_n=args.kblock_n, schedule=args.schedule)
+              kblock_n=args.kblock_n, schedule=args.schedule, gpu=args.gpu)
     kw.update(work.descales)
     return kw
 
