@@ -70,7 +70,8 @@ def test_no_sm_count_or_chip_name_outside_the_gpu_record():
 def test_the_scan_finds_what_it_forbids(tmp_path):
     """The scan above is not vacuous: each kind of literal it forbids is found."""
     bad = tmp_path / "probe.py"
-    src = '"""On sm90, 132 SMs."""\nx = 132\ny = "sm90"\nz = "-arch=sm_90a"\nw = "9.0"\nok = "tile_size_fwd_sm90"\n'
+    src = ('"""On sm90, 132 SMs."""\n'
+           'x = 132\ny = "sm90"\nz = "-arch=sm_90a"\nw = "9.0"\nok = "tile_size_fwd_sm90"\n')
     bad.write_text(src, encoding="utf-8")
     found = chip_literals(bad)
     assert [f.split(": ", 1)[1] for f in found] == ["132", "'sm90'", "'-arch=sm_90a'", "'9.0'"]
