@@ -126,16 +126,48 @@ def test_verify_replays_through_simulator_replay_only():
         {"simulator.errors", "simulator.replay"} | {m for m in imported if m.startswith("simulator.replay.")})
 
 
-#: what each reworked package may import from the rest of ``simulator`` (docs/architecture.md)
+#: what each package (or top-level module) may import from the rest of ``simulator``, the layers
+#: of docs/architecture.md from the bottom up; a package without a row fails the test below
+_BASE = {"simulator.errors", "simulator.io"}
 ALLOWED = {
-    "simulator.device": {"simulator.flash", "simulator.trace", "simulator.io", "simulator.errors"},
+    "simulator.errors": set(),
+    "simulator.io": {"simulator.errors"},
+    "simulator.gpus": set(),
+    "simulator.numerics": _BASE | {"simulator.gpus"},
+    "simulator.hw": {"simulator.numerics"},
+    "simulator.engine": {"simulator.gpus", "simulator.numerics"},
+    "simulator.mma": {"simulator.engine", "simulator.gpus", "simulator.hw", "simulator.numerics"},
+    "simulator.trace": {"simulator.io", "simulator.numerics"},
+    "simulator.flash": {"simulator.engine", "simulator.gpus", "simulator.hw", "simulator.mma",
+                        "simulator.numerics", "simulator.trace"},
+    "simulator.fa3": {"simulator.engine", "simulator.flash", "simulator.gpus", "simulator.hw",
+                      "simulator.numerics", "simulator.trace"},
+    "simulator.cluster": {"simulator.engine", "simulator.flash"},
+    "simulator.budget": {"simulator.flash"},
+    "simulator.compare": {"simulator.hw", "simulator.numerics"},
+    "simulator.strategies": {"simulator.fa3", "simulator.flash", "simulator.numerics"},
+    "simulator.regressions": set(),
+    "simulator.notebook": set(),
+    "simulator.device": {"simulator.flash", "simulator.gpus", "simulator.trace", "simulator.io",
+                         "simulator.errors"},
     "simulator.replay": {"simulator.device", "simulator.errors", "simulator.fa3", "simulator.flash",
                          "simulator.hw", "simulator.io", "simulator.mma", "simulator.numerics",
                          "simulator.trace"},
     "simulator.verify": {"simulator.errors", "simulator.replay"},
     "simulator.run": {"simulator.budget", "simulator.compare", "simulator.device",
-                      "simulator.errors", "simulator.fa3", "simulator.flash", "simulator.hw",
-                      "simulator.io", "simulator.numerics", "simulator.trace"},
+                      "simulator.errors", "simulator.fa3", "simulator.flash", "simulator.gpus",
+                      "simulator.hw", "simulator.io", "simulator.numerics", "simulator.trace"},
+    "simulator.exercises": {"simulator.compare", "simulator.device", "simulator.errors",
+                            "simulator.fa3", "simulator.flash", "simulator.hw", "simulator.io",
+                            "simulator.numerics", "simulator.replay", "simulator.trace"},
+    "simulator.measure": {"simulator.compare", "simulator.device", "simulator.errors",
+                          "simulator.flash", "simulator.gpus", "simulator.hw", "simulator.io",
+                          "simulator.mma", "simulator.numerics", "simulator.regressions",
+                          "simulator.replay", "simulator.strategies"},
+    "simulator.cli": {"simulator", "simulator.device", "simulator.engine", "simulator.errors",
+                      "simulator.measure", "simulator.run", "simulator.verify"},
+    "simulator.__main__": {"simulator.cli"},
+    "simulator": set(),  # the package's __init__ imports its own subpackages only
 }
 
 
@@ -146,10 +178,19 @@ def _package(name: str) -> str:
 def test_packages_import_only_what_the_architecture_allows():
     modules = _modules()
     wrong = {}
+    missing = sorted({_package(name) for name in modules} - set(ALLOWED))
+    assert not missing, f"packages without a row in ALLOWED (docs/architecture.md): {missing}"
     for name, path in modules.items():
         pkg = _package(name)
-        if pkg in ALLOWED:
-            bad = {_package(m) for m in _imports(name, path, modules)} - ALLOWED[pkg] - {pkg}
-            if bad:
-                wrong[name] = sorted(bad)
+        bad = {_package(m) for m in _imports(name, path, modules)} - ALLOWED[pkg] - {pkg}
+        if pkg == "simulator":  # the package's __init__: its own subpackages are below it
+            bad = set()
+        if bad:
+            wrong[name] = sorted(bad)
     assert not wrong, f"imports that docs/architecture.md does not allow: {wrong}"
+
+
+def test_the_layers_have_no_back_arrow():
+    """Read as a graph, ALLOWED itself has no cycle: the layers only point down."""
+    graph = {pkg: {d for d in deps if d != "simulator"} for pkg, deps in ALLOWED.items()}
+    assert _cycles(graph) == []

@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 
-from . import ENGINES
+from .engine import ENGINES
 
 #: variables of dask's default worker environment that this module drops
 DROPPED = ("MALLOC_TRIM_THRESHOLD_",)
@@ -42,7 +42,7 @@ def dask_config(threads: int = 1, engine: str = "numba") -> dict:
     of ``threads``; its ``environ`` (set inside the worker before it runs anything) with
     ``NUMBA_NUM_THREADS=threads`` and ``SIMULATOR_ENGINE=engine``. Set it before creating or
     scaling a cluster whose workers run the simulator:
-    ``dask.config.set(simulator.engine.cluster.dask_config())``.
+    ``dask.config.set(simulator.cluster.dask_config())``.
 
     Args:
         threads: threads of each worker's numba and BLAS pools (int >= 1).
@@ -116,8 +116,8 @@ def forward_by_heads(client, q, k, v, *, kv_heads_per_task: int | None = None, *
     """
     import inspect
 
-    from ..flash import forward
-    from ..flash.config import ForwardResult, make_config
+    from .flash import forward
+    from .flash.config import ForwardResult, make_config
 
     unknown = sorted(set(kwargs) - set(inspect.signature(forward).parameters))
     if unknown:
@@ -173,7 +173,7 @@ def forward_by_heads(client, q, k, v, *, kv_heads_per_task: int | None = None, *
 
 def _heads_task(q, k, v, kwargs):
     """One task of :func:`forward_by_heads`: the serial forward of a slice of heads."""
-    from .. import flash
+    from . import flash
 
     res = flash.forward(q, k, v, **kwargs)
     return res.out, res.lse

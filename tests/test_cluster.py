@@ -1,4 +1,4 @@
-"""The dask helper of the engine (simulator/engine/cluster.py): worker processes start without
+"""The dask helper (simulator/cluster.py, above flash/): worker processes start without
 dask's MALLOC_TRIM_THRESHOLD_ (which halves the compiled engine's speed), with the thread counts
 and engine asked for."""
 
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from simulator.engine import cluster
+from simulator import cluster
 
 
 def test_dask_config_drops_malloc_trim_and_sets_threads_and_engine():
