@@ -1,6 +1,6 @@
 """Sweep: where the causal forward's small groups (one m_block's CTAs each) should run with
 ``engine.set_threads(N)``: whole groups on task threads, or the kernels' own parallel loops.
-Both rules in one process, in turns (``flash.forward.MAX_THREADS_PER_GROUP`` set to a huge
+Both rules in one process, in turns (``flash.scheduler.MAX_THREADS_PER_GROUP`` set to a huge
 value: groups on task threads wherever there are more threads than one; or to 0: never), bits checked
 equal to the one-thread run; 1 x L x H x 128 bf16, causal, the compiled engine, medians of
 ``--repeats`` timed runs after a warm-up. Writes ``--out`` (JSON, atomically) with the machine's
@@ -27,7 +27,7 @@ RULES = {"groups on task threads": 10**9, "parallel kernels": 0}
 
 
 def _module():
-    return sys.modules["simulator.flash.forward"]
+    return sys.modules["simulator.flash.scheduler"]
 
 
 def _forward(q, k, v, rule):

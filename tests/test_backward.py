@@ -89,7 +89,7 @@ def test_sample_full_bits():
 def test_a_wrong_reduce_order_is_caught(monkeypatch):
     """FA3's deterministic dQ order is descending n_block with a causal mask: the ascending
     order gives other bits on the recorded causal case."""
-    monkeypatch.setattr(importlib.import_module("simulator.flash.backward_mainloop"), "dq_order",
+    monkeypatch.setattr(importlib.import_module("simulator.flash.mainloop_bwd_sm90"), "dq_order",
                         lambda cfg, n: n)
     r = replay.check("m143", _entry(143), DIFFS)
     assert "deterministic dq" in r["mismatches"]
@@ -307,7 +307,7 @@ def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps(monke
     chunk per row (four here) with the whole call's bits; progress counts every m_block step."""
     from simulator import engine
 
-    bm = importlib.import_module("simulator.flash.backward_mainloop")
+    bm = importlib.import_module("simulator.flash.mainloop_bwd_sm90")
     x = bwd_cases.case_inputs(_entry(143)["case"])
     out, lse = fa3.flash_attn_func(x["q"], x["k"], x["v"], causal=True, return_attn_probs=True)
     args = (x["dout"], x["q"], x["k"], x["v"], out, lse)
@@ -331,7 +331,7 @@ def test_memory_budget_chunks_give_the_same_bits_and_progress_counts_steps(monke
 @pytest.mark.parametrize("name, threads", [("numpy", 1), ("numba", 1), ("numba", 2)])
 def test_the_backward_stays_within_its_memory_budget(name, threads):
     """A GQA backward with its spread at a budget of its fixed arrays plus two (batch, head)
-    rows (``backward_mainloop.memory_needed`` on the engine that runs it; fixed plus one is
+    rows (``mainloop_bwd_sm90.memory_needed`` on the engine that runs it; fixed plus one is
     the least it takes): the traced peak of the whole call (preprocess, chunks, postprocess)
     stays under it, on one thread of either engine and on two task threads of the compiled
     one, with the unchunked call's bits."""
@@ -365,7 +365,7 @@ def test_the_backward_stays_within_its_memory_budget(name, threads):
     try:
         with engine.use_engine(name):
             fixed, per_row = importlib.import_module(
-                "simulator.flash.backward_mainloop").memory_needed(cfg, True)
+                "simulator.flash.mainloop_bwd_sm90").memory_needed(cfg, True)
             budget = fixed + 2 * per_row
             with pytest.raises(MemoryError, match=r"per \(batch, head\) row of CTAs"):
                 call(fixed + per_row - 1)

@@ -33,7 +33,7 @@ def _drawn_float32(rng, shape):
 def test_the_compiled_ds_step_gives_the_numpy_operands(fmt, softcap):
     """``engine.backward_ds`` (dS = P (dP - dPsum), times dtanh with softcap, P and dS
     converted and decoded, P^T and dS^T transposed) against the NumPy steps of
-    ``backward_mainloop`` then ``convert`` and ``engine.decode_operand``, on P in [0, 1] with
+    ``mainloop_bwd_sm90`` then ``convert`` and ``engine.decode_operand``, on P in [0, 1] with
     zeros, dP / dPsum / dtanh of every class: values and codes bit for bit."""
     from simulator import mma
     from simulator.numerics import convert, fmul, fsub

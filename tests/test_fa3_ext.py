@@ -76,7 +76,7 @@ def test_qv_is_a_second_gemm_into_the_same_accumulator(monkeypatch):
 
     from simulator.numerics import fadd
 
-    fwd = importlib.import_module("simulator.flash.forward")
+    fwd = importlib.import_module("simulator.flash.mainloop_fwd_sm90")
 
     i = _cheapest(lambda c: c.get("qv") and c["api"] == "func")[0]
     assert fa3_ext.check_case(i, RECORDS[i], SAMPLE)["ok"]

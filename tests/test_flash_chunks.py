@@ -119,7 +119,8 @@ def test_memory_needed_is_what_the_forward_holds(kwargs):
     cfg = flash.make_config(q, k, v, **kwargs)
     res = flash.forward(q, k, v, **kwargs)
     fixed, per_cta = fwd.memory_needed(cfg, q.dtype)
-    assert fixed == chunks.fixed_bytes(*fwd._padded_inputs(cfg, q, k, v), res.out, res.lse)
+    loop = importlib.import_module("simulator.flash.mainloop_fwd_sm90")
+    assert fixed == chunks.fixed_bytes(*loop.padded_inputs(cfg, q, k, v), res.out, res.lse)
     assert per_cta == chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v,
                                        cfg.kernel_head_dim, engine.wants_numba("dotadd", 0))
     fwd.check_memory(q, k, v, memory_budget=fixed + per_cta, **kwargs)
@@ -179,14 +180,14 @@ def test_a_thread_pool_runs_no_more_chunks_at_once_than_the_budget_affords(monke
     import threading
     import time
 
-    fwd_module = importlib.import_module("simulator.flash.forward")
+    loop = importlib.import_module("simulator.flash.mainloop_fwd_sm90")
     from simulator.flash.forward import memory_needed
 
     q, k, v = _inputs(seed=2)
     fixed, per_cta = memory_needed(flash.make_config(q, k, v), q.dtype)
     serial = flash.forward(q, k, v)
     lock, now, most = threading.Lock(), [0], [0]
-    real = fwd_module._run_group
+    real = loop.MAINLOOP.run_group
 
     def counted(*args):
         with lock:
@@ -199,7 +200,7 @@ def test_a_thread_pool_runs_no_more_chunks_at_once_than_the_budget_affords(monke
             with lock:
                 now[0] -= 1
 
-    monkeypatch.setattr(fwd_module, "_run_group", counted)
+    monkeypatch.setattr(loop, "MAINLOOP", loop.MAINLOOP._replace(run_group=counted))
     with ThreadPoolExecutor(4) as pool:
         _same(serial, flash.forward(q, k, v, executor=pool, memory_budget=fixed + 2 * per_cta))
     assert most[0] == 2
@@ -230,11 +231,11 @@ def test_progress_of_a_numpy_bool_names_its_type():
 
 
 def test_task_threads_take_small_groups_whole_where_there_are_enough_of_them(monkeypatch):
-    """The forward's rule (``forward._task_threads``): task threads where each gets a chunk of
+    """The forward's rule (``scheduler._task_threads``): task threads where each gets a chunk of
     ``MIN_TASK_CTAS`` CTAs, or where there are at most ``MAX_THREADS_PER_GROUP`` threads per
     group that visits a K/V block (a causal launch's groups of one m_block each); else one
     thread (the kernels' parallel loops). Groups that visit no block do not count."""
-    fwd = importlib.import_module("simulator.flash.forward")
+    fwd = importlib.import_module("simulator.flash.scheduler")
     monkeypatch.setattr(engine, "task_threads", lambda products: 16)
 
     def groups(count, ctas, visits=1):

@@ -21,7 +21,7 @@ from memory_peak import traced_peak  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 fwd_memory = importlib.import_module("simulator.flash.forward_memory")
-bwd_mainloop = importlib.import_module("simulator.flash.backward_mainloop")
+bwd_mainloop = importlib.import_module("simulator.flash.mainloop_bwd_sm90")
 bwd_module = importlib.import_module("simulator.flash.backward")
 
 

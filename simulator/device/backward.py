@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..flash.backward import BackwardResult, m_block_range, make_backward_config
+from ..flash.backward import BackwardResult, make_backward_config
 from ..flash.backward_trace import make_tracer
+from ..flash.block_info import m_block_range
 from ..gpus import DEFAULT_GPU
 from . import runtime
 

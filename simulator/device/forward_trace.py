@@ -19,8 +19,8 @@ import dataclasses
 
 import numpy as np
 
-from ..flash.forward import cta_groups
-from ..flash.masks import block_range
+from ..flash.block_info import block_range
+from ..flash.scheduler import cta_groups
 from ..trace import STEPS, Event, Trace
 
 HEADER_WORDS = 4
@@ -142,7 +142,7 @@ def decode(raw: np.ndarray, cfg, ctas) -> Trace:
 
     Per CTA the kernel already writes the emulator's event order (slot = position). Across
     CTAs the emulator runs CTAs with the same K/V block range as one group, in the order of
-    ``simulator.flash.forward.cta_groups`` (first appearance over batch, m_block; inside a
+    ``simulator.flash.scheduler.cta_groups`` (first appearance over batch, m_block; inside a
     group by batch, m_block, head), and records a step for every traced CTA of the group before
     the next step; the events are merged the same way.
 

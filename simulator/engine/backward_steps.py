@@ -1,7 +1,7 @@
 """The backward's dS step of an m_block compiled as one call: from P and dP to the three
 operands of the gradient GEMMs, decoded for the dot-add.
 
-Per element, with the bits of ``simulator.flash.backward_mainloop`` (hopper/
+Per element, with the bits of ``simulator.flash.mainloop_bwd_sm90`` (hopper/
 mainloop_bwd_sm90_tma_gmma_ws.hpp; docs/backward.md): ``dS = FMUL.FTZ(P, FADD.FTZ(dP,
 -dPsum[row]))`` (the FSUB of the source), times ``dtanh`` (FMUL.FTZ) with softcap; then P and
 dS converted to the input format (``cvt.rn``, :func:`.fused_softmax.narrow_bits`) and written

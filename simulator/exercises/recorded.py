@@ -28,7 +28,7 @@ from ..device import forward_trace as ft
 from ..errors import RecordedDataError
 from ..flash.config import make_config
 from ..flash.constants import MAX_OFFSET
-from ..flash.forward import cta_scales
+from ..flash.mainloop_fwd_sm90 import cta_scales
 from ..hw import accumulator_layout, rowcol_view
 from ..io import DEVICE_DATA_DIR, read_json, read_npz
 from ..replay import forward_traces as traces

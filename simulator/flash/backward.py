@@ -34,13 +34,14 @@ from .. import engine
 from ..gpus import DEFAULT_GPU, GPU, get_gpu, mufu_model_name
 from ..numerics import convert, fadd, ffma, fmul
 from . import chunks
-from .backward_mainloop import accumulator_bytes, m_block_range, mainloop
-from .backward_mainloop import dq_add_ftz as dq_add_ftz  # the public names stay here
-from .backward_mainloop import dq_order as dq_order
 from .backward_trace import make_tracer
+from .block_info import m_block_range
 from .config import input_format
 from .constants import host_constants
 from .dispatch import kernel_head_dim
+from .mainloop_bwd_sm90 import accumulator_bytes, mainloop
+from .mainloop_bwd_sm90 import dq_add_ftz as dq_add_ftz  # the public names stay here
+from .mainloop_bwd_sm90 import dq_order as dq_order
 from .masks import fa3_window, kernel_flags, normalize_window
 from .spread import ordered_sum, sum_bounds
 

@@ -13,7 +13,7 @@ from .config import Config, make_config
 
 def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
     """(bytes held for the whole forward, bytes per CTA of a chunk) of a forward on ``cfg``
-    with inputs of ``dtype``: the padded inputs and the outputs (as ``forward._padded_inputs``
+    with inputs of ``dtype``: the padded inputs and the outputs (as ``mainloop_fwd_sm90.padded_inputs``
     and :func:`simulator.flash.forward.forward` allocate them), and :func:`chunks.cta_bytes`
     at the compiled engine's cost where the engine setting (or a launch this runs in) takes
     every call compiled, else at the NumPy engine's (under ``"auto"`` a launch decides its
@@ -27,7 +27,7 @@ def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
 
 
 def _input_bytes(cfg: Config, dtype) -> int:
-    """Bytes of the padded q (with qv), k and v (``forward._padded_inputs``)."""
+    """Bytes of the padded q (with qv), k and v (``mainloop_fwd_sm90.padded_inputs``)."""
     m_rows = (-(-cfg.seqlen_q // cfg.kblock_m) + 1) * cfg.kblock_m
     n_pad = max(1, -(-cfg.seqlen_k // cfg.kblock_n)) * cfg.kblock_n
     q_width = cfg.kernel_head_dim + (cfg.kernel_head_dim_v if cfg.has_qv else 0)

@@ -195,7 +195,7 @@ def ranges(xs: list[int]) -> str:
 
 def work_counts(cfg) -> tuple[int, int]:
     """(CTAs, K/V block visits) of a launch (a list: the sequences of a varlen launch)."""
-    from ..flash.masks import block_range
+    from ..flash.block_info import block_range
 
     if isinstance(cfg, list):
         counts = [work_counts(c) for c in cfg]
@@ -306,7 +306,7 @@ def step_choice(traced, busy, default: bool = False) -> str:
 def idle_cta_note(cfg, cta, name=None) -> str | None:
     """One line for a traced CTA that visits no K/V block (its trace is empty), else None.
     ``cta`` indexes ``cfg``'s launch; ``name``: the CTA as the user numbered it (default cta)."""
-    from ..flash.masks import block_range
+    from ..flash.block_info import block_range
 
     lo, hi = block_range(cta[2], cfg.seqlen_q, int(cfg.seqlens_k[cta[0]]), cfg.kblock_m,
                          cfg.kblock_n, cfg.window)
@@ -318,7 +318,7 @@ def idle_cta_note(cfg, cta, name=None) -> str | None:
 
 def first_busy_cta(cfg, ctas) -> tuple[int, int, int] | None:
     """The first of ``ctas`` that visits a K/V block (its trace has steps), or None."""
-    from ..flash.masks import block_range
+    from ..flash.block_info import block_range
 
     for c in ctas:
         lo, hi = block_range(c[2], cfg.seqlen_q, int(cfg.seqlens_k[c[0]]), cfg.kblock_m,

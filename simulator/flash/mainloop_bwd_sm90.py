@@ -19,27 +19,12 @@ from .. import engine, mma
 from ..numerics import convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2, tanh
 from . import chunks
-from .grid import ceil_div, pad_rows, trunc_div
+from .block_info import m_block_range
+from .grid import pad_rows
 from .masks import allowed
 from .spread import sum_bounds
 
 _NEG_INF = np.float32(-np.inf)
-
-
-def m_block_range(cfg, n_block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(m_block_min, m_block_max)`` of n_block CTAs (``get_m_block_min_max`` in
-    ``hopper/block.h``, with C's truncating division)."""
-    m, n = cfg.tiles.kblock_m, cfg.tiles.kblock_n
-    wl, wr = cfg.kernel_window
-    sq, sk = cfg.seqlen_q, cfg.seqlen_k
-    m_max = np.full(n_block.shape, -(-sq // m), dtype=np.int64)
-    if cfg.local:
-        m_max = np.minimum(m_max, ceil_div((n_block + 1) * n + sq - sk + wl, m))
-    m_min = np.zeros_like(m_max)
-    if cfg.causal or cfg.local:
-        right = 0 if cfg.causal else wr
-        m_min = np.maximum(0, trunc_div(n_block * n + sq - sk - right, m))
-    return m_min, m_max
 
 
 def dq_add_ftz(cfg) -> bool:
