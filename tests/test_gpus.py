@@ -148,3 +148,46 @@ def test_h100_reads_the_gh100_tables():
     b = flash.forward(q, k, v, causal=True)
     assert np.array_equal(a.out.view(np.uint16), b.out.view(np.uint16))
     assert np.array_equal(a.lse.view(np.uint32), b.lse.view(np.uint32))
+
+
+H100_DIR = PACKAGE / "data" / "device" / "h100"
+
+
+def _counts(node):
+    """Every ``mismatches`` / ``differ`` / ``differing_elements`` count in a nested report."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("mismatches", "differ", "differing_elements") and isinstance(value, int):
+                yield key, value
+            else:
+                yield from _counts(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _counts(value)
+
+
+def test_the_h100_record_rests_on_its_own_sweeps():
+    """The h100 record reads the GH100 tables because the H100's own sweeps
+    (scripts/h100_sweeps.sh, simulator/data/device/h100/, docs/h100.md) gave the emulator's bits
+    on every instruction family and the H200's recorded bits element for element: the GPU named
+    in the recordings is the record's, with its SM count, and every count of a difference is 0;
+    the MUFU tables measured there have the shipped table set's checksums."""
+    import json
+
+    record = gpus.get_gpu("h100")
+    gpu = json.loads((H100_DIR / "gpu.json").read_text())
+    assert gpu["before"]["nvidia_smi"]["name"] == record.name
+    assert gpu["before"]["cupy"]["compute_capability"] == "{}.{}".format(*record.compute_capability)
+    compare = json.loads((H100_DIR / "compare.json").read_text())
+    assert set(compare) == {"numerics_sweep", "mufu_calibrate", "hw_probe", "mma_probe",
+                            "mma_fp8_probe", "mma_fp8_sweep", "reduce_add_probe"}
+    counts = list(_counts(compare))
+    assert len(counts) > 100 and all(n == 0 for _, n in counts), [c for c in counts if c[1]]
+    assert all(run["ran"] in (True, "true") for run in compare.values())
+    for name in ("numerics_report.json", "mufu_report.json", "hw_report.json", "mma_report.json"):
+        device = json.loads((H100_DIR / name).read_text())["device"]
+        assert (device["gpu"], device["multiprocessors"]) == (record.name, record.sm_count), name
+    measured = json.loads((H100_DIR / f"mufu_{record.mufu_tables}.json").read_text())
+    shipped = json.loads((PACKAGE / "data" / "mufu" / f"{record.mufu_tables}.json").read_text())
+    assert measured["table_blake2b"] == shipped["table_blake2b"]
+    assert measured["device"]["gpu"] == record.name
