@@ -1,10 +1,11 @@
-"""Print the README's benchmark table from fresh measurements (and the recorded device run).
+"""Print the NumPy specification engine's benchmark table (docs/speed.md) from fresh
+measurements (and the recorded device run).
 
 Runs every CPU benchmark's ``measure()`` in this process with the same BLAS thread count
 (``--threads``, default 1), then formats one Markdown row per ratio; the device row is read
 from ``benchmarks/results/bench_device.json`` (written by ``bench_device.py`` on the H200).
 ``--json PATH`` also keeps the raw rows. Run: ``python benchmarks/table.py > table.md`` and
-paste it over the table in README.md. Takes a few minutes on 2 cores.
+paste it over that table in docs/speed.md. Takes a few minutes on 2 cores.
 """
 
 from __future__ import annotations
