@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from simulator import mma
+from simulator import gpus, mma
 from simulator.device.runtime import source_sha256
 from simulator.mma import fused, spec, termloop
 from simulator.replay import mma as ev
@@ -70,7 +70,7 @@ def test_k_steps_must_cover_k():
 
 def test_wrong_model_is_caught(recorded, monkeypatch):
     wrong = {key: fused.FusedDotAdd(**{**vars(p), "frac_bits": 24}) for key, p in mma.PARAMS.items()}
-    monkeypatch.setattr(mma.instructions, "PARAMS", wrong)
+    monkeypatch.setitem(mma.instructions.PARAMETER_SETS, gpus.get_gpu().tensor_cores, wrong)
     rows = ev.check_probe("wgmma_m64n8k16_bf16", *recorded, blocks=1)
     assert rows[0]["mismatches"] > 0
 
