@@ -142,6 +142,8 @@ ALLOWED = {
                         "simulator.numerics", "simulator.trace"},
     "simulator.fa3": {"simulator.engine", "simulator.flash", "simulator.gpus", "simulator.hw",
                       "simulator.numerics", "simulator.trace"},
+    "simulator.fa2": {"simulator.flash", "simulator.gpus", "simulator.hw", "simulator.numerics"},
+    "simulator.sdpa": {"simulator.fa2", "simulator.flash", "simulator.gpus", "simulator.numerics"},
     "simulator.cluster": {"simulator.engine", "simulator.flash"},
     "simulator.budget": {"simulator.flash"},
     "simulator.compare": {"simulator.hw", "simulator.numerics"},

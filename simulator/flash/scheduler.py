@@ -38,12 +38,16 @@ class ForwardMainloop(NamedTuple):
             ``(acc_o, lse_rows)`` (None for an empty range) when they are None.
         tile_rows: ``(cfg, ctas) -> (rows, heads, valid)``: the output rows of each CTA's tile.
         store: ``(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse, exact)``: the epilogue.
+        split_ranges: ``(full, cfg, b) -> [(n_block_min, n_block_max), ...]``: each split's
+            K/V blocks of a CTA whose whole range is ``full`` (batch ``b``), or None for
+            FA3's rule (:func:`fa3_split_ranges`).
     """
 
     padded_inputs: Callable
     run_group: Callable
     tile_rows: Callable
     store: Callable
+    split_ranges: Callable | None = None
 
 
 def launch(cfg: Config, mainloop: ForwardMainloop, operands, wanted, record, exact, executor,
@@ -66,7 +70,7 @@ def launch(cfg: Config, mainloop: ForwardMainloop, operands, wanted, record, exa
                    dtype=np.float64 if wide else cfg.out_dtype if cfg.splits is None else np.float32)
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF,
                   dtype=np.float64 if wide else np.float32)
-    groups = cta_groups(cfg)
+    groups = cta_groups(cfg, mainloop.split_ranges)
     products = _products(cfg, groups)
     threads = 1 if executor is not None or wanted is not None else _task_threads(products, groups)
     parts, shared, size = plan(cfg, operands[0].dtype, executor, threads, budget)
@@ -166,7 +170,7 @@ def _chunk_task(mainloop: ForwardMainloop, cfg: Config, n_range, masked, ctas, p
     return mainloop.run_group(cfg, n_range, masked, ctas, padded, None, None, None, None, exact)
 
 
-def cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
+def cta_groups(cfg: Config, split_ranges: Callable | None = None) -> dict[tuple, np.ndarray]:
     """The launch's CTAs grouped by the work they do: ``{(kv_range, masked): ctas}`` with
     ``kv_range`` the ``(n_block_min, n_block_max)`` a CTA visits (hopper/block.h, per split),
     ``masked`` its masking steps (:func:`simulator.flash.block_info.masking_steps`: the blocks run
@@ -183,7 +187,7 @@ def cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
         for mb in range(m_blocks):
             full = block_range(mb, cfg.seqlen_q, sk, cfg.kblock_m, cfg.kblock_n, cfg.window, g,
                                cfg.chunk)
-            for split, rng in enumerate(_split_ranges(full, cfg, b)):
+            for split, rng in enumerate((split_ranges or fa3_split_ranges)(full, cfg, b)):
                 masked = masking_steps(mb, cfg.seqlen_q, sk, cfg.max_seqlen_k, cfg.kblock_m,
                                        cfg.kblock_n, cfg.window, rng, g, cfg.chunk)
                 groups.setdefault((rng, masked), []).extend((b, h, mb, split)
@@ -191,7 +195,7 @@ def cta_groups(cfg: Config) -> dict[tuple, np.ndarray]:
     return {key: np.array(ctas, dtype=np.int64).reshape(-1, 4) for key, ctas in groups.items()}
 
 
-def _split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int, int]]:
+def fa3_split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int, int]]:
     """The K/V block range of each split of batch ``b`` (hopper/block.h, Split: ceil of the
     range over the split count per split, the last ones shorter or empty)."""
     if cfg.splits is None:

@@ -1,0 +1,113 @@
+"""FlashAttention-2's split-KV combine kernel (``combine_attn_seqk_parallel`` in
+``flash_fwd_kernel.h``), bit for bit: the partial outputs and LSEs of the splits merged per row.
+
+Per row of ``batch * heads * seqlen_q`` (``kBlockM`` rows per CTA of 128 threads: 4 for a head
+dim divisible by 128, 8 by 64, else 16):
+
+1. The split LSEs are spread over ``kRowsPerLoadTranspose = min(128 / kBlockM, kMaxSplits)``
+   lanes (``kMaxSplits`` the next power of two of ``num_splits``, at least 2): lane ``t`` holds
+   splits ``t, t + T, t + 2T, ...`` (-inf past ``num_splits``).
+2. ``lse_max``: the lane's maximum in that order, then ``Allreduce<T>`` (butterfly, offsets
+   T/2 .. 1); 0 when it is -inf.
+3. ``lse_sum``: ``expf(lse - lse_max)`` (``__expf``: FMUL by log2 e, MUFU.EX2) summed in the
+   lane's order from its first term, then ``Allreduce<T>``; ``lse_logsum = logf(lse_sum) +
+   lse_max`` (MUFU.LG2, then one FFMA with ln 2), +inf for a 0 or NaN sum: the output LSE.
+4. Each split's scale ``expf(lse - lse_logsum)``; ``O = sum over splits in order of scale *
+   O_split`` (one FFMA each, from 0), rounded to the output type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hw import allreduce
+from ..numerics import convert, fadd, ffma, fmax, fmul, fsub
+from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2
+
+__all__ = ["combine", "combine_partials", "combine_shape"]
+
+_NEG_INF = np.float32(-np.inf)
+_POS_INF = np.float32(np.inf)
+
+
+def combine_shape(kernel_head_dim: int, num_splits: int) -> tuple[int, int, int]:
+    """``(kBlockM, kMaxSplits, kRowsPerLoadTranspose)`` of the combine kernel launched for
+    ``num_splits`` splits (``run_flash_splitkv_fwd``: ``Log_max_splits`` by ``num_splits``)."""
+    block_m = 4 if kernel_head_dim % 128 == 0 else 8 if kernel_head_dim % 64 == 0 else 16
+    max_splits = max(2, 1 << (num_splits - 1).bit_length())
+    return block_m, max_splits, min(128 // block_m, max_splits)
+
+
+def _lanes(x: np.ndarray, op: str, width: int) -> np.ndarray:
+    """``Allreduce<width>`` over the last axis [rows, width] as a warp runs it: 32 // width rows
+    share a warp (the butterfly never mixes them)."""
+    per = 32 // width
+    rows = x.shape[0]
+    pad = -rows % per
+    if pad:
+        x = np.concatenate([x, np.zeros((pad, width), dtype=x.dtype)])
+    y = allreduce(x.reshape(-1, 32), op, width, axis=-1, ftz=True).reshape(-1, width)
+    return y[:rows]
+
+
+def _expf(x: np.ndarray, mufu: str) -> np.ndarray:
+    """``__expf``: FMUL.FTZ by log2(e), then MUFU.EX2."""
+    return ex2(fmul(x, LOG2E_F32, ftz=True), model=mufu, ftz=True)
+
+
+def combine(o_partial: np.ndarray, lse_partial: np.ndarray, kernel_head_dim: int, out_fmt: str,
+            mufu: str) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the split-KV kernel's partials.
+
+    Args:
+        o_partial: float32 [num_splits, R, head_dim]: each split's O of each row (normalised by
+            the split's own row sum; 0 where the split saw no key).
+        lse_partial: float32 [num_splits, R]: each split's LSE (-inf where it saw no key).
+        kernel_head_dim: the kernel's kHeadDim (it sets the combine's rows per CTA).
+        out_fmt: the output format (``"bf16"``, ``"f16"``).
+        mufu: the MUFU model (a GPU key, :mod:`simulator.gpus`).
+    Returns:
+        ``(out, lse)``: [R, head_dim] in ``out_fmt``, float32 [R].
+    Source: csrc/flash_attn/src/flash_fwd_kernel.h (combine_attn_seqk_parallel).
+    """
+    num, rows = lse_partial.shape
+    _, kmax, width = combine_shape(kernel_head_dim, num)
+    per_lane = kmax // width if kmax >= width else 1
+    full = np.full((max(kmax, width * per_lane), rows), _NEG_INF, np.float32)
+    full[:num] = lse_partial
+    regs = full[: per_lane * width].reshape(per_lane, width, rows).transpose(0, 2, 1)  # [l, R, T]
+    m = regs[0]
+    for j in range(1, per_lane):
+        m = fmax(m, regs[j], ftz=True)
+    lse_max = _lanes(m, "max", width)
+    lse_max = np.where(lse_max == _NEG_INF, np.float32(0), lse_max)
+    total = _expf(fsub(regs[0], lse_max, ftz=True), mufu)
+    for j in range(1, per_lane):
+        total = fadd(total, _expf(fsub(regs[j], lse_max, ftz=True), mufu), ftz=True)
+    total = _lanes(total, "sum", width)
+    empty = (total == 0) | np.isnan(total)
+    logsum = ffma(lg2(np.where(empty, np.float32(1), total), model=mufu, ftz=True), LN2_F32,
+                  lse_max, ftz=True)
+    logsum = np.where(empty, _POS_INF, logsum)[:, 0]                                   # [R]
+    scales = _expf(fsub(lse_partial, logsum[None, :], ftz=True), mufu)                 # [S, R]
+    acc = np.zeros(o_partial.shape[1:], np.float32)
+    for s in range(num):
+        acc = ffma(scales[s][:, None], o_partial[s], acc, ftz=True)
+    return convert(acc, out_fmt), logsum
+
+
+def combine_partials(o_part: np.ndarray, lse_part: np.ndarray, kernel_head_dim: int,
+                     out_fmt: str, mufu: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`combine` over every (batch, row, head) of the split-KV kernel's partials in the
+    kernel-level layout (:func:`simulator.flash.forward_fa2.forward_fa2`).
+
+    Args:
+        o_part: float32 [S, batch, seqlen_q, heads, d]; lse_part: float32 [S, batch, heads,
+            seqlen_q]; the rest as :func:`combine`.
+    Returns:
+        ``(out [batch, seqlen_q, heads, d] in out_fmt, lse float32 [batch, heads, seqlen_q])``.
+    """
+    s, b, sq, h, d = o_part.shape
+    lse_rows = np.swapaxes(lse_part, 2, 3).reshape(s, -1)                     # [S, B*Sq*H]
+    o, lse = combine(o_part.reshape(s, -1, d), lse_rows, kernel_head_dim, out_fmt, mufu)
+    return o.reshape(b, sq, h, d), np.ascontiguousarray(np.swapaxes(lse.reshape(b, sq, h), 1, 2))
