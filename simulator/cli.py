@@ -237,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if sys.stdout is None:  # started with stdout closed (`>&-`): every summary would vanish
+        if sys.stderr is not None:
+            print("error: standard output is closed: nothing could be printed (redirect it, "
+                  "e.g. >/dev/null, to discard it)", file=sys.stderr)
+        return EXIT_USAGE
     from . import engine
 
     try:

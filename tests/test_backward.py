@@ -385,7 +385,7 @@ def test_the_backward_stays_within_its_memory_budget(name, threads):
     (lambda a: a.update(k=a["k"][:, :, :0], v=a["v"][:, :, :0]), "at least one head"),
     (lambda a: a.update(q=a["q"][..., :0], dout=a["dout"][..., :0], out=a["out"][..., :0],
                         k=a["k"][..., :0], v=a["v"][..., :0]), "head_dim must be a multiple of 8 from 8"),
-    (lambda a: a.update(window_size=3), "window: expected"),
+    (lambda a: a.update(window_size=3), "window_size: expected"),
     (lambda a: a.update(softcap=-1.0), "softcap: expected a finite number"),
     (lambda a: a.update(softcap=None), "softcap: expected a finite number"),
     (lambda a: a.update(sm_margin="x"), "sm_margin"),
@@ -425,7 +425,7 @@ def test_autograd_refuses_up_front():
 
     a = _small()
     q = to_torch(a["q"]).requires_grad_()
-    with pytest.raises(ValueError, match="k: expected a torch tensor like q"):
+    with pytest.raises(ValueError, match="k: expected a torch tensor like the others"):
         fa3.flash_attn_func(q, a["k"], a["v"])
     k, v = to_torch(a["k"]), to_torch(a["v"])
     with pytest.raises(ValueError, match="softcap: expected a finite number"):

@@ -567,7 +567,7 @@ def test_api_parallel_arguments_are_checked_before_the_cache_is_written():
                                     executor=object())
     with pytest.raises(TypeError, match="progress: expected None, a bool or a callable"):
         fa3.flash_attn_func(q, k, v, progress="yes")
-    with pytest.raises(ValueError, match="memory_budget: expected a positive number of bytes"):
+    with pytest.raises(ValueError, match="memory_budget: expected a positive int"):
         fa3.flash_attn_varlen_func(*_packed(q, k, v), 5, 40, memory_budget=0)
     with ThreadPoolExecutor(1) as ex, pytest.raises(ValueError, match="trace: not recorded with an executor"):
         fa3.flash_attn_with_kvcache(q, kc, vc, k=new, v=new, cache_seqlens=cache_seqlens,

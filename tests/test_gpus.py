@@ -174,20 +174,25 @@ def test_the_h100_record_rests_on_its_own_sweeps():
     the MUFU tables measured there have the shipped table set's checksums."""
     import json
 
+    from simulator.io import read_json as _read
+
+    def read_json(path):
+        return _read(path, "bash scripts/h100_sweeps.sh on an H100 (docs/h100.md)")
+
     record = gpus.get_gpu("h100")
-    gpu = json.loads((H100_DIR / "gpu.json").read_text())
+    gpu = read_json(H100_DIR / "gpu.json")
     assert gpu["before"]["nvidia_smi"]["name"] == record.name
     assert gpu["before"]["cupy"]["compute_capability"] == "{}.{}".format(*record.compute_capability)
-    compare = json.loads((H100_DIR / "compare.json").read_text())
+    compare = read_json(H100_DIR / "compare.json")
     assert set(compare) == {"numerics_sweep", "mufu_calibrate", "hw_probe", "mma_probe",
                             "mma_fp8_probe", "mma_fp8_sweep", "reduce_add_probe"}
     counts = list(_counts(compare))
     assert len(counts) > 100 and all(n == 0 for _, n in counts), [c for c in counts if c[1]]
     assert all(run["ran"] in (True, "true") for run in compare.values())
     for name in ("numerics_report.json", "mufu_report.json", "hw_report.json", "mma_report.json"):
-        device = json.loads((H100_DIR / name).read_text())["device"]
+        device = read_json(H100_DIR / name)["device"]
         assert (device["gpu"], device["multiprocessors"]) == (record.name, record.sm_count), name
-    measured = json.loads((H100_DIR / f"mufu_{record.mufu_tables}.json").read_text())
+    measured = read_json(H100_DIR / f"mufu_{record.mufu_tables}.json")
     shipped = json.loads((PACKAGE / "data" / "mufu" / f"{record.mufu_tables}.json").read_text())
     assert measured["table_blake2b"] == shipped["table_blake2b"]
     assert measured["device"]["gpu"] == record.name

@@ -35,7 +35,7 @@ def apply(run_forward, backward_kwargs: dict, q, k, v, return_lse: bool):
 
 def check(q, k, v, kw: dict) -> None:
     """What :func:`flash_attn_backward` would refuse, raised up front (the forward is not run):
-    k and v not torch tensors like q, then the backward's own checks
+    q, k or v not a torch tensor like the others, then the backward's own checks
     (:func:`simulator.flash.backward.make_backward_config` on zero-length slices of the
     inputs: dtypes, head dims, heads, softcap, softmax_scale, deterministic at head dim 256).
 
@@ -48,10 +48,10 @@ def check(q, k, v, kw: dict) -> None:
     from ..flash.backward import make_backward_config  # noqa: PLC0415
     from .arrays import from_torch  # noqa: PLC0415
 
-    for name, x in (("k", k), ("v", v)):
+    for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name}: expected a torch tensor like q (q requires grad), got "
-                             f"{type(x).__name__}")
+            raise ValueError(f"{name}: expected a torch tensor like the others (some of q, k, v "
+                             f"require grad), got {type(x).__name__}")
     # no rows: the checks see the shapes and dtypes, and nothing is copied
     q0, k0, v0 = (from_torch(x[:0] if x.dim() == 3 else x[:, :0], n)
                   for x, n in ((q, "q"), (k, "k"), (v, "v")))

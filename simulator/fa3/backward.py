@@ -19,7 +19,7 @@ from .. import engine, flash
 from ..flash.backward import make_backward_config
 from ..gpus import DEFAULT_GPU
 from .arrays import returned, to_numpy
-from .checks import check_bool, check_parallel, cu_seqlens, seqused
+from .checks import check_bool, check_parallel, check_window_size, cu_seqlens, seqused
 
 __all__ = ["backward_spread", "flash_attn_backward"]
 
@@ -103,7 +103,7 @@ def launch(args: dict, deterministic: bool, spread: bool):
     for name in names:
         arrs[name], was = to_numpy(args[name], name)
         tq = tq or (name == "q" and was)
-    window = args["window_size"]  # flash.masks.normalize_window checks it
+    window = check_window_size(args["window_size"])
     sm = args.get("sm_margin", 0)
     if isinstance(sm, bool) or not isinstance(sm, (int, np.integer)) or sm < 0:
         raise ValueError(f"sm_margin: expected an int >= 0, got {sm!r}")

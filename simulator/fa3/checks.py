@@ -10,6 +10,7 @@ import numpy as np
 from ..flash import chunks
 from ..flash.config import input_format
 from ..flash.constants import host_constants
+from ..flash.masks import normalize_window
 from ..gpus import get_gpu
 from ..numerics.bits import is_int
 from .arrays import to_numpy
@@ -32,6 +33,16 @@ def check_int(name: str, value, least: int | None = None, most: int | None = Non
     if most is not None and v > most:
         raise ValueError(f"{name}: expected an int <= {most}, got {v}")
     return v
+
+
+def check_window_size(window_size) -> tuple[int, int]:
+    """``window_size`` as two Python ints (FA3's interface reads ``window_size[0]`` and
+    ``window_size[1]``: a tuple, list or 2-element integer tensor), checked under FA3's name.
+
+    Raises:
+        ValueError: not two ints in -1 .. 2^63 - 1, naming ``window_size``.
+    """
+    return normalize_window(False, window_size, "window_size")
 
 
 def check_bool(name: str, value) -> bool:
@@ -207,10 +218,11 @@ def check_descales(descales: dict, fmt: str, batch: int, heads_kv: int) -> dict:
     return out
 
 
-def check_4d(q, k, v) -> None:
+def check_4d(q, k, v, names: tuple[str, str, str] = ("q", "k", "v")) -> None:
     """q, k, v: NumPy arrays of 4 dims [batch, seqlen, heads, head_dim]; ValueError naming
-    the first that is not."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
+    the first that is not, by the caller's ``names`` (``k_cache``, ``v_cache`` for the KV
+    cache)."""
+    for name, x in zip(names, (q, k, v), strict=True):
         if not isinstance(x, np.ndarray) or x.ndim != 4:
             raise ValueError(f"{name}: expected [batch, seqlen, heads, head_dim], got "
                              f"{getattr(x, 'shape', type(x).__name__)}")

@@ -41,6 +41,7 @@ from .checks import (
     check_pack_gqa,
     check_parallel,
     check_scale,
+    check_window_size,
     cu_seqlens,
     gpu_sms,
     need_sms,
@@ -117,6 +118,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     Source: hopper/flash_attn_interface.py, hopper/flash_api.cpp (mha_fwd).
     """
     chunk = check_chunk(attention_chunk)
+    window_size = check_window_size(window_size)
     if trace is None and autograd.needs_grad(q, k, v):
         refuse_qv_grad(qv, chunk)
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -213,6 +215,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Source: hopper/flash_api.cpp (mha_fwd, is_varlen), hopper/seqlen.h.
     """
     chunk = check_chunk(attention_chunk)
+    window_size = check_window_size(window_size)
     if trace is None and autograd.needs_grad(q, k, v):
         refuse_qv_grad(qv, chunk)
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,

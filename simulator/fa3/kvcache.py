@@ -28,6 +28,7 @@ from .checks import (
     check_pack_gqa,
     check_parallel,
     check_scale,
+    check_window_size,
     gpu_sms,
     int_array,
     need_sms,
@@ -141,6 +142,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     hopper/rotary.h.
     """
     chunk = check_chunk(attention_chunk)
+    window_size = check_window_size(window_size)
     if chunk and page_table is not None:
         raise ValueError("attention_chunk: with page_table not emulated (no paged recording "
                          "covers it); gather the pages into a contiguous cache first")
@@ -149,7 +151,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
     (kn, _), (vn, _), (qv, _) = to_numpy(k, "k"), to_numpy(v, "v"), to_numpy(qv, "qv")
     rows_q = QueryRows.of(q, cu_seqlens_q, max_seqlen_q)
-    check_4d(rows_q.as_4d(q), kc, vc)
+    check_4d(rows_q.as_4d(q), kc, vc, ("q", "k_cache", "v_cache"))
     b, sq, h, d = rows_q.batch, rows_q.max_len, q.shape[-2], q.shape[-1]
     bc, s_cache, hkv, _ = kc.shape
     table = None if page_table is None else paged.page_table_array(page_table, None)

@@ -137,6 +137,10 @@ class NewKeys:
             if cu_seqlens_k_new is not None:
                 raise ValueError("cu_seqlens_k_new: given without new keys k, v")
             return cls(False, none, none)
+        for name, x in (("k", kn), ("v", vn)):  # before any shape is read
+            if not isinstance(x, np.ndarray):
+                raise ValueError(f"{name}: expected the new keys / values as an array in the "
+                                 f"caches' dtype {dtype}, got {type(x).__name__}")
         if cu_seqlens_k_new is None:
             s_new = kn.shape[1] if kn.ndim == 4 else -1
             if kn.ndim != 4 or kn.shape != (batch, s_new, heads_kv, head_dim) or \

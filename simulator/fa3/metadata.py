@@ -27,7 +27,16 @@ from ..flash.dispatch import check_head_dim, check_head_dim_v, should_pack_gqa
 from ..gpus import DEFAULT_GPU
 from . import paged
 from .arrays import returned, to_numpy
-from .checks import check_bool, check_options, check_pack_gqa, cu_seqlens, gpu_sms, int_array, need_sms
+from .checks import (
+    check_bool,
+    check_options,
+    check_pack_gqa,
+    check_window_size,
+    cu_seqlens,
+    gpu_sms,
+    int_array,
+    need_sms,
+)
 from .launch import kernel_window, launch_flags, static_splits
 from .scheduler import dynamic_num_splits
 
@@ -84,6 +93,7 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     Source: hopper/flash_api.cpp (mha_fwd_get_scheduler_metadata), hopper/flash_prepare_scheduler.cu.
     """
     chunk = check_chunk(attention_chunk)
+    window_size = check_window_size(window_size)
     for name, x in (("batch_size", batch_size), ("max_seqlen_q", max_seqlen_q),
                     ("max_seqlen_k", max_seqlen_k), ("num_heads_q", num_heads_q),
                     ("num_heads_kv", num_heads_kv), ("headdim", headdim),

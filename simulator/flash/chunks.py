@@ -202,7 +202,7 @@ def check_budget(memory_budget) -> int:
         return DEFAULT_MEMORY_BUDGET
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, int | np.integer) \
             or memory_budget <= 0:
-        raise ValueError(f"memory_budget: expected a positive number of bytes, got {memory_budget!r}")
+        raise ValueError(f"memory_budget: expected a positive int (bytes), got {memory_budget!r}")
     return int(memory_budget)
 
 

@@ -9,28 +9,34 @@ the chunk holding key ``i + offset`` (hopper/mask.h, hopper/block.h).
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 
-def normalize_window(causal: bool, window) -> tuple[int, int]:
+def normalize_window(causal: bool, window, argument: str = "window") -> tuple[int, int]:
     """Validate ``window=(left, right)`` (-1 = unbounded) and fold ``causal`` into it: as
     ``mha_fwd`` (hopper/flash_api.cpp: ``if (is_causal) { window_size_right = 0; }``), causal
-    sets the right window to 0 whatever was given.
+    sets the right window to 0 whatever was given. The sides may be anything with an integer
+    index (Python and NumPy ints, 0-d integer tensors: FA3's interface reads
+    ``window_size[0]``, ``window_size[1]`` as ints), never bools.
 
+    Args:
+        argument: the caller's name for the window in error messages (``"window_size"`` for
+            FA3's API).
     Raises:
         ValueError: a window that is not two ints in -1 .. 2^63 - 1 (mha_fwd's int64_t; sides
             wider than the sequence become -1 before they reach the kernel's ints).
     """
     try:
-        ok = len(window) == 2 and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool)
-                                      for w in window)
-        left, right = (int(w) for w in window)
+        ok = len(window) == 2 and not any(isinstance(w, (bool, np.bool_)) for w in window)
+        left, right = (operator.index(w) for w in window)
         ok = ok and -1 <= left < 2**63 and -1 <= right < 2**63
     except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:
-        raise ValueError(f"window: expected (left, right) ints in -1 .. 2**63 - 1 (-1 = unbounded), "
-                         f"got {window!r}")
+        raise ValueError(f"{argument}: expected (left, right) ints in -1 .. 2**63 - 1 "
+                         f"(-1 = unbounded), got {window!r}")
     if causal:
         right = 0
     return left, right

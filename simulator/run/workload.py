@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,11 +48,46 @@ class Workload:
     provenance: dict | None = None
 
 
-def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
+class _NpzArrays(Mapping):
+    """The arrays of an open ``.npz`` by name, each decompressed when first read (a file may
+    hold arrays a run never uses: they are not inflated). Errors reading one are one line."""
+
+    def __init__(self, npz, path: Path, what: str):
+        self._npz, self._path, self._what = npz, path, what
+        self._read: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._read:
+            if name not in self._npz.files:
+                raise KeyError(name)
+            try:
+                self._read[name] = self._npz[name]
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+                detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+                raise UsageError(f"{self._what} {self._path}: array {name!r} is not readable "
+                                 f"({type(exc).__name__}: {detail})") from None
+        return self._read[name]
+
+    def __iter__(self):
+        return iter(self._npz.files)
+
+    def __len__(self) -> int:
+        return len(self._npz.files)
+
+    def close(self) -> None:
+        self._npz.close()
+
+
+def _read_npz(path: Path, what: str) -> _NpzArrays:
+    """The ``.npz`` at ``path`` opened for reading by name (close it when done). Only regular
+    files are read: a FIFO or a device would block or never end."""
     if not path.exists():
         raise UsageError(f"{what} {path}: no such file")
     if path.is_dir():
         raise UsageError(f"{what} {path}: is a folder, expected an .npz file")
+    if not path.is_file():
+        raise UsageError(f"{what} {path}: not a regular file (a FIFO, socket or device), "
+                         "expected an .npz file")
     try:
         with open(path, "rb") as fh:
             magic = fh.read(6)
@@ -61,9 +97,7 @@ def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
             raise ValueError("an .npz archive holding no arrays")
         if magic[:4] != b"PK\x03\x04":
             raise ValueError("not a zip archive, as numpy.savez writes")
-        z = np.load(path, allow_pickle=False)
-        with z:
-            return {k: z[k] for k in z.files}
+        return _NpzArrays(np.load(path, allow_pickle=False), path, what)
     except PermissionError:
         raise UsageError(f"{what} {path}: permission denied") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
@@ -77,10 +111,13 @@ def load_workload(args) -> Workload:
         return _load_embedded(args)
     path = Path(args.input)
     arrays = _read_npz(path, "--input")
-    if "format" in arrays:
-        work = _load_bundle(arrays, path, args, embedded=False)
-    else:
-        work = _load_plain(arrays, path, args)
+    try:
+        if "format" in arrays:
+            work = _load_bundle(arrays, path, args, embedded=False)
+        else:
+            work = _load_plain(arrays, path, args)
+    finally:
+        arrays.close()
     check_shapes(work.label, work.q, work.k, work.v, work.seqlens_k, work.descales)
     return work
 

@@ -1,0 +1,90 @@
+"""Inputs a caller can get wrong, each refused with one line naming the caller's argument, and
+inputs read no further than a run needs (an unused array of an .npz is never decompressed, a
+FIFO is not opened)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from simulator.fa3 import flash_attn_func, flash_attn_with_kvcache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bf16(*shape):
+    return np.zeros(shape, ml_dtypes.bfloat16)
+
+
+def _cli(*argv, shell_suffix=""):
+    cmd = " ".join([sys.executable, "-m", "simulator", *argv]) + shell_suffix
+    return subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: flash_attn_func(_bf16(1, 8, 2, 64), _bf16(1, 8, 2, 64), _bf16(1, 8, 2, 64),
+                             window_size=(0,)), "window_size: expected (left, right) ints"),
+    (lambda: flash_attn_func(_bf16(1, 8, 2, 64), _bf16(1, 8, 2, 64), _bf16(1, 8, 2, 64),
+                             memory_budget=1e9), "memory_budget: expected a positive int"),
+    (lambda: flash_attn_with_kvcache(_bf16(2, 1, 2, 64), _bf16(2, 64, 64), _bf16(2, 64, 1, 64)),
+     "k_cache: expected [batch, seqlen, heads, head_dim]"),
+    (lambda: flash_attn_with_kvcache(_bf16(2, 1, 2, 64), _bf16(2, 64, 1, 64), _bf16(2, 64, 1, 64),
+                                     k=1.0, v=1.0), "k: expected the new keys / values as an array"),
+])
+def test_api_errors_name_the_callers_argument(call, needle):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert needle in str(info.value), str(info.value)
+
+
+def test_a_numpy_q_beside_torch_k_v_that_require_grad_is_a_value_error():
+    torch = pytest.importorskip("torch", reason="the autograd path needs torch")
+    k = torch.zeros((1, 8, 2, 64), dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(ValueError, match="q: expected a torch tensor like the others"):
+        flash_attn_func(_bf16(1, 8, 2, 64), k, k.detach().clone().requires_grad_())
+
+
+def test_window_size_as_a_two_element_integer_tensor_is_read_as_ints():
+    """FA3's interface reads window_size[0] and window_size[1] as ints: a tensor works."""
+    torch = pytest.importorskip("torch", reason="a torch tensor window_size")
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 40, 2, 64)).astype(ml_dtypes.bfloat16)
+    want = flash_attn_func(q, q, q, window_size=(8, 0))
+    got = flash_attn_func(q, q, q, window_size=torch.tensor([8, 0]))
+    assert np.array_equal(want.view(np.uint16), got.view(np.uint16))
+
+
+def test_run_reads_only_the_arrays_it_uses(tmp_path):
+    """An .npz with q, k, v and an unused member that is not a readable array: the run never
+    decompresses it (it used to inflate every member, a zip bomb's size unbounded)."""
+    x = np.random.default_rng(0).standard_normal((1, 16, 2, 32)).astype(np.float32)
+    path = tmp_path / "inp.npz"
+    np.savez(path, q=x, k=x, v=x)
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("unused.npy", b"not an array at all")
+    r = _cli("run", "--no-progress", "--input", str(path), "--out", str(tmp_path / "o.npz"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "o.npz").exists()
+
+
+def test_run_input_that_is_a_fifo_is_refused_without_opening_it(tmp_path):
+    fifo = tmp_path / "in.npz"
+    os.mkfifo(fifo)
+    r = _cli("run", "--input", str(fifo), "--out", str(tmp_path / "o.npz"))
+    assert r.returncode == 2
+    assert "not a regular file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_closed_stdout_is_an_error_not_a_silent_success():
+    r = _cli("run", "--explain", "0,1,5", shell_suffix=" >&-")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: standard output is closed: nothing could be printed (redirect it, e.g. "
+        ">/dev/null, to discard it)"]
