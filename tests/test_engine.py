@@ -753,3 +753,35 @@ with engine.use_engine("numpy"):
 print(int((a.view(np.uint32) != b.view(np.uint32)).sum()))
 """
     assert int(run(check).split()[-1]) == 0
+
+
+def test_no_writable_cache_location_compiles_in_memory_with_one_warning(tmp_path):
+    """Every numba cache location unwritable (a read-only install, an unwritable home): the
+    engine's kernels compile in memory, with a warning, and give the NumPy model's bits (they
+    used to raise "cannot cache function ...: no locator available" at first use)."""
+    import subprocess
+    import sys
+
+    code = """
+import warnings
+import numba.core.caching as c
+def deny(self):
+    raise PermissionError(30, "Read-only file system")
+c._CacheLocator.ensure_cache_path = deny
+import numpy as np
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    from simulator import engine
+    from simulator.numerics import mufu
+    x = np.linspace(-20, 20, 4096, dtype=np.float32)
+    a = engine.ex2(x)
+print(sum("no writable cache location" in str(w.message) for w in seen),
+      int((a.view(np.uint32) != mufu.ex2(x).view(np.uint32)).sum()))
+"""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "0"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import types
+import warnings
 from pathlib import Path
 
 import numba
@@ -32,7 +33,6 @@ from . import sources
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-JIT = dict(cache=True, nogil=True)
 
 
 # the modules imported so far (the package, this module) as they were loaded; each kernel
@@ -86,6 +86,30 @@ class EngineCacheLocator(caching._CacheLocator):
 
 if EngineCacheLocator not in caching.CacheImpl._locator_classes:
     caching.CacheImpl._locator_classes.insert(0, EngineCacheLocator)
+
+
+def _cache_probe():  # a function of this package, for the cache locators to place
+    return None
+
+
+def disk_cache_usable() -> bool:
+    """Whether numba can cache the engine's kernels on disk: some locator (the package's
+    ``__pycache__``, ``NUMBA_CACHE_DIR``, the user's cache) is writable. Where none is (a
+    read-only install with an unwritable home), the kernels compile in memory in every process,
+    with a warning once, instead of failing at their first use."""
+    try:
+        caching.FunctionCache(_cache_probe)
+    except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
+        warnings.warn(f"simulator.engine: numba has no writable cache location ({exc}); the "
+                      "compiled kernels are compiled in memory in every process (set "
+                      "NUMBA_CACHE_DIR to a writable folder to keep them)", RuntimeWarning,
+                      stacklevel=2)
+        return False
+    return True
+
+
+#: the options of every engine kernel: nogil (task threads), cached on disk where possible
+JIT = dict(cache=disk_cache_usable(), nogil=True)
 
 
 class Kernel:
