@@ -11,6 +11,7 @@ that SIGPIPE ends; the result files are written before anything is printed).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -117,6 +118,27 @@ def _cmd_run(args) -> int:
 def _interrupted() -> int:
     print("interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+#: errors of a full or failing disk: the environment's, told in one line, not a bug's traceback
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
+
+
+def _disk_error(exc: OSError) -> int:
+    """An output could not be written (a full disk, stdout on /dev/full, a read-only file
+    system): one line naming the file when known, exit 2."""
+    try:  # stdout to /dev/null: the interpreter's final flush would raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    where = f" {exc.filename}" if exc.filename else " (standard output)"
+    try:
+        print(f"error: cannot write{where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_USAGE
 
 
 def _broken_pipe() -> int:
@@ -284,6 +306,13 @@ def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
         return EXIT_USAGE
     except BrokenPipeError:
         return _broken_pipe()
+    except OSError as exc:
+        if exc.errno in _DISK_ERRNOS:
+            return _disk_error(exc)
+        if watch.caused(exc):
+            return _interrupted()
+        traceback.print_exc()  # a bug: show everything
+        return EXIT_INTERNAL
     except Exception as exc:
         if watch.caused(exc):
             return _interrupted()

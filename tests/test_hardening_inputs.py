@@ -88,3 +88,32 @@ def test_a_closed_stdout_is_an_error_not_a_silent_success():
     assert r.stderr.strip().splitlines() == [
         "error: standard output is closed: nothing could be printed (redirect it, e.g. "
         ">/dev/null, to discard it)"]
+
+
+def test_a_qv_that_requires_grad_is_refused_rather_than_detached():
+    torch = pytest.importorskip("torch", reason="qv as a torch tensor")
+    z = np.random.default_rng(0)
+    t = lambda *s: torch.from_numpy(z.standard_normal(s).astype(np.float32)).to(torch.bfloat16)  # noqa: E731
+    qv = t(1, 4, 8, 512).requires_grad_(True)
+    with pytest.raises(ValueError, match="^qv: FA3 has no backward with qv"):
+        flash_attn_func(t(1, 4, 8, 64), t(1, 100, 1, 64), t(1, 100, 1, 512), qv=qv)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: __import__("simulator.fa3", fromlist=["x"]).get_scheduler_metadata(
+        2, 1, 100, 4, 1, 7, np.ones(2, np.int32)), "headdim: "),
+    (lambda: __import__("simulator.fa3", fromlist=["x"]).flash_attn_combine(
+        np.zeros((3, 1, 1, 1, 0), np.float32), np.zeros((3, 1, 1, 1), np.float32)), "out_partial: "),
+])
+def test_errors_name_only_arguments_the_caller_passed(call, needle):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value).startswith(needle), str(info.value)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_a_full_disk_is_one_line_and_exit_2_not_an_internal_error():
+    r = _cli("run", "--explain", "0,1,5", shell_suffix=" >/dev/full")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: cannot write (standard output): No space left on device"]

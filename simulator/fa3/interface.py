@@ -133,6 +133,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
+    if trace is None and autograd.needs_grad(qv):  # its gradient would be silently dropped
+        refuse_qv_grad(qv, chunk)
     check_parallel(executor, progress, memory_budget, trace)
     num_sms = gpu_sms(gpu, num_sms)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
@@ -233,6 +235,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 memory_budget=memory_budget)
 
         return autograd.apply(run, bwd, q, k, v, return_attn_probs)
+    if trace is None and autograd.needs_grad(qv):  # its gradient would be silently dropped
+        refuse_qv_grad(qv, chunk)
     check_parallel(executor, progress, memory_budget, trace)
     num_sms = gpu_sms(gpu, num_sms)
     (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
@@ -360,6 +364,9 @@ def check_combine_shapes(op: np.ndarray, lp: np.ndarray) -> None:
     if lp.ndim != 4:
         raise ValueError(f"lse_partial: expected 4 dims [num_splits, batch, seqlen, heads] "
                          f"(mha_combine), got shape {list(lp.shape)}")
+    if op.shape[-1] < 1:
+        raise ValueError(f"out_partial: head_dim (its last dim) must be at least 1, got shape "
+                         f"{list(op.shape)}")
     if op.shape[-1] > COMBINE_MAX_HEAD_DIM:
         raise ValueError(f"out_partial: head_dim {op.shape[-1]} is over {COMBINE_MAX_HEAD_DIM}: "
                          "\"FlashAttention combine only supports head dimension at most 512\" "

@@ -115,8 +115,11 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     if h % hkv:
         raise ValueError(f"num_heads_kv: {hkv} must divide num_heads_q {h} (FA3: 'Number of heads "
                          f"in key/value must divide number of heads in query')")
-    check_head_dim(d, fmt)
-    check_head_dim_v(d, dv, fmt)
+    try:  # named as this function's arguments (headdim, headdim_v)
+        check_head_dim(d, fmt)
+        check_head_dim_v(d, dv, fmt)
+    except ValueError as exc:
+        raise ValueError(_renamed(str(exc))) from None
     sms = need_sms(sms, num_sms, sm_margin)
     seqlens_np, torch_in = to_numpy(cache_seqlens, "cache_seqlens")
     seqlens_k = int_array(seqlens_np, "cache_seqlens", b)
@@ -265,3 +268,11 @@ def metadata_splits(scheduler_metadata, splits, batch: int, static: int, varlen:
         raise ValueError(f"scheduler_metadata: split counts {real.tolist()[:8]} outside 1..{top} "
                          "(this call's num_splits): computed for other arguments")
     return None if top <= 1 else real
+
+
+def _renamed(message: str) -> str:
+    """A head-dim check's message under get_scheduler_metadata's argument names."""
+    for ours, theirs in (("head_dim_v", "headdim_v"), ("head_dim", "headdim")):
+        if message.startswith(ours + ":"):
+            return theirs + message[len(ours):]
+    return message
