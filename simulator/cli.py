@@ -11,13 +11,13 @@ that SIGPIPE ends; the result files are written before anything is printed).
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import sys
 import traceback
 
 from . import __version__
+from .errors import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE  # the public names stay here
 from .errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -27,6 +27,7 @@ from .errors import (
     OneLineParser,
     RecordedDataError,
     UsageError,
+    output_failed,
 )
 
 VERIFY_DESCRIPTION = (
@@ -42,10 +43,6 @@ VERIFY_EPILOG = (
 
 
 _Parser = OneLineParser  # usage errors: one line, exit code 2
-
-#: stdout closed before the output was complete (128 + SIGPIPE)
-EXIT_BROKEN_PIPE = 141
-
 
 def _cmd_verify(args) -> int:
     from .verify import TOPICS, format_table, run_checks
@@ -118,44 +115,6 @@ def _cmd_run(args) -> int:
 def _interrupted() -> int:
     print("interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
-
-
-#: errors of a full or failing disk: the environment's, told in one line, not a bug's traceback
-_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
-
-
-def _disk_error(exc: OSError) -> int:
-    """An output could not be written (a full disk, stdout on /dev/full, a read-only file
-    system): one line naming the file when known, exit 2."""
-    try:  # stdout to /dev/null: the interpreter's final flush would raise again
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-    where = f" {exc.filename}" if exc.filename else " (standard output)"
-    try:
-        print(f"error: cannot write{where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
-    return EXIT_USAGE
-
-
-def _broken_pipe() -> int:
-    """Stdout was closed before the output was complete: the reader saw only part of it (and
-    perhaps not the line that says the run failed), so this is not a success."""
-    try:  # stdout to /dev/null: the interpreter's final flush would raise again
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-    try:
-        print("error: stdout was closed before the output was complete (broken pipe)",
-              file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
-    return EXIT_BROKEN_PIPE
 
 
 class _InterruptWatch:
@@ -304,11 +263,10 @@ def _main(argv: list[str] | None, watch: _InterruptWatch) -> int:
             return _interrupted()
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:
-        return _broken_pipe()
     except OSError as exc:
-        if exc.errno in _DISK_ERRNOS:
-            return _disk_error(exc)
+        code = output_failed(exc)
+        if code is not None:
+            return code
         if watch.caused(exc):
             return _interrupted()
         traceback.print_exc()  # a bug: show everything

@@ -117,3 +117,37 @@ def test_a_full_disk_is_one_line_and_exit_2_not_an_internal_error():
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "error: cannot write (standard output): No space left on device"]
+
+
+def _exercise(tmp_path, name, source, *extra, stdout=subprocess.PIPE):
+    path = tmp_path / name
+    path.write_text(source, encoding="utf-8")
+    return subprocess.run([sys.executable, "-m", "simulator.exercises", "check", "1", str(path),
+                           *extra], cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True)
+
+
+def test_an_exercise_file_not_named_py_is_read_as_python(tmp_path):
+    r = _exercise(tmp_path, "answer.txt", "from simulator.exercises.solutions import reduce_max\n")
+    assert r.returncode == 0, r.stderr
+    assert "PASS" in r.stdout
+
+
+def test_an_exercise_file_with_a_dataclass_under_postponed_annotations_imports(tmp_path):
+    source = (
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "from simulator.exercises.solutions import reduce_max as _solution\n\n"
+        "@dataclass\nclass Options:\n    ftz: bool = True\n\n"
+        "def reduce_max(scores, row_max):\n    return _solution(scores, row_max)\n")
+    r = _exercise(tmp_path, "dc_answer.py", source)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_a_passing_exercise_on_a_full_stdout_is_not_a_fail(tmp_path):
+    with open("/dev/full", "w") as full:
+        r = _exercise(tmp_path, "a.py", "from simulator.exercises.solutions import reduce_max\n",
+                      stdout=full)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == \
+        "error: cannot write (standard output): No space left on device"

@@ -11,6 +11,7 @@ that fails to import, an unknown exercise, missing recordings), 130 interrupted 
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 import textwrap
@@ -24,6 +25,7 @@ from ..errors import (
     EXIT_USAGE,
     OneLineParser,
     RecordedDataError,
+    output_failed,
 )
 from . import EXERCISES, check
 
@@ -47,14 +49,21 @@ def _guarded(fn):
 
 
 def _load(path: str, name: str):
+    """The function ``name`` of the Python source at ``path`` (any file name: its source loader
+    is named, not guessed from the suffix), imported as a module registered in ``sys.modules``
+    while it runs (``@dataclass`` under ``from __future__ import annotations`` looks it up)."""
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"FILE: no such file {path!r}")
-    spec = importlib.util.spec_from_file_location(f"exercise_{file.stem}", file)
+    modname = f"exercise_{file.stem}"
+    loader = importlib.machinery.SourceFileLoader(modname, str(file))
+    spec = importlib.util.spec_from_loader(modname, loader)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
     try:
-        spec.loader.exec_module(module)
+        loader.exec_module(module)
     except (Exception, SystemExit) as exc:  # a FILE that does not import is the reader's input
+        sys.modules.pop(modname, None)
         where = next((f" line {f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__))
                       if Path(f.filename).resolve() == file.resolve()), "")
         text = str(exc)
@@ -117,7 +126,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(result)
+    try:
+        print(result, flush=True)
+    except OSError as exc:  # a full disk or a closed pipe is not the reader's FAIL
+        code = output_failed(exc)
+        if code is None:
+            raise
+        return code
     return EXIT_OK if result.passed else EXIT_MISMATCH
 
 
