@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import socket
 import tempfile
 import zipfile
 from pathlib import Path
@@ -28,6 +29,32 @@ DEVICE_DATA_DIR = Path(__file__).resolve().parent / "data" / "device"
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_FORMAT = "fa3sim-manifest/1"
 MAKE_MANIFEST = "python scripts/make_manifest.py"
+
+
+_WRITER_HOST = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40] or "host"
+
+
+def _writer() -> str:
+    return f"w{_WRITER_HOST}~{os.getpid()}"
+
+
+def writer_alive(tmp_name: str) -> bool | None:
+    """Whether the writer of a temporary file of :func:`write_bytes_atomic` (by its name) is a
+    live process of this host: True or False, or None when the name carries no writer of
+    this host (an older layout, or another machine sharing the folder)."""
+    for part in tmp_name.split("."):
+        if part.startswith("w") and "~" in part:
+            host, _, pid = part[1:].rpartition("~")
+            if host != _WRITER_HOST or not pid.isdigit():
+                return None
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                return False
+            except OSError:  # EPERM: alive, another user's
+                return True
+            return True
+    return None
 
 
 def write_bytes_atomic(path: str | os.PathLike, data, durable: bool = True) -> Path:
@@ -48,7 +75,9 @@ def write_bytes_atomic(path: str | os.PathLike, data, durable: bool = True) -> P
     if path.exists() and not path.is_file():
         raise ValueError(f"refusing to replace {path}: not a regular file")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # the writer's host and pid in the name: a later process tells a dead writer's leftover
+    # from a live writer's file (writer_alive)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_writer()}.", suffix=".tmp")
     try:
         umask = os.umask(0)
         os.umask(umask)

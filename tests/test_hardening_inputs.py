@@ -151,3 +151,21 @@ def test_a_passing_exercise_on_a_full_stdout_is_not_a_fail(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1] == \
         "error: cannot write (standard output): No space left on device"
+
+
+def test_a_killed_cache_writer_leaves_no_temporary_file_behind(tmp_path):
+    """A process killed while writing the MUFU cache leaves its temporary file; the next
+    process's first table load removes it at once (its writer, of this host, is dead), not
+    only after STALE_TMP_SECONDS."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "FA3SIM_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    load = ("from simulator import gpus; from simulator.numerics import mufu_data; "
+            "mufu_data.tables(gpus.get_gpu().mufu_tables, ('rcp',))")
+    killed = ("import os, signal\n"
+              "os.replace = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n" + load)
+    subprocess.run([sys.executable, "-c", killed], env=env, cwd=tmp_path, capture_output=True)
+    assert [p.name for p in cache.iterdir() if p.name.endswith(".tmp")], "the kill left nothing"
+    r = subprocess.run([sys.executable, "-c", load], env=env, cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert not [p.name for p in cache.iterdir() if p.name.endswith(".tmp")]

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io import writer_alive
+
 CACHE_VERSION = 2  # layout of the cache files (one .npy per table)
 
 
@@ -175,7 +177,9 @@ STALE_TMP_SECONDS = 600
 
 def remove_stale_tmp(folder: Path) -> None:
     """Delete the temporary files (``.mufu-*.tmp``) that writers killed mid-write left in
-    ``folder``; once per process, at the first table load."""
+    ``folder``, once per process, at the first table load: at once when the file names a
+    writer of this host that is no longer running (:func:`simulator.io.writer_alive`), else
+    when untouched for :data:`STALE_TMP_SECONDS`."""
     if str(folder) in SWEPT:
         return
     SWEPT.add(str(folder))
@@ -186,7 +190,10 @@ def remove_stale_tmp(folder: Path) -> None:
     now = time.time()
     for p in found:
         try:
-            if p.is_file() and not p.is_symlink() and now - p.stat().st_mtime > STALE_TMP_SECONDS:
+            if not p.is_file() or p.is_symlink():
+                continue
+            alive = writer_alive(p.name)  # a dead writer of this host: at once; else by age
+            if alive is False or (alive is None and now - p.stat().st_mtime > STALE_TMP_SECONDS):
                 p.unlink()
         except OSError:  # another process removed it, or no permission: only disk space
             pass
