@@ -21,20 +21,45 @@ def needs_grad(*xs) -> bool:
     return torch.is_grad_enabled()
 
 
-def apply(run_forward, backward_kwargs: dict, q, k, v, return_lse: bool):
+def apply(run_forward, backward_kwargs: dict, q, k, v, return_lse: bool,
+          refusal: str | None = None):
     """``run_forward(q, k, v) -> (out, lse)`` (detached torch tensors) recorded in torch's graph,
     with :func:`flash_attn_backward` as its backward. Returns out, or (out, lse).
 
+    As FA3's ``FlashAttnFunc``, the forward runs whenever the forward itself can; what only the
+    backward refuses (``refusal``, or :func:`check`'s reason: an e4m3 input, head dim 256 with
+    deterministic, ...) is raised when ``loss.backward()`` reaches it.
+
     Raises:
-        ValueError: before any work, for what the backward would refuse (see :func:`check`).
+        ValueError: now, for q, k or v not a torch tensor like the others; at backward time, the
+            backward's refusal.
     """
-    check(q, k, v, backward_kwargs)
-    out, lse = _function().apply(q, k, v, run_forward, backward_kwargs)
+    check_tensors(q, k, v)
+    if refusal is None:
+        try:
+            check(q, k, v, backward_kwargs)
+        except ValueError as exc:
+            refusal = str(exc)
+    out, lse = _function().apply(q, k, v, run_forward, backward_kwargs, refusal)
     return (out, lse) if return_lse else out
 
 
+def check_tensors(q, k, v) -> None:
+    """q, k and v all torch tensors (some of them require grad).
+
+    Raises:
+        ValueError: naming the first that is not.
+    """
+    import torch  # noqa: PLC0415
+
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch tensor like the others (some of q, k, v "
+                             f"require grad), got {type(x).__name__}")
+
+
 def check(q, k, v, kw: dict) -> None:
-    """What :func:`flash_attn_backward` would refuse, raised up front (the forward is not run):
+    """What :func:`flash_attn_backward` would refuse (:func:`apply` defers it to the backward):
     q, k or v not a torch tensor like the others, then the backward's own checks
     (:func:`simulator.flash.backward.make_backward_config` on zero-length slices of the
     inputs: dtypes, head dims, heads, softcap, softmax_scale, deterministic at head dim 256).
@@ -43,15 +68,11 @@ def check(q, k, v, kw: dict) -> None:
         ValueError: naming the argument.
     """
     import numpy as np  # noqa: PLC0415
-    import torch  # noqa: PLC0415
 
     from ..flash.backward import make_backward_config  # noqa: PLC0415
     from .arrays import from_torch  # noqa: PLC0415
 
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name}: expected a torch tensor like the others (some of q, k, v "
-                             f"require grad), got {type(x).__name__}")
+    check_tensors(q, k, v)
     # no rows: the checks see the shapes and dtypes, and nothing is copied
     q0, k0, v0 = (from_torch(x[:0] if x.dim() == 3 else x[:, :0], n)
                   for x, n in ((q, "q"), (k, "k"), (v, "v")))
@@ -64,9 +85,8 @@ def check(q, k, v, kw: dict) -> None:
                              softcap=kw.get("softcap", 0.0),
                              deterministic=bool(kw.get("deterministic")))
     except ValueError as exc:  # the shapes in the message are the slices': name the inputs'
-        raise ValueError(f"{exc} (the backward's checks, run before the forward because q "
-                         f"requires grad, on slices without rows of q {tuple(q.shape)}, k "
-                         f"{tuple(k.shape)}, v {tuple(v.shape)})") from None
+        raise ValueError(f"{exc} (the backward's checks, on slices without rows of q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)})") from None
 
 
 def _function():
@@ -79,19 +99,22 @@ def _function():
 
         class FlashAttnFunction(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, q, k, v, run_forward, backward_kwargs):
+            def forward(ctx, q, k, v, run_forward, backward_kwargs, refusal):
                 out, lse = run_forward(q.detach(), k.detach(), v.detach())
                 ctx.save_for_backward(q, k, v, out, lse)
                 ctx.backward_kwargs = backward_kwargs
+                ctx.refusal = refusal
                 ctx.mark_non_differentiable(lse)
                 return out, lse
 
             @staticmethod
             def backward(ctx, dout, _dlse):
+                if ctx.refusal is not None:  # as FA3's backward asserts: at backward time
+                    raise ValueError(ctx.refusal)
                 q, k, v, out, lse = ctx.saved_tensors
                 dq, dk, dv = flash_attn_backward(dout.contiguous(), q.detach(), k.detach(),
                                                  v.detach(), out, lse, **ctx.backward_kwargs)
-                return dq, dk, dv, None, None
+                return dq, dk, dv, None, None, None
 
         _FUNCTION = FlashAttnFunction
     return _FUNCTION

@@ -120,7 +120,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     chunk = check_chunk(attention_chunk)
     window_size = check_window_size(window_size)
     if trace is None and autograd.needs_grad(q, k, v):
-        refuse_qv_grad(qv, chunk)
+        refusal = backward_refusal(qv, chunk)  # FA3 runs the forward; its backward refuses
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, executor=executor,
                    progress=progress, memory_budget=memory_budget, gpu=gpu)
@@ -132,7 +132,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                 sm_margin, True, num_sms=num_sms, gpu=gpu, executor=executor, progress=progress,
                 memory_budget=memory_budget)
 
-        return autograd.apply(run, bwd, q, k, v, return_attn_probs)
+        return autograd.apply(run, bwd, q, k, v, return_attn_probs, refusal)
     if trace is None and autograd.needs_grad(qv):  # its gradient would be silently dropped
         refuse_qv_grad(qv, chunk)
     check_parallel(executor, progress, memory_budget, trace)
@@ -219,7 +219,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     chunk = check_chunk(attention_chunk)
     window_size = check_window_size(window_size)
     if trace is None and autograd.needs_grad(q, k, v):
-        refuse_qv_grad(qv, chunk)
+        refusal = backward_refusal(qv, chunk)  # FA3 runs the forward; its backward refuses
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                    softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
@@ -234,7 +234,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 sm_margin, True, num_sms=num_sms, gpu=gpu, executor=executor, progress=progress,
                 memory_budget=memory_budget)
 
-        return autograd.apply(run, bwd, q, k, v, return_attn_probs)
+        return autograd.apply(run, bwd, q, k, v, return_attn_probs, refusal)
     if trace is None and autograd.needs_grad(qv):  # its gradient would be silently dropped
         refuse_qv_grad(qv, chunk)
     check_parallel(executor, progress, memory_budget, trace)
@@ -318,16 +318,26 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                       return_attn_probs)
 
 
-def refuse_qv_grad(qv, chunk: int = 0) -> None:
-    """FA3 has no backward with qv (its ``_flash_attn_backward`` takes no qv, so the gradients
-    of such a forward would not be those of the scores it computed) nor with attention_chunk
-    (hopper/flash_attn_interface.py asserts it): refuse autograd."""
+def backward_refusal(qv, chunk: int = 0) -> str | None:
+    """Why FA3's autograd backward would not run for this forward, or None: it takes no qv
+    (``_flash_attn_backward`` has no such argument, so the gradients would not be those of the
+    scores the forward computed) and asserts on attention_chunk (hopper/flash_attn_interface.py:
+    'FA3 backward does not support attention_chunk'). The forward runs; the backward raises."""
     if qv is not None:
-        raise ValueError("qv: FA3 has no backward with qv; call with tensors that do not "
-                         "require grad (torch.no_grad()) or without qv")
+        return ("qv: FA3 has no backward with qv; run the forward under torch.no_grad() or "
+                "without qv")
     if chunk:
-        raise ValueError("attention_chunk: FA3 has no backward with it ('FA3 backward does not "
-                         "support attention_chunk'); call under torch.no_grad() or without it")
+        return ("attention_chunk: FA3 has no backward with it ('FA3 backward does not "
+                "support attention_chunk'); run the forward under torch.no_grad() or without it")
+    return None
+
+
+def refuse_qv_grad(qv, chunk: int = 0) -> None:
+    """Raise :func:`backward_refusal`'s reason now: for a qv that requires grad while q, k, v
+    do not (its gradient would be silently dropped)."""
+    reason = backward_refusal(qv, chunk)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 def _combine_out_dtype(out_dtype) -> np.dtype:
