@@ -169,3 +169,31 @@ def test_a_killed_cache_writer_leaves_no_temporary_file_behind(tmp_path):
                        text=True)
     assert r.returncode == 0, r.stderr
     assert not [p.name for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_combine_of_one_split_returns_the_partial():
+    """FA3's combine kernel writes nothing for one split; flash_attn_combine returns the single
+    partial (converted to out_dtype) and its LSE, what FA3's own tests expect."""
+    from simulator.fa3 import flash_attn_combine
+
+    rng = np.random.default_rng(0)
+    op = rng.standard_normal((1, 3, 5, 4, 64)).astype(np.float32)
+    lp = rng.standard_normal((1, 3, 5, 4)).astype(np.float32)
+    out, lse = flash_attn_combine(op, lp)
+    assert np.array_equal(out.view(np.uint32), op[0].view(np.uint32))
+    assert np.array_equal(lse.view(np.uint32), lp[0].view(np.uint32))
+    out16, _ = flash_attn_combine(op, lp, out_dtype=np.dtype(ml_dtypes.bfloat16))
+    assert np.array_equal(out16.view(np.uint16), op[0].astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_rotary_seqlens_without_rotary_tables_is_ignored():
+    """flash_api.cpp reads rotary_seqlens only when rotary_cos is given: the call runs as
+    without it."""
+    rng = np.random.default_rng(1)
+    bf = lambda *s: rng.standard_normal(s).astype(ml_dtypes.bfloat16)  # noqa: E731
+    q, kc, vc = bf(2, 1, 2, 64), bf(2, 64, 1, 64), bf(2, 64, 1, 64)
+    seq = np.array([10, 20], np.int32)
+    want = flash_attn_with_kvcache(q, kc.copy(), vc.copy(), cache_seqlens=seq)
+    got = flash_attn_with_kvcache(q, kc.copy(), vc.copy(), cache_seqlens=seq,
+                                  rotary_seqlens=np.array([3, 4], np.int32))
+    assert np.array_equal(np.asarray(want).view(np.uint16), np.asarray(got).view(np.uint16))

@@ -30,6 +30,7 @@ from .. import engine, flash
 from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..gpus import DEFAULT_GPU, mufu_model_name
+from ..numerics import convert, format_of
 from ..trace import Trace
 from . import autograd
 from .arrays import returned, to_numpy
@@ -398,6 +399,9 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
         (out [batch, seqlen, heads, head_dim] in ``out_dtype``, softmax_lse float32 in the
         layout :func:`simulator.fa3.combine.combine` documents for ``layout="combine"``), as
         FA3's combine kernel computes them.
+        With one split FA3's combine kernel returns without writing (the library returns the
+        uninitialised output): here the single partial is the result, converted to
+        ``out_dtype``, and its LSE (what FA3's own tests expect).
     Raises:
         ValueError: a shape or dtype ``mha_combine`` refuses, or ``out`` given.
     Source: hopper/flash_api.cpp (mha_combine), hopper/flash_fwd_combine_kernel.h.
@@ -410,6 +414,10 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
             raise ValueError(f"{name}: FA3's combine takes float32 partials, got "
                              f"{getattr(x, 'dtype', type(x).__name__)}")
     check_combine_shapes(op, lp)
+    if op.shape[0] == 1:  # FA3's kernel writes nothing for one split: the partial is the result
+        one = convert(op[0], format_of(_combine_out_dtype(out_dtype)).name) \
+            if _combine_out_dtype(out_dtype) != np.float32 else op[0].copy()
+        return returned((one, np.ascontiguousarray(lp[0])), t)
     res = combine(op, lp, _combine_out_dtype(out_dtype), head_dim_v=op.shape[-1],
                   layout="combine", mufu=mufu_model_name(gpu))
     return returned(res, t)

@@ -30,11 +30,10 @@ def check_rotary(cos, sin, seqlens, *, q_dtype, head_dim: int, batch: int, appen
         ValueError: naming rotary_cos, rotary_sin or rotary_seqlens (FA3's rules: new k / v
             given, rotary_dim = 2 * cos.shape[1] <= head_dim and a multiple of 16, cos / sin
             [seqlen_ro, rotary_dim / 2] in q's dtype, seqlen_ro >= seqlen_k for a paged cache,
-            rotary_seqlens int32 [batch]).
+            rotary_seqlens int32 [batch]; without rotary_cos / rotary_sin, rotary_seqlens is
+            ignored, as flash_api.cpp reads it only inside ``if (rotary_cos_.has_value())``).
     """
-    if cos is None and sin is None:
-        if seqlens is not None:
-            raise ValueError("rotary_seqlens: given without rotary_cos / rotary_sin")
+    if cos is None and sin is None:  # mha_fwd reads rotary_seqlens only with rotary_cos
         return None
     if cos is None or sin is None:
         raise ValueError("rotary_cos, rotary_sin: give both or neither")
