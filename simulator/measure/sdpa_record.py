@@ -438,14 +438,15 @@ def _autograd_check(r: Recorder, case: dict, qb, kb, vb, dout, det_run) -> dict:
         torch.use_deterministic_algorithms(False)
 
 
-def _skeleton(phases) -> dict:
+def _skeleton(phases, limit: int = 0) -> dict:
     """The report's cases with their input digests, no device results (--dry-run)."""
     rep = {}
     lists = {"forward": sc.forward_cases, "dropout": sc.dropout_cases,
              "backward": sc.backward_cases}
     for ph in phases:
+        cases = lists[ph]()[:limit] if limit else lists[ph]()
         rep[ph] = [{"index": i, "case": c, "inputs": sc.case_digest(c, ph == "backward")}
-                   for i, c in enumerate(lists[ph]())]
+                   for i, c in enumerate(cases)]
     return rep
 
 
@@ -501,7 +502,7 @@ def main(argv=None) -> int:
         print(f"[{time.time() - t0:7.1f} s] {msg}", flush=True)
 
     if args.dry_run:
-        rep = {"dry_run": True, **_skeleton(phases)}
+        rep = {"dry_run": True, **_skeleton(phases, args.limit)}
         write_json_atomic(out / REPORT_FILE, rep, compact=True)
         log(f"dry run: {', '.join(f'{p} {len(rep[p])}' for p in phases)} cases -> {out / REPORT_FILE}")
         return 0
