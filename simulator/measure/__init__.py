@@ -34,6 +34,7 @@ RUNS = {
     "exp2_throughput": "exp2f, the scale folded into one FFMA, vs expf: SASS (--sass, no GPU), exp/s",
     "reduce_add_probe": "the backward's float32 reduce-adds (red, atom, TMA bulk) on subnormals",
     "regressions": "the twin forward on the public regression cases",
+    "sdpa_record": "PyTorch SDPA's flash backend (FA2, sm_90): forward, dropout, backward bits",
     "twin_backward_record": "the twin backward's dq, dk, dv on its cases (digests; small ones in full)",
 }
 
