@@ -186,8 +186,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     left = (np.zeros(b, np.int64) if cache_leftpad is None else
             int_array(to_numpy(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
     if cache_batch_idx is None and bc != b:  # before the rows: none were given to blame
-        raise ValueError(f"{'k_cache' if table is None else 'page_table'}: batch_size must be "
-                         f"equal to batch_size_k ({b} vs {bc}), or give cache_batch_idx")
+        raise ValueError(f"{'k_cache' if table is None else 'page_table'}: expected q's batch "
+                         f"{b}, got {bc} (FA3: 'batch_size must be equal to batch_size_k')")
     if np.any((rows < 0) | (rows >= bc)):
         raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
     new = NewKeys.of(kn, vn, cu_seqlens_k_new, b, hkv, d, dv, q.dtype)
