@@ -35,7 +35,8 @@ VERIFY_DESCRIPTION = (
     "SHA-256 in MANIFEST.json) through the emulator and print one row per check: the device "
     "results replayed and the mismatches. No GPU needed.")
 #: simulator.verify.TOPICS' names, written here so that --help does not import the replays
-VERIFY_TOPICS = ("numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged", "backward")
+VERIFY_TOPICS = ("numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged", "backward",
+                 "sdpa")
 VERIFY_EPILOG = (
     "Exit codes: 0 every check matches; 1 the emulator and a recording differ; 2 usage error, "
     "or recorded data missing, unreadable or corrupt (a one-line message); 3 internal error; "

@@ -41,10 +41,10 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "ext": lambda quick: fa3_ext.check_all(quick=quick) + fa3_chunk.check_all(quick=quick),
     "paged": lambda quick, workers=1: (fa3_paged.replay(quick=quick, workers=workers)
                                        + fa3_rotary.replay(quick=quick)),
-    "sdpa": lambda quick: sdpa.check_all(quick=quick),
     "backward": lambda quick, workers=1: (fa3_backward.replay(quick=quick, workers=workers)
                                           + twin_backward.replay(quick=quick)
                                           + twin_backward.replay_traces()),
+    "sdpa": lambda quick: sdpa.check_all(quick=quick),
 }
 PARALLEL = ("backward", "paged")
 
