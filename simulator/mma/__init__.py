@@ -164,7 +164,8 @@ def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> 
     a64 = np.broadcast_to(a64, lead + (m, k))
     b64 = np.broadcast_to(b64, lead + (k, n))
     c = np.broadcast_to(c, lead + (m, n))
-    rows = max(1, _TERMS_PER_CHUNK // max(1, n * (k + 1)))
+    per_row = max(1, int(np.prod(lead, dtype=np.int64)) * n * (k + 1))  # every batch entry's
+    rows = max(1, _TERMS_PER_CHUNK // per_row)
     out = np.empty(lead + (m, n), dtype=np.float32)
     for r0 in range(0, m, rows):  # a few chunks per call: bounds memory, not a per-element loop
         out[..., r0:r0 + rows, :] = fused_dot_add(a64[..., r0:r0 + rows, :], b64,
