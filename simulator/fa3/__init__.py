@@ -17,6 +17,9 @@ mode's float32 reduce-adds can give in any order), and ``loss.backward()`` throu
 ``flash_attn_func`` / ``flash_attn_varlen_func`` on CPU torch tensors that require grad.
 """
 
+import sys as _sys
+
+from . import torch_ops as _torch_ops
 from .backward import backward_spread, flash_attn_backward
 from .interface import (
     flash_attn_combine,
@@ -30,3 +33,6 @@ from .packed import flash_attn_qkvpacked_func
 __all__ = ["backward_spread", "flash_attn_backward", "flash_attn_combine", "flash_attn_func",
            "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
            "get_scheduler_metadata"]
+
+if "torch" in _sys.modules:  # torch.compile traces through the registered ops (torch_ops)
+    _torch_ops.register()

@@ -29,10 +29,10 @@ import numpy as np
 from .. import engine, flash
 from ..flash.config import check_chunk, check_qv
 from ..flash.dispatch import check_head_dim, check_head_dim_v
-from ..gpus import DEFAULT_GPU, mufu_model_name
+from ..gpus import DEFAULT_GPU, get_gpu, mufu_model_name
 from ..numerics import convert, format_of
 from ..trace import Trace
-from . import autograd
+from . import autograd, torch_ops
 from .arrays import returned, to_numpy
 from .checks import (
     check_4d,
@@ -120,6 +120,11 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     """
     chunk = check_chunk(attention_chunk)
     window_size = check_window_size(window_size)
+    if trace is None and torch_ops.compiling():  # torch.compile / export: the custom ops
+        return torch_ops.flash_attn_func_op(
+            q, k, v, softmax_scale, causal, qv, q_descale, k_descale, v_descale, window_size,
+            chunk, softcap, num_splits, pack_gqa, deterministic, sm_margin, return_attn_probs,
+            num_sms, get_gpu(gpu).key)
     if trace is None and autograd.needs_grad(q, k, v):
         refusal = backward_refusal(qv, chunk)  # FA3 runs the forward; its backward refuses
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
