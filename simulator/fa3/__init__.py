@@ -35,4 +35,4 @@ __all__ = ["backward_spread", "flash_attn_backward", "flash_attn_combine", "flas
            "get_scheduler_metadata"]
 
 if "torch" in _sys.modules:  # torch.compile traces through the registered ops (torch_ops)
-    _torch_ops.register()
+    _torch_ops.register(flash_attn_func)

@@ -23,18 +23,19 @@ def compiling() -> bool:
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
-def register() -> None:
-    """Register the ops (once per process). :mod:`simulator.fa3` calls it at import when torch
-    is already imported; otherwise the first compiled call does, outside the trace (a graph
-    break, once: under ``fullgraph=True`` import torch before :mod:`simulator.fa3`)."""
+def register(forward) -> None:
+    """Register the ops (once per process) over ``forward`` (:func:`simulator.fa3.flash_attn_func`,
+    passed in: this module sits below the interface). :mod:`simulator.fa3` calls it at import
+    when torch is already imported; otherwise the first compiled call does, outside the trace
+    (a graph break, once: under ``fullgraph=True`` import torch before :mod:`simulator.fa3`)."""
     if _REGISTERED:
         return
     import torch
 
-    torch.compiler.disable(_register)()
+    torch.compiler.disable(_register)(forward)
 
 
-def _register() -> None:
+def _register(flash_attn_func) -> None:
     global _REGISTERED
     if _REGISTERED:
         return
@@ -42,7 +43,6 @@ def _register() -> None:
     from torch import Tensor
 
     from .backward import flash_attn_backward
-    from .interface import flash_attn_func
 
     @torch.library.custom_op("simulator_fa3::fwd", mutates_args=())
     def fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float | None, causal: bool,
@@ -99,17 +99,18 @@ def _register() -> None:
     _REGISTERED = True
 
 
-def flash_attn_func_op(q, k, v, softmax_scale, causal, qv, q_descale, k_descale, v_descale,
-                       window_size, attention_chunk, softcap, num_splits, pack_gqa,
+def flash_attn_func_op(forward, q, k, v, softmax_scale, causal, qv, q_descale, k_descale,
+                       v_descale, window_size, attention_chunk, softcap, num_splits, pack_gqa,
                        deterministic, sm_margin, return_attn_probs, num_sms, gpu):
     """:func:`simulator.fa3.flash_attn_func` through the registered ops (what a trace records).
 
-    Args: as :func:`simulator.fa3.flash_attn_func` (already checked: ``window_size`` two ints,
-        ``gpu`` a key); executor, progress, memory_budget and trace are not taken by the ops.
+    Args: ``forward`` :func:`simulator.fa3.flash_attn_func` itself, then its arguments (already
+        checked: ``window_size`` two ints, ``gpu`` a key); executor, progress, memory_budget and
+        trace are not taken by the ops.
     """
     import torch
 
-    register()
+    register(forward)
     out, lse = torch.ops.simulator_fa3.fwd(
         q, k, v, None if softmax_scale is None else float(softmax_scale), bool(causal),
         int(window_size[0]), int(window_size[1]), float(softcap), int(num_splits), pack_gqa,
