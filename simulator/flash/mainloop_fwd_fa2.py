@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import mma
-from ..hw import quad_allreduce, rowcol_view, thread_reduce
+from ..hw import quad_allreduce, rowcol_view
 from ..numerics import convert, ffma, fmul, fsub
 from ..numerics.mufu import ex2, lg2, rcp
 from .config import Config
@@ -141,12 +141,7 @@ class Fa2Softmax(Softmax):
         else:
             x = ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True)
         p = ex2(x, model=self.mufu, ftz=b.ex2_ftz)
-        if is_first:
-            self.row_sum = thread_reduce(p, op="sum", zero_init=True)
-        else:
-            start = ffma(self._row_sum_scale, self.row_sum, p[..., 0], ftz=True)
-            self.row_sum = start if p.shape[-1] == 1 else thread_reduce(
-                p[..., 1:], start, op="sum", zero_init=False)
+        self.add_row_sum(p, is_first)
         return p
 
     def finalize(self, final_scale=1.0):

@@ -121,13 +121,19 @@ class Softmax:
         if engine.numba_softmax(scores):  # P and the row sums: compiled twin
             return self._online_compiled(scores, scale, -max_scaled, is_first)
         p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True), model=self.mufu)
+        self.add_row_sum(p, is_first)
+        return p
+
+    def add_row_sum(self, p: np.ndarray, is_first: bool) -> None:
+        """``reduce_sum`` of P into ``row_sum``, thread-local: the thread's columns in order;
+        for a later block ``row_sum * scores_scale`` fused with the first add (one FFMA.FTZ,
+        as the compiled kernels contract softmax.h's rescale and the first add)."""
         if is_first:
             self.row_sum = thread_reduce(p, op="sum", zero_init=True)
         else:
             start = ffma(self._row_sum_scale, self.row_sum, p[..., 0], ftz=True)
             self.row_sum = start if p.shape[-1] == 1 else thread_reduce(
                 p[..., 1:], start, op="sum", zero_init=False)
-        return p
 
     def _online_compiled(self, scores, scale, neg_max, is_first) -> np.ndarray:
         """:meth:`online_softmax`'s P and row_sum through ``simulator.engine`` (MUFU.EX2 from
