@@ -12,7 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch.compile needs torch (CPU build)")
 
-from simulator import fa3  # noqa: E402  (after torch: the ops register at import)
+from simulator import fa3  # noqa: E402
+
+# simulator.fa3 may have been imported before torch in this process (another test module):
+# register the ops now, as a user does before a fullgraph compile
+fa3.register_torch_ops()
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,7 +32,17 @@ from .packed import flash_attn_qkvpacked_func
 
 __all__ = ["backward_spread", "flash_attn_backward", "flash_attn_combine", "flash_attn_func",
            "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
-           "get_scheduler_metadata"]
+           "get_scheduler_metadata", "register_torch_ops"]
+
+
+
+def register_torch_ops() -> None:
+    """Register ``flash_attn_func``'s ``torch.library`` ops (:mod:`.torch_ops`) now: done at
+    import when torch was imported first; call it after ``import torch`` otherwise, before a
+    ``torch.compile(..., fullgraph=True)`` (without fullgraph the first compiled call registers
+    them, with one graph break)."""
+    _torch_ops.register(flash_attn_func)
+
 
 if "torch" in _sys.modules:  # torch.compile traces through the registered ops (torch_ops)
-    _torch_ops.register(flash_attn_func)
+    register_torch_ops()
