@@ -51,12 +51,28 @@ def _cmd_verify(args) -> int:
     unknown = sorted(set(args.topic or []) - set(TOPICS))
     if unknown:
         raise UsageError(f"--topic: unknown {unknown}; known: {', '.join(TOPICS)}")
-    rows = run_checks(args.topic or None, quick=args.quick, workers=args.workers)
+    rows = run_checks(args.topic or None, quick=args.quick, workers=args.workers,
+                      progress=_tty_progress())
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
         print(format_table(rows))
     return EXIT_OK if all(r["mismatches"] == 0 for r in rows) else EXIT_MISMATCH
+
+
+def _tty_progress():
+    """A callable writing progress lines to stderr when stderr is a terminal (a long ``verify``
+    used to print nothing until it ended), else None."""
+    try:
+        if sys.stderr is None or not sys.stderr.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return say
 
 
 def _verify_workers(text: str) -> int:

@@ -50,10 +50,11 @@ PARALLEL = ("backward", "paged")
 
 
 def run_checks(topics: list[str] | None = None, quick: bool = False,
-               workers: int = 1) -> list[dict]:
+               workers: int = 1, progress=None) -> list[dict]:
     """Run the checks of ``topics`` (all when None) and return their rows, each tagged with
     its topic and elapsed seconds; the topics of :data:`PARALLEL` replay their cases in
-    ``workers`` processes.
+    ``workers`` processes. ``progress``: None, or a callable ``progress(line)`` told when each
+    topic starts and ends (the command line writes it to a terminal's stderr).
 
     Raises:
         ValueError: an unknown topic, listing the known ones.
@@ -64,8 +65,10 @@ def run_checks(topics: list[str] | None = None, quick: bool = False,
     if unknown:
         raise ValueError(f"unknown topic(s) {unknown}; known: {', '.join(TOPICS)}")
     rows = []
-    for name in names:
+    for i, name in enumerate(names, 1):
         t0 = time.perf_counter()
+        if progress is not None:
+            progress(f"verify: topic {i}/{len(names)} {name} ...")
         try:
             topic_rows = (TOPICS[name](quick, workers) if name in PARALLEL and workers > 1
                           else TOPICS[name](quick))
@@ -73,6 +76,10 @@ def run_checks(topics: list[str] | None = None, quick: bool = False,
             raise RecordedDataError(f"recorded data of topic {name!r} lacks the entry {exc}; "
                                     "regenerate it (see docs/architecture.md)") from None
         elapsed = time.perf_counter() - t0
+        if progress is not None:
+            bad = sum(r["mismatches"] for r in topic_rows)
+            progress(f"verify: topic {i}/{len(names)} {name} done in {elapsed:.1f} s, "
+                     f"{bad:,} mismatches")
         for r in topic_rows:
             rows.append({"topic": name, **r})
         rows.append({"topic": name, "check": "(elapsed)", "cases": 0, "mismatches": 0,

@@ -19,3 +19,11 @@ def test_hw_topic_replays_and_catches_a_wrong_ftz(monkeypatch):
     bad = hw_evidence.check_reductions(hw_evidence.read_npz(hw_evidence.DATA_DIR / "hw_reduce.npz",
                                                             hw_evidence.REGEN))
     assert bad[0]["mismatches"] > 0
+
+
+def test_run_checks_reports_each_topic_as_it_goes():
+    lines = []
+    rows = verify.run_checks(["sdpa"], quick=True, progress=lines.append)
+    assert lines[0] == "verify: topic 1/1 sdpa ..."
+    assert lines[1].startswith("verify: topic 1/1 sdpa done in ") and lines[1].endswith(
+        f"{sum(r['mismatches'] for r in rows):,} mismatches")
