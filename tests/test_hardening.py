@@ -691,7 +691,7 @@ def test_verify_into_a_closed_stdout_is_not_a_success(monkeypatch, capsys):
     from simulator import verify
 
     rows = [{"topic": "hw", "check": "x", "cases": 1, "mismatches": 1, "detail": "bad"}]
-    monkeypatch.setattr(verify, "run_checks", lambda topics, quick, workers=1: rows)
+    monkeypatch.setattr(verify, "run_checks", lambda topics, quick, workers=1, progress=None: rows)
     monkeypatch.setattr("sys.stdout", _ClosedStdout())
     assert cli.main(["verify", "--topic", "hw"]) == cli.EXIT_BROKEN_PIPE
     rows[0]["mismatches"] = 0
