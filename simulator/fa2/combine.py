@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hw import allreduce
+from ..hw import rows_allreduce
 from ..numerics import convert, fadd, ffma, fmax, fmul, fsub
 from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2
 
@@ -36,18 +36,6 @@ def combine_shape(kernel_head_dim: int, num_splits: int) -> tuple[int, int, int]
     block_m = 4 if kernel_head_dim % 128 == 0 else 8 if kernel_head_dim % 64 == 0 else 16
     max_splits = max(2, 1 << (num_splits - 1).bit_length())
     return block_m, max_splits, min(128 // block_m, max_splits)
-
-
-def _lanes(x: np.ndarray, op: str, width: int) -> np.ndarray:
-    """``Allreduce<width>`` over the last axis [rows, width] as a warp runs it: 32 // width rows
-    share a warp (the butterfly never mixes them)."""
-    per = 32 // width
-    rows = x.shape[0]
-    pad = -rows % per
-    if pad:
-        x = np.concatenate([x, np.zeros((pad, width), dtype=x.dtype)])
-    y = allreduce(x.reshape(-1, 32), op, width, axis=-1, ftz=True).reshape(-1, width)
-    return y[:rows]
 
 
 def _expf(x: np.ndarray, mufu: str) -> np.ndarray:
@@ -79,12 +67,12 @@ def combine(o_partial: np.ndarray, lse_partial: np.ndarray, kernel_head_dim: int
     m = regs[0]
     for j in range(1, per_lane):
         m = fmax(m, regs[j], ftz=True)
-    lse_max = _lanes(m, "max", width)
+    lse_max = rows_allreduce(m, "max", width)
     lse_max = np.where(lse_max == _NEG_INF, np.float32(0), lse_max)
     total = _expf(fsub(regs[0], lse_max, ftz=True), mufu)
     for j in range(1, per_lane):
         total = fadd(total, _expf(fsub(regs[j], lse_max, ftz=True), mufu), ftz=True)
-    total = _lanes(total, "sum", width)
+    total = rows_allreduce(total, "sum", width)
     empty = (total == 0) | np.isnan(total)
     logsum = ffma(lg2(np.where(empty, np.float32(1), total), model=mufu, ftz=True), LN2_F32,
                   lse_max, ftz=True)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..flash.mainloop_fwd_fa2 import fa2_tile, kernel_head_dim
 from ..gpus import get_gpu
 
@@ -57,8 +59,6 @@ def num_splits_heuristic(batch_nheads_mblocks: int, num_sms: int, num_n_blocks: 
         batch_nheads_mblocks: CTAs of the unsplit launch; num_sms: what the host passes (twice
             the SM count); num_n_blocks: key blocks; max_splits: 128.
     """
-    import numpy as np
-
     if np.float32(batch_nheads_mblocks) >= np.float32(0.8) * np.float32(num_sms):
         return 1
     max_splits = min(max_splits, num_sms, num_n_blocks)

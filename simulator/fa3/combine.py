@@ -44,7 +44,7 @@ import numpy as np
 from ..flash import chunks
 from ..flash.dispatch import round_up_headdim, round_up_headdimv, should_pack_gqa, tile_size_fwd_sm90
 from ..gpus import DEFAULT_GPU
-from ..hw import allreduce
+from ..hw import rows_allreduce
 from ..numerics import fadd, ffma, fmax, fmul, fsub
 from ..numerics.bits import flush_subnormal
 from ..numerics.cvt import FORMATS, convert
@@ -178,20 +178,6 @@ def combine_kernel(num_splits: int, head_dim_v: int) -> CombineKernel:
 
 
 # ---- the combine kernel -----------------------------------------------------------------------------
-def _lane_allreduce(x: np.ndarray, op: str, width: int) -> np.ndarray:
-    """``Allreduce<width>`` over the last axis ``[rows, width]`` (width 16 or 32), as the warps of
-    the kernel run it: 32 lanes per warp, so width-16 rows pair up in one warp (lanes 0-15 and
-    16-31), which the butterfly (offsets width/2 .. 1) never mixes."""
-    rows = x.shape[0]
-    if width == 32:
-        return allreduce(x, op, 32, axis=-1, ftz=True)
-    pad = rows % 2
-    if pad:
-        x = np.concatenate([x, np.zeros((1, width), dtype=x.dtype)])
-    y = allreduce(x.reshape(-1, 32), op, width, axis=-1, ftz=True).reshape(-1, width)
-    return y[:rows]
-
-
 def _combine_rows(lse: np.ndarray, o: np.ndarray, count: np.ndarray, kernel: CombineKernel,
                   mufu: str, out_fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """The kernel on flat rows: ``lse`` [S, R], ``o`` [S, R, dv] float32, ``count`` [R] splits
@@ -210,7 +196,7 @@ def _combine_rows(lse: np.ndarray, o: np.ndarray, count: np.ndarray, kernel: Com
     m = regs[0]
     for j in range(1, J):
         m = fmax(m, regs[j], ftz=True)
-    lse_max = _lane_allreduce(m, "max", T)
+    lse_max = rows_allreduce(m, "max", T)
     valid = full != _NEG_INF  # FSETP.NEU: NaN counts as a valid split
     max_valid = np.where(valid.any(axis=0), kmax - 1 - np.argmax(valid[::-1], axis=0), -1)
     cur = np.where(lse_max == _NEG_INF, _ZERO, lse_max)
@@ -219,7 +205,7 @@ def _combine_rows(lse: np.ndarray, o: np.ndarray, count: np.ndarray, kernel: Com
     total = fadd(_ZERO, e[0], ftz=True)
     for j in range(1, J):
         total = fadd(total, e[j], ftz=True)
-    total = _lane_allreduce(total, "sum", T)
+    total = rows_allreduce(total, "sum", T)
     lse_row = ffma(lg2(total, model=mufu, ftz=True), LN2_F32, lse_max, ftz=True)
     nonzero = (flush_subnormal(total) != _ZERO) & ~np.isnan(total)  # FSETP.NE.FTZ (ordered)
     inv = np.where(nonzero, rcp(np.where(nonzero, total, np.float32(1)), model=mufu, ftz=True), _ZERO)

@@ -419,10 +419,10 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
             raise ValueError(f"{name}: FA3's combine takes float32 partials, got "
                              f"{getattr(x, 'dtype', type(x).__name__)}")
     check_combine_shapes(op, lp)
+    dtype = _combine_out_dtype(out_dtype)
     if op.shape[0] == 1:  # FA3's kernel writes nothing for one split: the partial is the result
-        one = convert(op[0], format_of(_combine_out_dtype(out_dtype)).name) \
-            if _combine_out_dtype(out_dtype) != np.float32 else op[0].copy()
+        one = convert(op[0], format_of(dtype).name) if dtype != np.float32 else op[0].copy()
         return returned((one, np.ascontiguousarray(lp[0])), t)
-    res = combine(op, lp, _combine_out_dtype(out_dtype), head_dim_v=op.shape[-1],
+    res = combine(op, lp, dtype, head_dim_v=op.shape[-1],
                   layout="combine", mufu=mufu_model_name(gpu))
     return returned(res, t)

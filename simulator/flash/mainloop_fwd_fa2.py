@@ -43,7 +43,7 @@ from ..numerics.mufu import ex2, lg2, rcp
 from .config import Config
 from .constants import LN2_F32
 from .mainloop_fwd_sm90 import _gemm_wg, _kv_block, padded_inputs, store, tile_rows
-from .masks import allowed
+from .masks import allowed, kernel_flags
 from .scheduler import ForwardMainloop
 from .softmax import Softmax, rescale_o
 
@@ -168,8 +168,7 @@ class Fa2Softmax(Softmax):
 def masking_checks(cfg: Config, steps: int) -> list[bool]:
     """``Check_inf`` of each visited block: the first ``n_masking_steps`` blocks check when the
     kernel is causal or local, the later ones when it is local (``compute_attn_1rowblock``)."""
-    causal = cfg.window[1] == 0 and cfg.window[0] < 0
-    local = (cfg.window[0] >= 0 or cfg.window[1] >= 0) and not causal
+    causal, local = kernel_flags(cfg.window)
     M, N = cfg.kblock_m, cfg.kblock_n
     even_mn = (cfg.seqlen_k % N == 0 and cfg.seqlen_q % M == 0 and not local
                and kernel_head_dim(cfg.head_dim) <= 128 and cfg.head_dim == kernel_head_dim(cfg.head_dim))

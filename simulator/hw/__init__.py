@@ -26,7 +26,15 @@ from .layouts import (
     parse_shape,
     rowcol_view,
 )
-from .reduce import allreduce, quad_allreduce, reduce_max, reduce_sum, resolve_op, thread_reduce
+from .reduce import (
+    allreduce,
+    quad_allreduce,
+    reduce_max,
+    reduce_sum,
+    resolve_op,
+    rows_allreduce,
+    thread_reduce,
+)
 from .shuffle import (
     FULL_MASK,
     ShuffleResult,
@@ -59,7 +67,8 @@ __all__ = [
     "Fragment", "Layout", "MmaShape", "RowColView", "ShuffleResult", "ThreadIndex",
     "a_operand_layout", "accumulator_layout", "allreduce", "b_operand_layout", "c_for_width",
     "check_thread_axis", "lane_in_quad", "lane_of", "parse_shape", "quad_allreduce", "quad_of",
-    "reduce_max", "reduce_sum", "resolve_op", "rowcol_view", "shfl_down", "shfl_idx", "shfl_sync",
+    "rows_allreduce", "reduce_max", "reduce_sum", "resolve_op", "rowcol_view", "shfl_down", "shfl_idx",
+    "shfl_sync",
     "shfl_up", "shfl_xor", "source_lanes", "split_quads", "split_warps", "thread_index",
     "thread_of", "thread_reduce", "warp_of",
 ]

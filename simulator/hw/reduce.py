@@ -98,6 +98,19 @@ def allreduce(x, op="sum", width: int = 4, *, axis: int = -2, ftz: bool = True) 
     return x
 
 
+def rows_allreduce(x, op: str, width: int) -> np.ndarray:
+    """``Allreduce<width>`` over the last axis of ``x`` [rows, width] (each row's values on
+    ``width`` lanes), as the warps of a kernel run it: ``32 // width`` rows share a warp, which
+    the butterfly (offsets width/2 .. 1) never mixes. Used by the split-KV combine kernels."""
+    per = 32 // width
+    rows = x.shape[0]
+    pad = -rows % per
+    if pad:
+        x = np.concatenate([x, np.zeros((pad, width), dtype=x.dtype)])
+    y = allreduce(x.reshape(-1, 32), op, width, axis=-1, ftz=True).reshape(-1, width)
+    return y[:rows]
+
+
 def quad_allreduce(x, op="sum", *, axis: int = -2, ftz: bool = True) -> np.ndarray:
     """``quad_allreduce_``: :func:`allreduce` with width 4 (offsets 2 then 1)."""
     return allreduce(x, op, 4, axis=axis, ftz=ftz)
