@@ -44,7 +44,9 @@ def test_plan_forward_normalises_like_mha_fwd():
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(dropout_p=0.1), "dropout_p: 0.1: FlashAttention-2's Philox dropout is not emulated"),
+    (dict(dropout_p=0.1), "philox_seed: dropout_p > 0 needs the Philox state"),
+    (dict(dropout_p=0.1, philox_seed=1, philox_offset=-4), "philox_offset: dropout_p > 0 needs"),
+    (dict(dropout_p=1.0), "dropout_p: expected a number in [0, 1)"),
     (dict(scale=0.0), "scale: expected None or a finite positive number"),
     (dict(is_causal=1), "is_causal: expected True or False"),
     (dict(gpu="a100"), "gpu: unknown GPU 'a100'"),

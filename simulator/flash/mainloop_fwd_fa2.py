@@ -77,6 +77,20 @@ class Fa2Build:
 PYTORCH = Fa2Build("pytorch")
 
 
+@dataclass(frozen=True)
+class Fa2Dropout:
+    """A launch's dropout (``Is_dropout``): the keep mask the kernel draws and ``rp_dropout``.
+
+    Attributes:
+        keep: bool ``[batch, heads, seqlen_q, seqlen_k]`` of the launch
+            (:func:`simulator.numerics.philox.dropout_keep`): True where P is kept.
+        rp_dropout: ``1.f / p_keep`` in float32 (flash_api.cpp), folded into the final scale.
+    """
+
+    keep: np.ndarray
+    rp_dropout: np.float32
+
+
 def fa2_tile(head_dim: int, causal: bool, dropout: bool) -> tuple[int, int, int]:
     """``(kBlockM, kBlockN, warps)`` of FA2's forward kernel on a Hopper GPU (compute capability
     9.0, not ``is_sm8x``; 227 KB of shared memory per block and 228 KB per SM), from the
@@ -180,9 +194,11 @@ def masking_checks(cfg: Config, steps: int) -> list[bool]:
 
 
 def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, record, exact=None,
-              *, build: Fa2Build = PYTORCH):
+              *, build: Fa2Build = PYTORCH, dropout: Fa2Dropout | None = None):
     """One group of CTAs of FA2's forward over their K/V blocks (the module docstring's steps);
-    stores into ``out`` / ``lse``, or returns ``(acc_o, lse_rows)`` when they are None."""
+    stores into ``out`` / ``lse``, or returns ``(acc_o, lse_rows)`` when they are None. With
+    ``dropout``, the rounded P is zeroed where the mask drops it (``apply_dropout``: an AND
+    with the f16x2 compare's mask) before P V, and O's final scale is ``inv_sum * rp_dropout``."""
     if exact is not None or wanted:
         raise ValueError("exact, trace: not emulated for FlashAttention-2's forward")
     qp, kp, vp, _ = padded
@@ -224,10 +240,21 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
             acc_o = rescale_o(acc_o, view.row_values(scores_scale))
         p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
         p_cvt = np.take(convert(p, cfg.fmt).reshape(G, W, -1), to_rowcol, axis=-1).reshape(s.shape)
+        if dropout is not None:
+            p_cvt = _drop(p_cvt, dropout.keep, b, heads.reshape(G, W, 64), grow, keys)
         acc_o = _gemm_wg(p_cvt, vt, acc_o, ins)
-    final = soft.finalize()
+    final = soft.finalize(1.0 if dropout is None else dropout.rp_dropout)
     acc_o = rescale_o(acc_o, view.row_values(final))
     return _finish(cfg, ctas, rows, heads, acc_o, view.row_values(soft.lse), out, lse)
+
+
+def _drop(p, keep, b, heads, rows, keys):
+    """``p`` [G, W, 64, N] (the input type) with the dropped positions +0; rows and keys past
+    the mask's extent (not stored, or already 0) are read clamped."""
+    _, _, sq, sk = keep.shape
+    kept = keep[b[:, None, None, None], heads[..., None], np.minimum(rows, sq - 1)[..., None],
+                np.minimum(keys, sk - 1)[None, None, None, :]]
+    return np.where(kept, p, np.zeros((), p.dtype))
 
 
 def _finish(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse):
@@ -251,11 +278,12 @@ def split_ranges(full: tuple[int, int], cfg: Config, b: int) -> list[tuple[int, 
     return [(max(n_min, s * per), min(n_max, (s + 1) * per)) for s in range(count)]
 
 
-def mainloop(build: Fa2Build = PYTORCH) -> ForwardMainloop:
-    """FA2's forward mainloop for ``build``, as :func:`simulator.flash.scheduler.launch` takes
-    it (the padded operands, tile rows and epilogue store are FA3's: the same memory layout)."""
-    return ForwardMainloop(padded_inputs, functools.partial(run_group, build=build), tile_rows,
-                           store, split_ranges)
+def mainloop(build: Fa2Build = PYTORCH, dropout: Fa2Dropout | None = None) -> ForwardMainloop:
+    """FA2's forward mainloop for ``build`` (and ``dropout``), as
+    :func:`simulator.flash.scheduler.launch` takes it (the padded operands, tile rows and
+    epilogue store are FA3's: the same memory layout)."""
+    return ForwardMainloop(padded_inputs, functools.partial(run_group, build=build, dropout=dropout),
+                           tile_rows, store, split_ranges)
 
 
 def splitkv_tile(head_dim: int) -> tuple[int, int, int]:
@@ -265,5 +293,5 @@ def splitkv_tile(head_dim: int) -> tuple[int, int, int]:
     return 64, 256 if hd <= 64 else 128 if hd <= 128 else 64, 4
 
 
-__all__ = ["PYTORCH", "Fa2Build", "Fa2Softmax", "fa2_tile", "kernel_head_dim", "mainloop",
+__all__ = ["PYTORCH", "Fa2Build", "Fa2Dropout", "Fa2Softmax", "fa2_tile", "kernel_head_dim", "mainloop",
            "masking_checks", "run_group", "split_ranges", "splitkv_tile"]

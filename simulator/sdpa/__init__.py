@@ -8,7 +8,8 @@ it: FlashAttention-2 as PyTorch builds it (``aten/src/ATen/native/transformers/c
 What runs is FA2's host side (:mod:`simulator.fa2`: mask normalisation, the GQA decode swap,
 tiles, the split-KV count from the GPU's SM count) and its forward kernels
 (:func:`simulator.flash.forward_fa2.forward_fa2`: the unsplit kernel, or the split-KV kernel and
-its combine). Dropout is refused by name: not emulated yet.
+its combine). Dropout draws FA2's Philox mask from the seed and offset the caller gives (the
+``philox_seed`` / ``philox_offset`` the op returns: :mod:`simulator.numerics.philox`).
 """
 
 from __future__ import annotations
@@ -55,25 +56,37 @@ def _check(query, key, value, dropout_p, is_causal, scale, enable_gqa) -> None:
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or \
             not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
-    if dropout_p > 0:
-        raise ValueError(f"dropout_p: {dropout_p}: FlashAttention-2's Philox dropout is not "
-                         "emulated yet (dropout_p=0.0 is)")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
                               or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale: expected None or a finite positive number, got {scale!r}")
 
 
+def _philox(dropout_p, philox_seed, philox_offset):
+    if dropout_p == 0:
+        return None
+    for name, x in (("philox_seed", philox_seed), ("philox_offset", philox_offset)):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < 1 << 64:
+            raise ValueError(f"{name}: dropout_p > 0 needs the Philox state as a 64-bit unsigned "
+                             f"int (what the op returns), got {x!r}")
+    return int(philox_seed), int(philox_offset)
+
+
 def flash_attention_forward(query, key, value, dropout_p=0.0, is_causal=False, scale=None, *,
-                            enable_gqa=True, gpu=DEFAULT_GPU):
+                            philox_seed=None, philox_offset=None, enable_gqa=True,
+                            gpu=DEFAULT_GPU):
     """``aten._scaled_dot_product_flash_attention``'s out and logsumexp.
 
     Args:
         query: [batch, heads, seqlen_q, head_dim]; key, value: [batch, heads_kv, seqlen_k,
             head_dim]; ml_dtypes.bfloat16 or numpy.float16 arrays (one dtype); head_dim a
             multiple of 8 up to 256; heads_kv == heads, or dividing it (GQA / MQA).
-        dropout_p: 0.0 (dropout is refused: not emulated yet).
+        dropout_p: the probability of dropping a score (FA2's 8-bit keep test); > 0 needs
+            ``philox_seed`` and ``philox_offset``.
         is_causal: bottom-right aligned causal mask (FA2's; ignored for seqlen_q == 1).
         scale: default ``1 / sqrt(head_dim)`` (computed in double, passed as float).
+        philox_seed, philox_offset: keyword-only: the Philox state of the call (the op's
+            ``philox_seed`` / ``philox_offset`` outputs; after ``torch.manual_seed(s)`` torch's
+            CUDA generator gives seed ``s``); ignored without dropout.
         enable_gqa: keyword-only: accept heads_kv < heads.
         gpu: keyword-only: the GPU (:mod:`simulator.gpus`): its SM count decides FA2's split-KV
             count, its arithmetic the bits.
@@ -83,12 +96,13 @@ def flash_attention_forward(query, key, value, dropout_p=0.0, is_causal=False, s
         key).
     Raises:
         ValueError: what the flash backend refuses (dtypes, shapes, head dims), naming the
-            argument; dropout (not emulated yet); an unknown GPU.
+            argument; dropout without the Philox state; an unknown GPU.
     Source: aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp (mha_fwd),
     csrc/flash_attn/src/flash_fwd_kernel.h; PyTorch's build flags
     (aten/src/ATen/native/transformers/cuda/flash_attn/CMakeLists.txt: UNFUSE_FMA).
     """
     _check(query, key, value, dropout_p, is_causal, scale, enable_gqa)
+    philox = _philox(dropout_p, philox_seed, philox_offset)
     record = get_gpu(gpu)
     b, h, sq, d = query.shape
     hk, sk = key.shape[1], key.shape[2]
@@ -97,7 +111,8 @@ def flash_attention_forward(query, key, value, dropout_p=0.0, is_causal=False, s
     q, k, v = (np.ascontiguousarray(np.swapaxes(x, 1, 2)) for x in (query, key, value))
     softmax_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     res = forward_fa2(q, k, v, softmax_scale=softmax_scale, causal=launch.causal,
-                      window=launch.window, num_splits=launch.num_splits, gpu=record)
+                      window=launch.window, dropout_p=float(dropout_p), philox=philox,
+                      num_splits=launch.num_splits, gpu=record)
     out, lse = res.out, res.lse
     if launch.num_splits > 1:  # the combine kernel
         out, lse = combine_partials(out, lse, launch.kernel_head_dim, format_of(q.dtype).name,
@@ -107,12 +122,12 @@ def flash_attention_forward(query, key, value, dropout_p=0.0, is_causal=False, s
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False, *,
-                                 gpu=DEFAULT_GPU):
+                                 philox_seed=None, philox_offset=None, gpu=DEFAULT_GPU):
     """``torch.nn.functional.scaled_dot_product_attention`` under
     ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``: the output of :func:`flash_attention_forward`.
 
-    Args: as torch's (``attn_mask`` must be None: the flash backend takes no mask); ``gpu`` as
-    :func:`flash_attention_forward`.
+    Args: as torch's (``attn_mask`` must be None: the flash backend takes no mask);
+    ``philox_seed``, ``philox_offset``, ``gpu`` as :func:`flash_attention_forward`.
     Returns: out [batch, heads, seqlen_q, head_dim] in the input dtype.
     Raises: ValueError as :func:`flash_attention_forward`; ``attn_mask`` given.
     """
@@ -120,4 +135,5 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise ValueError("attn_mask: the flash backend takes no attention mask (torch would "
                          "pick another backend)")
     return flash_attention_forward(query, key, value, dropout_p, is_causal, scale,
+                                   philox_seed=philox_seed, philox_offset=philox_offset,
                                    enable_gqa=enable_gqa, gpu=gpu)[0]
