@@ -22,8 +22,10 @@ from ..fa2 import combine_partials, plan_forward
 from ..flash.forward_fa2 import forward_fa2
 from ..gpus import DEFAULT_GPU, get_gpu, mufu_model_name
 from ..numerics import format_of
+from .backward import backward_spread, flash_attention_backward
 
-__all__ = ["flash_attention_forward", "scaled_dot_product_attention"]
+__all__ = ["backward_spread", "flash_attention_backward", "flash_attention_forward",
+           "scaled_dot_product_attention"]
 
 _DTYPES = ("bfloat16", "float16")
 
