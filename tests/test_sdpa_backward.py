@@ -277,3 +277,50 @@ def test_replay_check_on_a_synthetic_recording():
 def test_recorded_backward_cases_replay():
     rows = replay.check_all(quick=True)
     assert all(r["mismatches"] == 0 for r in rows), rows
+
+
+def test_replay_reads_the_recorders_format(tmp_path, monkeypatch):
+    """The recorder (CPU stand-ins for the flash ops, tests/test_sdpa_record_cpu.py) writes a
+    report and sdpa_backward.npz that check_backward_case reads: every value compared (the
+    stand-in's float32 math is not FA2, so its bits differ; only the bookkeeping is checked)."""
+    pytest.importorskip("torch")
+    import json
+
+    from test_sdpa_record_cpu import _stand_ins
+
+    from simulator.measure import sdpa_record as rec
+
+    monkeypatch.setattr(rec, "_ops", _stand_ins)
+    assert rec.main(["--out", str(tmp_path), "--device", "cpu", "--limit", "2",
+                     "--phases", "backward"]) == 0
+    report = json.loads((tmp_path / rec.REPORT_FILE).read_text())
+    npz = np.load(tmp_path / rec.BACKWARD_NPZ)
+    for r in report["backward"]:
+        res = replay.check_backward_case(r, npz, "h100")
+        c = r["case"]
+        sizes = c["batch"] * c["head_dim"] * (c["heads"] * c["seqlen_q"]
+                                              + 2 * c["heads_kv"] * c["seqlen_k"])
+        assert res["values"] == 6 * sizes and not res["refused"]
+
+
+def test_each_build_switch_changes_bits():
+    """The rules the recordings decide (docs: the open questions) are switches of
+    Fa2BwdBuild; each changes some gradient bits on scores of tens, so the recorded
+    bits can tell them apart: the exp2 argument as one FFMA instead of UNFUSE_FMA's FMUL + FSUB,
+    and the kernel head dim list of a later FlashAttention-2 (160 -> the 192 kernel)."""
+    from dataclasses import replace
+
+    from simulator.flash.mainloop_bwd_fa2 import PYTORCH_BWD
+
+    q, k, v, g = _inputs(1, 2, 2, 65, 129, 64, np.float16, seed=9)
+    q, k = ((x.astype(np.float32) * 3).astype(np.float16) for x in (q, k))
+    out, lse = sdpa.flash_attention_forward(q, k, v, gpu="h100")
+    call = tuple(np.ascontiguousarray(np.swapaxes(x, 1, 2)) for x in (g, q, k, v, out)) + (lse,)
+    base = backward_fa2(*call, deterministic=True, gpu="h100")
+    fused = backward_fa2(*call, deterministic=True, gpu="h100",
+                         build=replace(PYTORCH_BWD, exp=replace(PYTORCH_BWD.exp, unfuse_fma=False)))
+    assert any(not np.array_equal(a.view(np.uint16), b.view(np.uint16))
+               for a, b in zip(base, fused, strict=True))
+    later = replace(PYTORCH_BWD, kernel_head_dims=(32, 64, 96, 128, 192, 256))
+    assert bwd_tile(160, False, later).kernel_head_dim == 192
+    assert bwd_tile(160, False).kernel_head_dim == 160
