@@ -33,8 +33,8 @@ def run_bits(npz, index: int, name: str) -> np.ndarray:
 
 
 def _philox(record: dict) -> tuple[int | None, int | None]:
-    """(seed, offset) of a dropout case: the op's Philox tensors' values in order (the seed and
-    offset tensor of PyTorch's op: ``[seed, offset]``, the second tensor empty)."""
+    """(seed, offset) of a dropout case: the op's Philox tensors' values in order (PyTorch's op
+    returns both in its first Philox tensor, ``[seed, offset]``, the second one empty)."""
     vals = record.get("philox") or []
     if len(vals) < 2:
         return None, None
