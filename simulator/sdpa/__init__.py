@@ -8,7 +8,7 @@ it: FlashAttention-2 as PyTorch builds it (``aten/src/ATen/native/transformers/c
 What runs is FA2's host side (:mod:`simulator.fa2`: mask normalisation, the GQA decode swap,
 tiles, the split-KV count from the GPU's SM count) and its forward kernels
 (:func:`simulator.flash.forward_fa2.forward_fa2`: the unsplit kernel, or the split-KV kernel and
-its combine). Dropout draws FA2's Philox mask from the seed and offset the caller gives (the
+its combine). Dropout draws FA2's Philox mask from the Philox state the caller gives (the
 ``philox_seed`` / ``philox_offset`` the op returns: :mod:`simulator.numerics.philox`).
 """
 
