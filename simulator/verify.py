@@ -26,6 +26,7 @@ from .replay import (
     mufu,
     numerics,
     sdpa,
+    sdpa_backward,
     twin_backward,
 )
 
@@ -44,7 +45,7 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "backward": lambda quick, workers=1: (fa3_backward.replay(quick=quick, workers=workers)
                                           + twin_backward.replay(quick=quick)
                                           + twin_backward.replay_traces()),
-    "sdpa": lambda quick: sdpa.check_all(quick=quick),
+    "sdpa": lambda quick: sdpa.check_all(quick=quick) + sdpa_backward.check_all(quick=quick),
 }
 PARALLEL = ("backward", "paged")
 
