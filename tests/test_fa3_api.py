@@ -97,24 +97,24 @@ def test_varlen_split_counts_use_the_kernels_tile():
     """Q/K 48 with V 96 runs the 64 / 256 kernel (kBlockM x kBlockN 128 x 96) while the source's
     host code names the 64 / 96 tile (192 x 192): the recorded varlen call with splits agrees
     only with the kernel's tile (fa3_api_report.json); with the host tile its bits differ."""
-    import simulator.fa3.interface as iface
+    import simulator.fa3.arguments as arguments
     from simulator.flash.dispatch import tile_size_fwd_sm90
 
     index = next(i for i, r in enumerate(REPORT["cases"]) if r["case"]["api"] == "varlen"
                  and r["case"].get("head_dim_v") == 96 and r["case"]["num_splits"] == 2
                  and max(r["case"]["seqlens_q"]) > 192)
     assert fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
-    real = iface.launch_flags
+    real = arguments.launch_flags
 
     def host_tile(fmt, d, dv, causal, window, max_q, max_k, softcap, chunk=0):
         c, l_, _ = real(fmt, d, dv, causal, window, max_q, max_k, softcap, chunk)
         return c, l_, tile_size_fwd_sm90(64, 96, c, l_)[:2]
 
-    iface.launch_flags = host_tile
+    arguments.launch_flags = host_tile
     try:
         assert not fa3_api.check_case(index, REPORT["cases"][index], SAMPLE, digest).ok
     finally:
-        iface.launch_flags = real
+        arguments.launch_flags = real
 
 
 @pytest.mark.parametrize("index", ci_sample.api_params(REPORT["cases"], SAMPLE))  # all: --full-replay

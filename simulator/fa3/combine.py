@@ -302,24 +302,8 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFA
     except ValueError as exc:  # named as this function's argument
         raise ValueError(f"mufu: {str(exc).removeprefix('model: ')}") from None
     odt = _out_dtype(out_dtype)
-    names = {"forward": ("[num_splits, ..., seqlen, heads, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
-             "accum": ("[num_splits, ..., heads, seqlen, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
-             "combine": ("[num_splits, ..., seqlen, heads, head_dim_v]", "[num_splits, ..., seqlen, heads]")}
-    o_name, l_name = names[layout]
-    if out_partial.ndim < 4:
-        raise ValueError(f"out_partial: expected {o_name} (layout {layout!r}), got shape "
-                         f"{list(out_partial.shape)}")
-    # canonical order: O [S, ..., H, Sq, dv], LSE [S, ..., H, Sq]
-    o = out_partial if layout == "accum" else np.swapaxes(out_partial, -3, -2)
-    want = o.shape[:-1]
-    want_given = want if layout != "combine" else (*want[:-2], want[-1], want[-2])
-    if lse_partial.shape != want_given:
-        raise ValueError(f"lse_partial: expected {l_name} = {list(want_given)} to match out_partial "
-                         f"{list(out_partial.shape)} (layout {layout!r}), got {list(lse_partial.shape)}")
-    lse_c = lse_partial if layout != "combine" else np.swapaxes(lse_partial, -2, -1)
+    o, lse_c = _canonical(out_partial, lse_partial, layout)
     num, dv = o.shape[0], o.shape[-1]
-    if num < 1:
-        raise ValueError("out_partial: the split axis (axis 0) is empty")
     head_dim_v = check_int("head_dim_v", head_dim_v, 1)
     if not dv <= head_dim_v <= -(-dv // 4) * 4:
         raise ValueError(f"head_dim_v: expected out_partial's last dim {dv} (or it rounded up to a "
@@ -329,25 +313,9 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFA
         raise ValueError(f"num_splits: expected 2..{MAX_SPLITS} (FA3 runs the combine only for "
                          f"num_splits > 1; with one split the kernel returns without writing), got {static}")
     kernel = combine_kernel(static, head_dim_v)
-    rows_shape = want[1:]                                   # [..., H, Sq]
-    if num_splits_dynamic is None:
-        count = np.full(rows_shape, static, dtype=np.int64)
-    else:
-        dyn = np.asarray(num_splits_dynamic)
-        if dyn.dtype.kind not in "iu":
-            raise ValueError(f"num_splits_dynamic: expected ints, got dtype {dyn.dtype}")
-        try:
-            count = np.broadcast_to(dyn.astype(np.int64), rows_shape)
-        except ValueError:
-            raise ValueError(f"num_splits_dynamic: shape {list(dyn.shape)} does not broadcast to the "
-                             f"rows {list(rows_shape)} ([..., heads, seqlen])") from None
-        if count.size and (count.min() < 0 or count.max() > static):
-            raise ValueError(f"num_splits_dynamic: expected counts in 0..num_splits ({static}), got "
-                             f"{int(count.min())}..{int(count.max())}")
+    rows_shape = o.shape[1:-1]                              # [..., H, Sq]
+    count = _split_counts(num_splits_dynamic, rows_shape, static, num)
     written = count > 1
-    if written.any() and int(count[written].max()) > num:
-        raise ValueError(f"out_partial: rows read {int(count[written].max())} splits but only {num} "
-                         "are given (axis 0)")
     out_shape = (*rows_shape[:-2], rows_shape[-1], rows_shape[-2], dv)
     lse_shape = rows_shape if layout != "combine" else (*rows_shape[:-2], rows_shape[-1], rows_shape[-2])
     out_arr = _buffer("out", out, out_shape, odt, 0)
@@ -368,6 +336,51 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFA
                                      _OUT_FORMATS[odt])
         o_view[part], l_view[part] = res_o, res_l
     return out_arr, lse_arr
+
+
+def _canonical(out_partial: np.ndarray, lse_partial: np.ndarray, layout: str):
+    """:func:`combine`'s partials in one order, checked against ``layout``: (O [S, ..., H, Sq,
+    dv], LSE [S, ..., H, Sq]), views of the caller's arrays."""
+    names = {"forward": ("[num_splits, ..., seqlen, heads, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
+             "accum": ("[num_splits, ..., heads, seqlen, head_dim_v]", "[num_splits, ..., heads, seqlen]"),
+             "combine": ("[num_splits, ..., seqlen, heads, head_dim_v]", "[num_splits, ..., seqlen, heads]")}
+    o_name, l_name = names[layout]
+    if out_partial.ndim < 4:
+        raise ValueError(f"out_partial: expected {o_name} (layout {layout!r}), got shape "
+                         f"{list(out_partial.shape)}")
+    o = out_partial if layout == "accum" else np.swapaxes(out_partial, -3, -2)
+    want = o.shape[:-1]
+    want_given = want if layout != "combine" else (*want[:-2], want[-1], want[-2])
+    if lse_partial.shape != want_given:
+        raise ValueError(f"lse_partial: expected {l_name} = {list(want_given)} to match out_partial "
+                         f"{list(out_partial.shape)} (layout {layout!r}), got {list(lse_partial.shape)}")
+    if o.shape[0] < 1:
+        raise ValueError("out_partial: the split axis (axis 0) is empty")
+    return o, lse_partial if layout != "combine" else np.swapaxes(lse_partial, -2, -1)
+
+
+def _split_counts(num_splits_dynamic, rows_shape: tuple, static: int, num: int) -> np.ndarray:
+    """int64 ``rows_shape`` ([..., heads, seqlen]): the splits each row reads, ``static`` or
+    :func:`combine`'s ``num_splits_dynamic`` broadcast, checked against the ``num`` given."""
+    if num_splits_dynamic is None:
+        count = np.full(rows_shape, static, dtype=np.int64)
+    else:
+        dyn = np.asarray(num_splits_dynamic)
+        if dyn.dtype.kind not in "iu":
+            raise ValueError(f"num_splits_dynamic: expected ints, got dtype {dyn.dtype}")
+        try:
+            count = np.broadcast_to(dyn.astype(np.int64), rows_shape)
+        except ValueError:
+            raise ValueError(f"num_splits_dynamic: shape {list(dyn.shape)} does not broadcast to the "
+                             f"rows {list(rows_shape)} ([..., heads, seqlen])") from None
+        if count.size and (count.min() < 0 or count.max() > static):
+            raise ValueError(f"num_splits_dynamic: expected counts in 0..num_splits ({static}), got "
+                             f"{int(count.min())}..{int(count.max())}")
+    written = count > 1
+    if written.any() and int(count[written].max()) > num:
+        raise ValueError(f"out_partial: rows read {int(count[written].max())} splits but only {num} "
+                         "are given (axis 0)")
+    return count
 
 
 def _buffer(name: str, given, shape: tuple, dtype: np.dtype, fill) -> np.ndarray:

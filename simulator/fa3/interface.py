@@ -20,6 +20,10 @@ PackGQA (``pack_gqa``) changes which rows share a tile, never a row's arithmetic
 KV cache and ``scheduler_metadata``: :mod:`simulator.fa3.kvcache`,
 :mod:`simulator.fa3.metadata`. Paged KV caches and rotary appends: :mod:`simulator.fa3.paged`,
 :mod:`simulator.fa3.rotary`.
+
+Each entry point checks its arguments once, in FA3's order, into the records of
+:mod:`simulator.fa3.arguments` (``Options``, ``Launch``, the arrays with their cu_seqlens /
+seqused), then runs the launch from those records (:func:`run_dense`, :func:`run_varlen`).
 """
 
 from __future__ import annotations
@@ -27,42 +31,17 @@ from __future__ import annotations
 import numpy as np
 
 from .. import engine, flash
-from ..flash.config import check_chunk, check_qv
-from ..flash.dispatch import check_head_dim, check_head_dim_v
+from ..flash.config import check_chunk
 from ..gpus import DEFAULT_GPU, get_gpu, mufu_model_name
 from ..numerics import convert, format_of
 from ..trace import Trace
 from . import autograd, torch_ops
+from .arguments import DenseArrays, Launch, Options, Parallel, VarlenArrays
 from .arrays import returned, to_numpy
-from .checks import (
-    check_4d,
-    check_descales,
-    check_fmt,
-    check_options,
-    check_pack_gqa,
-    check_parallel,
-    check_scale,
-    check_window_size,
-    cu_seqlens,
-    gpu_sms,
-    need_sms,
-    seqused,
-    trace_ctas,
-)
+from .checks import check_window_size, gpu_sms
 from .combine import combine
 from .kvcache import flash_attn_with_kvcache
-from .launch import (
-    descale_rows,
-    kernel_window,
-    launch_flags,
-    output_dtype,
-    parallel,
-    run_forward,
-    static_splits,
-    traced_forward,
-    with_trace,
-)
-from .scheduler import dynamic_num_splits
+from .launch import output_dtype, run_forward, traced_forward, with_trace
 
 __all__ = ["flash_attn_combine", "flash_attn_func", "flash_attn_varlen_func",
            "flash_attn_with_kvcache"]
@@ -141,50 +120,15 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         return autograd.apply(run, bwd, q, k, v, return_attn_probs, refusal)
     if trace is None and autograd.needs_grad(qv):  # its gradient would be silently dropped
         refuse_qv_grad(qv, chunk)
-    check_parallel(executor, progress, memory_budget, trace)
+    parallel = Parallel.checked(executor, progress, memory_budget, trace)
     num_sms = gpu_sms(gpu, num_sms)
-    (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
-    qv = to_numpy(qv, "qv")[0]
-    descales = {n: to_numpy(x, n)[0] for n, x in (("q_descale", q_descale), ("k_descale", k_descale),
-                                                  ("v_descale", v_descale))}
-    check_4d(q, k, v)
-    fmt = check_fmt(q)
-    check_head_dim(q.shape[-1], fmt)
-    softcap, (return_attn_probs, _), sms, splits_arg = check_options(
-        softcap, causal, num_sms, sm_margin, num_splits, return_attn_probs=return_attn_probs,
+    arrays = DenseArrays.of(q, k, v, qv, (q_descale, k_descale, v_descale))
+    opts = Options.checked(
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        attention_chunk=chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
+        sm_margin=sm_margin, num_sms=num_sms, gpu=gpu, return_attn_probs=return_attn_probs,
         deterministic=deterministic)
-    b, sq, h, d = q.shape
-    check_descales(descales, fmt, b, k.shape[2])  # FA3's [batch, heads_kv]; forward broadcasts
-    dv = v.shape[-1]
-    check_head_dim_v(d, dv, fmt)
-    check_qv(qv, q, dv, fmt)
-    is_causal, is_local, (tile_m, _) = launch_flags(fmt, d, dv, causal, window_size, sq,
-                                                    k.shape[1], softcap, chunk)
-    static = 1 if splits_arg == 1 else static_splits(
-        splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=k.shape[2], seqlen_q=sq,
-        seqlen_k=k.shape[1], head_dim=d, head_dim_v=dv, causal=is_causal,
-        local=is_local, softcap=softcap > 0,
-        varlen=False, num_sms=need_sms(sms, num_sms, sm_margin) if splits_arg <= 0 else sms,
-        window=kernel_window(causal, window_size, sq, k.shape[1], chunk))
-    check_pack_gqa(pack_gqa, static > 1, False, h, k.shape[2])
-    kw = dict(softmax_scale=check_scale(softmax_scale, d, softcap, 0 if qv is None else dv),
-              causal=causal, window=tuple(window_size), softcap=softcap, qv=qv,
-              attention_chunk=chunk, **descales,
-              gpu=gpu, **parallel(executor, progress, memory_budget))
-    wanted = trace_ctas(trace, static, h, [sq] * b, tile_m)
-    record = None if wanted is None else Trace()
-    if k.shape[1] == 0 and v.shape[:3] == k.shape[:3]:  # total_k == 0: O = 0, LSE = +inf
-        flash.forward(q, k, v, **kw)  # validates every argument
-        out = np.zeros((b, sq, h, dv), dtype=output_dtype(q.dtype))
-        lse = np.full((b, h, sq), np.inf, dtype=np.float32)
-    elif wanted:
-        res = flash.forward(q, k, v, **kw, trace=wanted)
-        out, lse = res.out, res.lse
-        record.events.extend(res.trace)
-    else:
-        out, lse = run_forward(q, k, v, kw, static if static > 1 else None)
-    return with_trace(returned((out, lse) if return_attn_probs else (out,), tq), record,
-                      return_attn_probs)
+    return run_dense(arrays, arrays.launch(opts, parallel, trace))
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -243,68 +187,55 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return autograd.apply(run, bwd, q, k, v, return_attn_probs, refusal)
     if trace is None and autograd.needs_grad(qv):  # its gradient would be silently dropped
         refuse_qv_grad(qv, chunk)
-    check_parallel(executor, progress, memory_budget, trace)
+    parallel = Parallel.checked(executor, progress, memory_budget, trace)
     num_sms = gpu_sms(gpu, num_sms)
-    (q, tq), (k, _), (v, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
-    qv = to_numpy(qv, "qv")[0]
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, np.ndarray) or x.ndim != 3:
-            raise ValueError(f"{name}: expected [total, heads, head_dim], got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
-    cq = cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
-    ck = cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[0])
-    batch = cq.shape[0] - 1
-    if ck.shape[0] != batch + 1:
-        raise ValueError(f"cu_seqlens_k: expected {batch + 1} offsets (as cu_seqlens_q), got {ck.shape[0]}")
-    len_q = seqused(seqused_q, "seqused_q", np.diff(cq))
-    len_k = seqused(seqused_k, "seqused_k", np.diff(ck))
-    for name, m, lens in (("max_seqlen_q", max_seqlen_q, len_q), ("max_seqlen_k", max_seqlen_k, len_k)):
-        longest = int(lens.max(initial=0))  # 0 when every sequence is empty
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < longest:
-            raise ValueError(f"{name}: expected an int >= every sequence's length ({longest}), "
-                             f"got {m!r}")
-    fmt, d, h, hkv = check_fmt(q), q.shape[-1], q.shape[1], k.shape[1]
-    descales = check_descales({n: to_numpy(x, n)[0] for n, x in (
-        ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))},
-        fmt, batch, hkv)
-    check_head_dim(d, fmt)
-    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape[:2] != v.shape[:2] or k.shape[-1] != d:
-        raise ValueError(f"k, v: expected [total_k, heads_kv, head_dim={d}] and [total_k, heads_kv, "
-                         f"head_dim_v] in {q.dtype} (as q), got {k.shape} {k.dtype} / {v.shape} {v.dtype}")
-    dv = v.shape[-1]
-    check_head_dim_v(d, dv, fmt)
-    if hkv < 1 or h % hkv:
-        raise ValueError(f"k: heads_kv = {hkv} must divide heads = {h}")
-    if qv is not None:  # FA3's varlen qv: [total_q, heads, head_dim_v]
-        if not isinstance(qv, np.ndarray) or qv.shape != q.shape[:2] + (dv,):
-            raise ValueError(f"qv: expected [total_q, heads, head_dim_v] = "
-                             f"{list(q.shape[:2] + (dv,))}, got {list(getattr(qv, 'shape', []))}")
-        check_qv(qv[None], q[None], dv, fmt)
-    softcap, (return_attn_probs, _), sms, splits_arg = check_options(
-        softcap, causal, num_sms, sm_margin, num_splits, return_attn_probs=return_attn_probs,
+    arrays = VarlenArrays.of(q, k, v, qv, (q_descale, k_descale, v_descale),
+                             cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                             seqused_q=seqused_q, seqused_k=seqused_k)
+    opts = Options.checked(
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        attention_chunk=chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
+        sm_margin=sm_margin, num_sms=num_sms, gpu=gpu, return_attn_probs=return_attn_probs,
         deterministic=deterministic)
-    is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size,
-                                                         max_seqlen_q, max_seqlen_k, softcap, chunk)
-    static = 1 if splits_arg == 1 else static_splits(
-        splits_arg, fmt=fmt, batch=batch, heads=h, heads_kv=hkv, seqlen_q=max_seqlen_q,
-        seqlen_k=max_seqlen_k, head_dim=d, head_dim_v=dv, causal=is_causal,
-        local=is_local, softcap=softcap > 0,
-        varlen=True, num_sms=need_sms(sms, num_sms, sm_margin),
-        window=kernel_window(causal, window_size, max_seqlen_q, max_seqlen_k, chunk))
-    check_pack_gqa(pack_gqa, static > 1, True, h, hkv)
-    wanted = trace_ctas(trace, static, h, len_q, tile_m, "sequence")
-    record = None if wanted is None else Trace()
-    splits = dynamic_num_splits(len_q, len_k, kblock_m=tile_m, kblock_n=tile_n,
-                                heads=h, heads_kv=hkv, num_sms=sms,
-                                num_splits_static=static, pack_gqa=True) if static > 1 else None
-    out = np.zeros(q.shape[:2] + (dv,), dtype=output_dtype(q.dtype))
+    return run_varlen(arrays, arrays.launch(opts, parallel, trace))
+
+
+def run_dense(arrays: DenseArrays, launch: Launch):
+    """``flash_attn_func``'s launch: the unsplit kernel, or the Split kernel then the combine
+    (the whole batch in one forward call); FA3's return value (with the Trace when asked)."""
+    q, k, v = arrays.q, arrays.k, arrays.v
+    kw = launch.forward_kwargs(qv=arrays.qv)
+    record = None if launch.trace is None else Trace()
+    if k.shape[1] == 0 and v.shape[:3] == k.shape[:3]:  # total_k == 0: O = 0, LSE = +inf
+        flash.forward(q, k, v, **kw)  # validates every argument
+        b, sq, h, _ = q.shape
+        out = np.zeros((b, sq, h, launch.head_dim_v), dtype=output_dtype(q.dtype))
+        lse = np.full((b, h, sq), np.inf, dtype=np.float32)
+    elif launch.trace:
+        res = flash.forward(q, k, v, **kw, trace=launch.trace)
+        out, lse = res.out, res.lse
+        record.events.extend(res.trace)
+    else:
+        static = launch.kernel.num_splits
+        out, lse = run_forward(q, k, v, kw, static if static > 1 else None)
+    full = launch.options.return_lse
+    return with_trace(returned((out, lse) if full else (out,), arrays.torch), record, full)
+
+
+def run_varlen(arrays: VarlenArrays, launch: Launch):
+    """``flash_attn_varlen_func``'s launch: one forward call per sequence (its rows, its used
+    keys, its split count), under one ``engine.launching`` decision; FA3's return value."""
+    q, k, v, qv = arrays.q, arrays.k, arrays.v, arrays.qv
+    cq, ck, len_q, len_k = arrays.cu_seqlens_q, arrays.cu_seqlens_k, arrays.seqused_q, arrays.seqused_k
+    splits, h = launch.batch_splits, launch.heads
+    record = None if launch.trace is None else Trace()
+    out = np.zeros(q.shape[:2] + (launch.head_dim_v,), dtype=output_dtype(q.dtype))
     # total_k == 0: FA3 skips the kernel and fills LSE with +inf (mha_fwd)
     lse = np.full((h, q.shape[0]), np.inf if k.shape[0] == 0 else -np.inf, dtype=np.float32)
-    scale = check_scale(softmax_scale, d, softcap, 0 if qv is None else dv)
     # "auto" decides once for all the sequences: their tiles' products, masks not counted
-    tiles = (-(-np.asarray(len_q, np.int64) // tile_m)) * (-(-np.asarray(len_k, np.int64) // tile_n))
-    with engine.launching(int(tiles.sum()) * tile_m * tile_n * h * (d + dv)):
-        for bi in range(batch):
+    with engine.launching(launch.work(len_q, len_k)):
+        for bi in range(arrays.batch):
             sq_b = int(len_q[bi])
             if sq_b == 0:
                 continue
@@ -312,16 +243,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             kb, vb = k[None, ks], v[None, ks]
             if kb.shape[1] == 0:  # no key: FA3 writes O = 0, LSE = -inf
                 continue
-            kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
-                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                      qv=None if qv is None else qv[None, qs], attention_chunk=chunk,
-                      **{n: descale_rows(x, bi) for n, x in descales.items()},
-                      gpu=gpu, **parallel(executor, progress, memory_budget))
+            kw = launch.forward_kwargs(bi, None if qv is None else qv[None, qs])
             o, l_ = traced_forward(q[None, qs], kb, vb, kw, None if splits is None else int(splits[bi]),
-                                   bi, wanted, record)
+                                   bi, launch.trace, record)
             out[qs], lse[:, qs] = o[0], l_[0]
-    return with_trace(returned((out, lse) if return_attn_probs else (out,), tq), record,
-                      return_attn_probs)
+    full = launch.options.return_lse
+    return with_trace(returned((out, lse) if full else (out,), arrays.torch), record, full)
 
 
 def backward_refusal(qv, chunk: int = 0) -> str | None:

@@ -4,9 +4,17 @@ cache (hopper/flash_attn_interface.py, hopper/flash_api.cpp ``mha_fwd`` with App
 its length; new ``k`` / ``v`` are written into the caches in place at ``cache_seqlens`` and
 attended to; a launch with ``cache_seqlens`` or ``cache_leftpad`` is varlen (seqused_k /
 leftpad_k), so its per-batch split counts come from FA3's prepare kernel.
+
+The arguments are checked once, in FA3's order and all before a cache is written, into
+:class:`CacheArrays` (q, the caches, the page table), :class:`CacheRows` (cache_seqlens,
+cache_batch_idx, cache_leftpad, the new keys) and :class:`KVCacheCall` (the launch of
+:mod:`simulator.fa3.arguments`, the paged launch, the rotary positions, the per-batch split
+counts); :func:`run_kvcache` runs the call from that record.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,33 +26,21 @@ from ..gpus import DEFAULT_GPU
 from ..trace import Trace
 from . import paged, rotary
 from .append import append_kv
+from .arguments import DESCALES, Launch, Options, Parallel, plan
 from .arrays import check_writable, returned, to_numpy
 from .checks import (
     check_4d,
     check_bool,
     check_descales,
     check_fmt,
-    check_options,
-    check_pack_gqa,
-    check_parallel,
     check_scale,
     check_window_size,
     gpu_sms,
     int_array,
-    need_sms,
     trace_ctas,
 )
 from .kvcache_rows import NewKeys, QueryRows, cache_lengths
-from .launch import (
-    descale_rows,
-    kernel_window,
-    launch_flags,
-    output_dtype,
-    parallel,
-    static_splits,
-    traced_forward,
-    with_trace,
-)
+from .launch import output_dtype, traced_forward, with_trace
 from .metadata import metadata_splits
 from .scheduler import dynamic_num_splits
 
@@ -146,205 +142,386 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if chunk and page_table is not None:
         raise ValueError("attention_chunk: with page_table not emulated (no paged recording "
                          "covers it); gather the pages into a contiguous cache first")
-    check_parallel(executor, progress, memory_budget, trace)
+    parallel = Parallel.checked(executor, progress, memory_budget, trace)
     num_sms = gpu_sms(gpu, num_sms)
-    (q, tq), (kc, _), (vc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache"), to_numpy(v_cache, "v_cache")
-    (kn, _), (vn, _), (qv, _) = to_numpy(k, "k"), to_numpy(v, "v"), to_numpy(qv, "qv")
-    rows_q = QueryRows.of(q, cu_seqlens_q, max_seqlen_q)
-    check_4d(rows_q.as_4d(q), kc, vc, ("q", "k_cache", "v_cache"))
-    b, sq, h, d = rows_q.batch, rows_q.max_len, q.shape[-2], q.shape[-1]
-    bc, s_cache, hkv, _ = kc.shape
-    table = None if page_table is None else paged.page_table_array(page_table, None)
-    if table is not None:  # the pool's [num_pages, page_size]: a cache row is a page-table row
-        if s_cache < 1:
-            raise ValueError(f"k_cache: a paged cache needs page_size >= 1, got shape {kc.shape}")
-        num_pages, page_size = bc, s_cache
-        if num_pages < 1:
-            raise ValueError(f"k_cache: a paged cache needs a pool of at least one page, got "
-                             f"shape {kc.shape}")
-        bc, s_cache = table.shape[0], table.shape[1] * page_size
-    if (kn is None) != (vn is None):
-        raise ValueError("k, v: give both new keys and new values, or neither")
-    if q.dtype != kc.dtype or kc.dtype != vc.dtype:
-        raise ValueError(f"q, k_cache, v_cache: dtypes differ ({q.dtype}, {kc.dtype}, {vc.dtype})")
-    if kc.shape[:3] != vc.shape[:3]:
-        raise ValueError(f"k_cache, v_cache: expected the same [batch_cache, seqlen_cache, heads_kv], "
-                         f"got {kc.shape} and {vc.shape}")
-    dv = vc.shape[-1]
-    if b < 1 or sq < 1 or h < 1:
-        raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {q.shape}")
-    if kc.shape[-1] != d:
-        raise ValueError(f"k_cache: expected head_dim {d} (as q), got shape {kc.shape}")
-    if hkv < 1 or h % hkv:
-        raise ValueError(f"k_cache: heads_kv = {hkv} must divide heads = {h}")
-    fmt = check_fmt(q)
-    softcap, (return_softmax_lse,), sms, splits_arg = check_options(
-        softcap, causal, num_sms, sm_margin, num_splits, return_softmax_lse=return_softmax_lse)
-    seqlens = cache_lengths(cache_seqlens, q, b, s_cache, rows_q.varlen)
-    rows = (np.arange(b) if cache_batch_idx is None else
-            int_array(to_numpy(cache_batch_idx, "cache_batch_idx")[0], "cache_batch_idx", b))
-    left = (np.zeros(b, np.int64) if cache_leftpad is None else
-            int_array(to_numpy(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
-    if cache_batch_idx is None and bc != b:  # before the rows: none were given to blame
-        raise ValueError(f"{'k_cache' if table is None else 'page_table'}: expected q's batch "
-                         f"{b}, got {bc} (FA3: 'batch_size must be equal to batch_size_k')")
-    if np.any((rows < 0) | (rows >= bc)):
-        raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
-    new = NewKeys.of(kn, vn, cu_seqlens_k_new, b, hkv, d, dv, q.dtype)
-    if kn is not None:
-        check_head_dim(d, check_fmt(q))
-        check_head_dim_v(d, dv, check_fmt(q))  # FA3's refusal of the pair comes first
-        if dv < d:
-            raise ValueError(f"v: appending new values with head_dim_v {dv} < head_dim {d} is not "
-                             f"emulated: FA3's AppendKV writes {d} values per V row, past the row's "
-                             f"{dv}, zeroing the cache's next values (measured on the H200); to "
-                             f"attend to them without that spill, write k, v into the caches "
-                             f"yourself and call without k, v, with cache_seqlens + seqlen_new")
-        if cache_seqlens is None:
-            raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
-                             "('If k_new is supplied, seqlens_k must also be passed in')")
-        if sq > s_cache:
-            raise ValueError(f"q: with new k, v FA3 requires seqlen_q <= the cache's length "
-                             f"({sq} > {s_cache})")
-    if np.any(seqlens < 0) or np.any(seqlens + new.lengths > s_cache):
-        raise ValueError(f"cache_seqlens: expected 0..{s_cache} minus each batch's new keys "
-                         f"{new.lengths.tolist()[:8]} (the cache length), got {seqlens.tolist()[:8]}")
-    if np.any(left < 0) or np.any(left > seqlens):
-        raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
-    check_head_dim(d, fmt)
-    check_head_dim_v(d, dv, fmt)
-    if qv is not None:
-        check_qv(rows_q.qv_4d(qv, dv), rows_q.as_4d(q), dv, fmt)
-    if table is not None:
-        paged.check_pages(table, rows, left, seqlens + new.lengths, page_size, num_pages)
-    varlen = (cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k
-              or rows_q.varlen)
-    is_causal, is_local, (tile_m, tile_n) = launch_flags(fmt, d, dv, causal, window_size, sq,
-                                                         s_cache, softcap, chunk)
-    launch = None if table is None else paged.paged_launch(
-        fmt, d, dv, causal, window_size, sq, s_cache, softcap, h, hkv, page_size,
-        leftpad=cache_leftpad is not None, append=kn is not None)
-    if launch is not None:
-        is_causal, is_local = launch.is_causal, launch.is_local
-        tile_m, tile_n = launch.kblock_m, launch.kblock_n
-    static = 1 if splits_arg == 1 else static_splits(
-        splits_arg, fmt=fmt, batch=b, heads=h, heads_kv=hkv, seqlen_q=sq, seqlen_k=s_cache,
-        head_dim=d, head_dim_v=dv, causal=is_causal,
-        local=is_local, softcap=softcap > 0, varlen=varlen,
-        num_sms=need_sms(sms, num_sms, sm_margin),
-        window=kernel_window(causal, window_size, sq, s_cache, chunk), paged=launch)
-    check_pack_gqa(pack_gqa, static > 1, varlen, h, hkv)
-    descales = check_descales({n: to_numpy(x, n)[0] for n, x in (
-        ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))}, fmt, b, hkv)
-    scale = check_scale(softmax_scale, d, softcap, 0 if qv is None else dv)
-    wanted = trace_ctas(trace, static, h, rows_q.lengths, tile_m)  # checked before the append
-    if wanted is not None and launch is not None and launch.pack_gqa_forced and h > hkv:
+    arrays = CacheArrays.of(q, k_cache, v_cache, k, v, qv, page_table, cu_seqlens_q=cu_seqlens_q,
+                            max_seqlen_q=max_seqlen_q)
+    opts = Options.checked(
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        attention_chunk=chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
+        sm_margin=sm_margin, num_sms=num_sms, gpu=gpu, return_softmax_lse=return_softmax_lse)
+    rows = CacheRows.of(arrays, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+                        cache_leftpad=cache_leftpad, cu_seqlens_k_new=cu_seqlens_k_new)
+    call = KVCacheCall.of(arrays, rows, opts, parallel, trace, (q_descale, k_descale, v_descale),
+                          rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                          rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved,
+                          scheduler_metadata=scheduler_metadata)
+    return run_kvcache(call)
+
+
+@dataclass(frozen=True)
+class CacheArrays:
+    """The arrays of a ``flash_attn_with_kvcache`` call, checked (:meth:`of`).
+
+    Attributes:
+        q: NumPy [batch, seqlen_q, heads, head_dim] (packed [total_q, heads, head_dim] with
+            cu_seqlens_q); torch: q came as a torch tensor (the results go back as such).
+        rows_q: the queries' layout (:class:`simulator.fa3.kvcache_rows.QueryRows`).
+        k_cache, v_cache: NumPy views of the caches (of the page pool with a page table);
+            given: the caches as passed (written back in place after the append).
+        k_new, v_new, qv: NumPy or None.
+        page_table: None, or int64 [batch_cache, max_num_pages_per_seq]; page_size,
+            num_pages: the pool's (0 without a page table).
+        batch_cache, seqlen_cache: cache rows and keys per row (a page-table row is
+            ``max_num_pages_per_seq * page_size`` keys).
+        fmt: the inputs' format.
+    """
+
+    q: np.ndarray
+    torch: bool
+    rows_q: QueryRows
+    k_cache: np.ndarray
+    v_cache: np.ndarray
+    given: tuple
+    k_new: np.ndarray | None
+    v_new: np.ndarray | None
+    qv: np.ndarray | None
+    page_table: np.ndarray | None
+    page_size: int
+    num_pages: int
+    batch_cache: int
+    seqlen_cache: int
+    fmt: str
+
+    @property
+    def heads(self) -> int:
+        return self.q.shape[-2]
+
+    @property
+    def heads_kv(self) -> int:
+        return self.k_cache.shape[2]
+
+    @property
+    def head_dim(self) -> int:
+        return self.q.shape[-1]
+
+    @property
+    def head_dim_v(self) -> int:
+        return self.v_cache.shape[-1]
+
+    @classmethod
+    def of(cls, q, k_cache, v_cache, k, v, qv, page_table, *, cu_seqlens_q,
+           max_seqlen_q) -> CacheArrays:
+        """The arrays as NumPy, their shapes and dtypes against each other (mha_fwd's
+        CHECK_SHAPEs), the page pool. Raises ValueError naming the argument."""
+        (qn, tq), (kc, _) = to_numpy(q, "q"), to_numpy(k_cache, "k_cache")
+        vc = to_numpy(v_cache, "v_cache")[0]
+        (kn, _), (vn, _), (qv, _) = to_numpy(k, "k"), to_numpy(v, "v"), to_numpy(qv, "qv")
+        rows_q = QueryRows.of(qn, cu_seqlens_q, max_seqlen_q)
+        check_4d(rows_q.as_4d(qn), kc, vc, ("q", "k_cache", "v_cache"))
+        b, sq, h, d = rows_q.batch, rows_q.max_len, qn.shape[-2], qn.shape[-1]
+        bc, s_cache, hkv, _ = kc.shape
+        table = None if page_table is None else paged.page_table_array(page_table, None)
+        num_pages = page_size = 0
+        if table is not None:  # the pool's [num_pages, page_size]: a cache row is a page-table row
+            if s_cache < 1:
+                raise ValueError(f"k_cache: a paged cache needs page_size >= 1, got shape {kc.shape}")
+            num_pages, page_size = bc, s_cache
+            if num_pages < 1:
+                raise ValueError(f"k_cache: a paged cache needs a pool of at least one page, got "
+                                 f"shape {kc.shape}")
+            bc, s_cache = table.shape[0], table.shape[1] * page_size
+        if (kn is None) != (vn is None):
+            raise ValueError("k, v: give both new keys and new values, or neither")
+        if qn.dtype != kc.dtype or kc.dtype != vc.dtype:
+            raise ValueError(f"q, k_cache, v_cache: dtypes differ ({qn.dtype}, {kc.dtype}, {vc.dtype})")
+        if kc.shape[:3] != vc.shape[:3]:
+            raise ValueError(f"k_cache, v_cache: expected the same [batch_cache, seqlen_cache, "
+                             f"heads_kv], got {kc.shape} and {vc.shape}")
+        if b < 1 or sq < 1 or h < 1:
+            raise ValueError(f"q: batch, seqlen_q and heads must be >= 1, got {qn.shape}")
+        if kc.shape[-1] != d:
+            raise ValueError(f"k_cache: expected head_dim {d} (as q), got shape {kc.shape}")
+        if hkv < 1 or h % hkv:
+            raise ValueError(f"k_cache: heads_kv = {hkv} must divide heads = {h}")
+        return cls(qn, tq, rows_q, kc, vc, (k_cache, v_cache), kn, vn, qv, table, page_size,
+                   num_pages, bc, s_cache, check_fmt(qn))
+
+
+@dataclass(frozen=True)
+class CacheRows:
+    """Which cache keys each batch attends to, checked (:meth:`of`).
+
+    Attributes:
+        cache_seqlens, cache_batch_idx, cache_leftpad: int64 [batch] keys before the append,
+            cache row, first valid key (defaults: the whole cache, row ``b``, 0).
+        new: the appended keys (:class:`simulator.fa3.kvcache_rows.NewKeys`).
+        varlen: FA3's launch is varlen (cache_seqlens: seqused_k, cache_leftpad: leftpad_k,
+            or cu_seqlens_q), so its per-batch split counts come from the prepare kernel.
+        leftpad: cache_leftpad was given (no TMA page loads for a paged cache).
+    """
+
+    cache_seqlens: np.ndarray
+    cache_batch_idx: np.ndarray
+    cache_leftpad: np.ndarray
+    new: NewKeys
+    varlen: bool
+    leftpad: bool
+
+    @classmethod
+    def of(cls, a: CacheArrays, *, cache_seqlens, cache_batch_idx, cache_leftpad,
+           cu_seqlens_k_new) -> CacheRows:
+        """The rows checked against the cache, the new keys and the queries (mha_fwd,
+        AppendKV). Raises ValueError naming the argument."""
+        rows_q, b, s_cache, bc = a.rows_q, a.rows_q.batch, a.seqlen_cache, a.batch_cache
+        d, dv, fmt = a.head_dim, a.head_dim_v, a.fmt
+        seqlens = cache_lengths(cache_seqlens, a.q, b, s_cache, rows_q.varlen)
+        rows = (np.arange(b) if cache_batch_idx is None else
+                int_array(to_numpy(cache_batch_idx, "cache_batch_idx")[0], "cache_batch_idx", b))
+        left = (np.zeros(b, np.int64) if cache_leftpad is None else
+                int_array(to_numpy(cache_leftpad, "cache_leftpad")[0], "cache_leftpad", b))
+        if cache_batch_idx is None and bc != b:  # before the rows: none were given to blame
+            raise ValueError(f"{'k_cache' if a.page_table is None else 'page_table'}: expected "
+                             f"q's batch {b}, got {bc} (FA3: 'batch_size must be equal to "
+                             f"batch_size_k')")
+        if np.any((rows < 0) | (rows >= bc)):
+            raise ValueError(f"cache_batch_idx: expected rows in 0..{bc - 1}, got {rows.tolist()[:8]}")
+        new = NewKeys.of(a.k_new, a.v_new, cu_seqlens_k_new, b, a.heads_kv, d, dv, a.q.dtype)
+        if a.k_new is not None:
+            check_head_dim(d, fmt)
+            check_head_dim_v(d, dv, fmt)  # FA3's refusal of the pair comes first
+            if dv < d:
+                raise ValueError(f"v: appending new values with head_dim_v {dv} < head_dim {d} is "
+                                 f"not emulated: FA3's AppendKV writes {d} values per V row, past "
+                                 f"the row's {dv}, zeroing the cache's next values (measured on the "
+                                 f"H200); to attend to them without that spill, write k, v into the "
+                                 f"caches yourself and call without k, v, with cache_seqlens + "
+                                 f"seqlen_new")
+            if cache_seqlens is None:
+                raise ValueError("cache_seqlens: FA3 requires it when k, v are appended "
+                                 "('If k_new is supplied, seqlens_k must also be passed in')")
+            if rows_q.max_len > s_cache:
+                raise ValueError(f"q: with new k, v FA3 requires seqlen_q <= the cache's length "
+                                 f"({rows_q.max_len} > {s_cache})")
+        if np.any(seqlens < 0) or np.any(seqlens + new.lengths > s_cache):
+            raise ValueError(f"cache_seqlens: expected 0..{s_cache} minus each batch's new keys "
+                             f"{new.lengths.tolist()[:8]} (the cache length), got {seqlens.tolist()[:8]}")
+        if np.any(left < 0) or np.any(left > seqlens):
+            raise ValueError(f"cache_leftpad: expected 0..cache_seqlens, got {left.tolist()[:8]}")
+        check_head_dim(d, fmt)
+        check_head_dim_v(d, dv, fmt)
+        if a.qv is not None:
+            check_qv(rows_q.qv_4d(a.qv, dv), rows_q.as_4d(a.q), dv, fmt)
+        if a.page_table is not None:
+            paged.check_pages(a.page_table, rows, left, seqlens + new.lengths, a.page_size,
+                              a.num_pages)
+        varlen = (cache_seqlens is not None or cache_leftpad is not None  # seqused_k / leftpad_k
+                  or rows_q.varlen)
+        return cls(seqlens, rows, left, new, varlen, cache_leftpad is not None)
+
+
+def cache_launch(a: CacheArrays, rows: CacheRows, opts: Options, parallel: Parallel, trace,
+                 descales) -> tuple[Launch, paged.PagedLaunch | None, bool]:
+    """The launch of a KV-cache call: :func:`simulator.fa3.arguments.plan` (FA3's paged tile
+    with a page table), the descales, softmax_scale, the traced CTAs (checked before the
+    append). Returns (the launch, the paged launch or None, whether FA3 packs the query heads
+    of varlen queries). Raises ValueError naming the argument."""
+    b, sq, h, hkv = a.rows_q.batch, a.rows_q.max_len, a.heads, a.heads_kv
+    d, dv, s_cache, fmt = a.head_dim, a.head_dim_v, a.seqlen_cache, a.fmt
+    paged_launch = None if a.page_table is None else paged.paged_launch(
+        fmt, d, dv, opts.causal, opts.window_size, sq, s_cache, opts.softcap, h, hkv,
+        a.page_size, leftpad=rows.leftpad, append=a.k_new is not None)
+    kernel = plan(opts, fmt, batch=b, heads=h, heads_kv=hkv, head_dim=d, head_dim_v=dv,
+                  seqlen_q=sq, seqlen_k=s_cache, varlen=rows.varlen, prepare=True,
+                  paged=paged_launch)
+    named = check_descales({n: to_numpy(x, n)[0] for n, x in zip(DESCALES, descales, strict=True)},
+                           fmt, b, hkv)
+    scale = check_scale(opts.softmax_scale, d, opts.softcap, 0 if a.qv is None else dv)
+    wanted = trace_ctas(trace, kernel.num_splits, h, a.rows_q.lengths, kernel.kblock_m)
+    if wanted is not None and paged_launch is not None and paged_launch.pack_gqa_forced and h > hkv:
         raise ValueError("trace: not recorded for this paged launch: without TMA page loads "
                          "(new keys, cache_leftpad, or page_size not a multiple of kBlockN "
-                         f"{launch.kblock_n}) FA3 packs the query heads of a kv head (PackGQA), "
-                         "and PackGQA launches are not traced")
+                         f"{paged_launch.kblock_n}) FA3 packs the query heads of a kv head "
+                         "(PackGQA), and PackGQA launches are not traced")
     if wanted is not None and dv > 256:  # the forward's refusal, before the append
         raise ValueError(f"trace: not recorded for a V head dim over 256 (got head_dim_v {dv}: "
                          "O spans two m64n256 accumulators)")
     # get_pack_gqa: should_pack_gqa(varlen_q) is always true for packed queries
-    packs_varlen = rows_q.varlen and h > hkv and pack_gqa is None
+    packs_varlen = a.rows_q.varlen and h > hkv and opts.pack_gqa is None
     if wanted is not None and packs_varlen:
         raise ValueError("trace: with cu_seqlens_q and grouped heads FA3 packs the query heads "
                          "of a kv head (PackGQA), and PackGQA launches are not traced; pass "
                          "pack_gqa=False (the same bits)")
-    qs = [rows_q.batch_rows(q, bi) for bi in range(b)]   # [1, len_q[bi], heads, head_dim]
-    qvs = [None if qv is None else rows_q.batch_rows(qv, bi) for bi in range(b)]
-    kns = [new.batch_rows(kn, bi) for bi in range(b)]   # [1, len_new[bi], heads_kv, head_dim]
-    vns = [new.batch_rows(vn, bi) for bi in range(b)]
-    interleaved = check_bool("rotary_interleaved", rotary_interleaved)
-    rot = rotary.check_rotary(rotary_cos, rotary_sin, rotary_seqlens, q_dtype=q.dtype,
-                              head_dim=d, batch=b, appends=kn is not None,
-                              paged=table is not None, seqlen_k=s_cache)
-    if rot is not None and rot[2] is not None and np.any(rot[2] < 0):
-        raise ValueError(f"rotary_seqlens: expected positions >= 0, got {rot[2].tolist()[:8]}")
-    # no new key at all (an empty k, v: a null pointer to FA3) runs the kernel without AppendKV,
-    # and so without rotary: the queries stay as they are (measured on the H200)
-    if rot is not None and new.lengths.sum() > 0:  # new keys rotated, then the queries
-        qs, kns = rotated(rot, seqlens, qs, kns, is_causal or is_local, interleaved)
-    if kn is not None:  # both caches checked before either is written
-        for name, orig, c in (("k_cache", k_cache, kc), ("v_cache", v_cache, vc)):
-            check_writable(orig, name)
-            check_writable(c, name)
-    # varlen (seqused_k / leftpad_k / cu_seqlens_q): the prepare kernel's per-batch counts (or
-    # scheduler_metadata's, which holds them); else the static one
-    splits = None if static <= 1 else np.full(b, static, np.int64) if not varlen else dynamic_num_splits(
-        rows_q.lengths, seqlens, kblock_m=tile_m, kblock_n=tile_n, heads=h,
-        heads_kv=hkv, num_sms=sms, num_splits_static=static, pack_gqa=True, leftpad_k=left,
-        seqlens_k_new=new.lengths)
-    splits = metadata_splits(scheduler_metadata, splits, b, static, varlen, is_causal, is_local)
+    launch = Launch(opts, kernel, parallel, fmt, h, hkv, d, dv, scale, named, wanted,
+                    (sq, s_cache))
+    return launch, paged_launch, packs_varlen
 
-    def call(bi: int):
+
+@dataclass(frozen=True)
+class KVCacheCall:
+    """A ``flash_attn_with_kvcache`` call, checked: everything :func:`run_kvcache` reads.
+
+    Attributes:
+        arrays, rows: :class:`CacheArrays`, :class:`CacheRows`.
+        launch: the launch (:class:`simulator.fa3.arguments.Launch`), with each batch's split
+            count when FA3 reads them per batch (the prepare kernel or ``scheduler_metadata``).
+        paged: the paged launch (:func:`simulator.fa3.paged.paged_launch`) or None.
+        packs_varlen: FA3 packs the query heads of varlen queries (PackGQA).
+        rotary: None, or (rotary_cos, rotary_sin, per batch (query positions, key positions))
+            when new keys are rotated (:mod:`simulator.fa3.rotary`).
+        rotary_interleaved: pairs (2j, 2j + 1), else (j, j + rotary_dim / 2).
+    """
+
+    arrays: CacheArrays
+    rows: CacheRows
+    launch: Launch
+    paged: paged.PagedLaunch | None
+    packs_varlen: bool
+    rotary: tuple | None
+    rotary_interleaved: bool
+
+    @classmethod
+    def of(cls, a: CacheArrays, rows: CacheRows, opts: Options, parallel: Parallel, trace,
+           descales, *, rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved,
+           scheduler_metadata) -> KVCacheCall:
+        """The launch (:func:`cache_launch`), the rotary tables and positions, the caches'
+        writability, the per-batch split counts: all checked before the caches are written.
+        Raises ValueError naming the argument."""
+        launch, paged_launch, packs_varlen = cache_launch(a, rows, opts, parallel, trace, descales)
+        kernel, b = launch.kernel, a.rows_q.batch
+        interleaved = check_bool("rotary_interleaved", rotary_interleaved)
+        rot = rotary.check_rotary(rotary_cos, rotary_sin, rotary_seqlens, q_dtype=a.q.dtype,
+                                  head_dim=a.head_dim, batch=b, appends=a.k_new is not None,
+                                  paged=a.page_table is not None, seqlen_k=a.seqlen_cache)
+        if rot is not None and rot[2] is not None and np.any(rot[2] < 0):
+            raise ValueError(f"rotary_seqlens: expected positions >= 0, got {rot[2].tolist()[:8]}")
+        # no new key at all (an empty k, v: a null pointer to FA3) runs the kernel without
+        # AppendKV, and so without rotary: the queries stay as they are (measured on the H200)
+        if rot is not None and rows.new.lengths.sum() > 0:
+            rot = rot[:2] + (rotary_positions(rot, rows.cache_seqlens, a.rows_q.lengths,
+                                              rows.new.lengths,
+                                              kernel.is_causal or kernel.is_local),)
+        else:
+            rot = None
+        if a.k_new is not None:  # both caches checked before either is written
+            for name, orig, c in zip(("k_cache", "v_cache"), a.given, (a.k_cache, a.v_cache),
+                                     strict=True):
+                check_writable(orig, name)
+                check_writable(c, name)
+        # varlen (seqused_k / leftpad_k / cu_seqlens_q): the prepare kernel's per-batch counts
+        # (or scheduler_metadata's, which holds them); else the static one
+        static, splits = kernel.num_splits, None
+        if static > 1:
+            splits = np.full(b, static, np.int64) if not rows.varlen else dynamic_num_splits(
+                a.rows_q.lengths, rows.cache_seqlens, kblock_m=kernel.kblock_m,
+                kblock_n=kernel.kblock_n, heads=a.heads, heads_kv=a.heads_kv, num_sms=opts.sms,
+                num_splits_static=static, pack_gqa=True, leftpad_k=rows.cache_leftpad,
+                seqlens_k_new=rows.new.lengths)
+        splits = metadata_splits(scheduler_metadata, splits, b, static, rows.varlen,
+                                 kernel.is_causal, kernel.is_local)
+        return cls(a, rows, replace(launch, batch_splits=splits), paged_launch, packs_varlen,
+                   rot, interleaved)
+
+
+def run_kvcache(call: KVCacheCall):
+    """The launch of a checked KV-cache call: the memory budget checked for every batch, the
+    new keys (rotated first, with rotary) appended into the caches in place, then one forward
+    call per batch; FA3's return value."""
+    a, rows, launch = call.arrays, call.rows, call.launch
+    b, h, dv, new = a.rows_q.batch, a.heads, a.head_dim_v, rows.new
+    qs = [a.rows_q.batch_rows(a.q, bi) for bi in range(b)]   # [1, len_q[bi], heads, head_dim]
+    qvs = [None if a.qv is None else a.rows_q.batch_rows(a.qv, bi) for bi in range(b)]
+    kns = [new.batch_rows(a.k_new, bi) for bi in range(b)]   # [1, len_new[bi], heads_kv, head_dim]
+    vns = [new.batch_rows(a.v_new, bi) for bi in range(b)]
+    if call.rotary is not None:  # new keys rotated, then the queries
+        qs, kns = rotated(call.rotary, qs, kns, call.rotary_interleaved)
+    splits = launch.batch_splits
+
+    def batch_call(bi: int):
         """Batch ``bi``'s keys, values and forward arguments (the keys after the append)."""
-        keys = slice(int(left[bi]), int(seqlens[bi] + new.lengths[bi]))
-        kw = dict(softmax_scale=scale, causal=causal, window=tuple(window_size), softcap=softcap,
-                  max_seqlen_q=sq, max_seqlen_k=s_cache, qv=qvs[bi], attention_chunk=chunk,
-                  **{n: descale_rows(x, bi) for n, x in descales.items()},
-                  gpu=gpu, **parallel(executor, progress, memory_budget))
+        keys = slice(int(rows.cache_leftpad[bi]), int(rows.cache_seqlens[bi] + new.lengths[bi]))
+        kw = launch.forward_kwargs(bi, qvs[bi])
         if splits is not None and splits[bi] != 1:
             kw["num_splits"] = int(splits[bi])
-        if packs_varlen:
+        if call.packs_varlen:
             kw["pack_gqa"] = True
-        if launch is None:
-            return kc[None, rows[bi], keys], vc[None, rows[bi], keys], kw
-        kw.update(paged_kwargs(launch, pack_gqa, h > hkv))
-        row = table[rows[bi]]
-        return (paged.gather(kc, row, keys.start, keys.stop)[None],
-                paged.gather(vc, row, keys.start, keys.stop)[None], kw)
+        row = rows.cache_batch_idx[bi]
+        if call.paged is None:
+            return a.k_cache[None, row, keys], a.v_cache[None, row, keys], kw
+        kw.update(paged_kwargs(call.paged, launch.options.pack_gqa, h > a.heads_kv))
+        pages = a.page_table[row]
+        return (paged.gather(a.k_cache, pages, keys.start, keys.stop)[None],
+                paged.gather(a.v_cache, pages, keys.start, keys.stop)[None], kw)
 
     # "auto" decides once for the check and all the batch's calls: their tiles' products, a
     # full cache each
-    tiles = sum(-(-x.shape[1] // tile_m) for x in qs) * -(-s_cache // tile_n)
-    with engine.launching(tiles * tile_m * tile_n * h * (q.shape[-1] + dv)):
-        if kn is not None:  # the memory budget refuses before the cache is written, not after
+    with engine.launching(launch.work(a.rows_q.lengths, np.full(b, a.seqlen_cache))):
+        if a.k_new is not None:  # the memory budget refuses before the cache is written, not after
             for bi in range(b):
-                kb, vb, kw = call(bi)
+                kb, vb, kw = batch_call(bi)
                 if kb.shape[1] and qs[bi].shape[1]:
                     check_memory(qs[bi], kb, vb, **kw)
-        if kn is not None:  # AppendKV: the new keys land in the cache, in place
-            # the attention CTAs write them (hopper/flash_fwd_kernel_sm90.h, store_kv_new): a
-            # varlen sequence without query rows has no CTA and appends nothing (measured: H200)
-            count = np.where(rows_q.lengths > 0, new.lengths, 0)
-            bsel = np.repeat(np.arange(b), count)                              # [appended keys]
-            pos = seqlens[bsel] + (np.arange(bsel.shape[0]) - np.repeat(np.cumsum(count) - count, count))
-            slots = (rows[bsel], pos)
-            if table is not None:
-                page, row = paged.slots(table, rows[bsel], pos[:, None], page_size)
-                slots = (page[:, 0], row[:, 0])
-            append_kv((kc, vc), (k_cache, v_cache), slots,
-                      tuple(np.concatenate([x[bi][0, : count[bi]] for bi in range(b)])
-                            for x in (kns, vns)))
-        record = None if wanted is None else Trace()
-        out, lse, out_acc, lse_acc = rows_q.outputs(h, dv, output_dtype(q.dtype), static, s_cache == 0)
+        if a.k_new is not None:  # AppendKV: the new keys land in the cache, in place
+            append(a, rows, kns, vns)
+        record = None if launch.trace is None else Trace()
+        out, lse, out_acc, lse_acc = a.rows_q.outputs(h, dv, output_dtype(a.q.dtype),
+                                                      launch.kernel.num_splits, a.seqlen_cache == 0)
         for bi in range(b):
-            kb, vb, kw = call(bi)
+            kb, vb, kw = batch_call(bi)
             if kb.shape[1] == 0 or qs[bi].shape[1] == 0:
                 continue
             kw.pop("num_splits", None)
             parts = []
             o, l_ = traced_forward(qs[bi], kb, vb, kw, None if splits is None else int(splits[bi]),
-                                   bi, wanted, record, parts)
-            rows_q.store(bi, o[0], l_[0], parts, out, lse, out_acc, lse_acc)
-    full = (out, lse, out_acc, lse_acc) if return_softmax_lse else (out,)
-    return with_trace(returned(full, tq), record, return_softmax_lse)
+                                   bi, launch.trace, record, parts)
+            a.rows_q.store(bi, o[0], l_[0], parts, out, lse, out_acc, lse_acc)
+    full = launch.options.return_lse
+    return with_trace(returned((out, lse, out_acc, lse_acc) if full else (out,), a.torch), record,
+                      full)
 
 
-def rotated(rot, seqlens, qs: list, kns: list, per_row: bool, interleaved: bool):
-    """Queries and new keys of every batch rotated at FA3's positions (hopper/rotary.h): keys
-    at ``base + i``; queries at ``base + i`` under a causal or local kernel (``per_row``),
-    else all at ``base``; ``base`` is rotary_seqlens, else cache_seqlens."""
-    cos, sin, base = rot
+def append(a: CacheArrays, rows: CacheRows, kns: list, vns: list) -> None:
+    """AppendKV: batch ``bi``'s new keys and values (``kns[bi]``, ``vns[bi]``) written into its
+    cache row at ``cache_seqlens[bi]``, in place, by the attention CTAs
+    (hopper/flash_fwd_kernel_sm90.h, store_kv_new): a varlen sequence without query rows has
+    no CTA and appends nothing (measured: H200)."""
+    b = a.rows_q.batch
+    count = np.where(a.rows_q.lengths > 0, rows.new.lengths, 0)
+    bsel = np.repeat(np.arange(b), count)                              # [appended keys]
+    pos = rows.cache_seqlens[bsel] + (np.arange(bsel.shape[0]) - np.repeat(np.cumsum(count) - count, count))
+    slots = (rows.cache_batch_idx[bsel], pos)
+    if a.page_table is not None:
+        page, row = paged.slots(a.page_table, rows.cache_batch_idx[bsel], pos[:, None], a.page_size)
+        slots = (page[:, 0], row[:, 0])
+    append_kv((a.k_cache, a.v_cache), a.given, slots,
+              tuple(np.concatenate([x[bi][0, : count[bi]] for bi in range(b)]) for x in (kns, vns)))
+
+
+def rotary_positions(rot, seqlens, lengths_q, lengths_new, per_row: bool) -> list:
+    """Each batch's (query positions, key positions) of the rotary tables, FA3's
+    (hopper/rotary.h): keys at ``base + i``; queries at ``base + i`` under a causal or local
+    kernel (``per_row``), else all at ``base``; ``base`` is rotary_seqlens, else cache_seqlens.
+
+    Raises:
+        ValueError: a position past the tables (:func:`simulator.fa3.rotary.positions_past`).
+    """
+    cos, _, base = rot
     base = seqlens if base is None else base
-    qs_out, kns_out = [], []
-    for bi, (qb, kb) in enumerate(zip(qs, kns, strict=True)):
-        kpos = base[bi] + np.arange(kb.shape[1])[None]
-        qpos = base[bi] + (np.arange(qb.shape[1]) if per_row else np.zeros(qb.shape[1], int))[None]
+    out = []
+    for bi in range(len(lengths_q)):
+        kpos = base[bi] + np.arange(lengths_new[bi])[None]
+        qpos = base[bi] + (np.arange(lengths_q[bi]) if per_row else np.zeros(lengths_q[bi], int))[None]
         rotary.positions_past(cos.shape[0], kpos, "k")
         rotary.positions_past(cos.shape[0], qpos, "q")
+        out.append((qpos, kpos))
+    return out
+
+
+def rotated(rot, qs: list, kns: list, interleaved: bool):
+    """Queries and new keys of every batch rotated at their positions (:func:`rotary_positions`)."""
+    cos, sin, positions = rot
+    qs_out, kns_out = [], []
+    for qb, kb, (qpos, kpos) in zip(qs, kns, positions, strict=True):
         kns_out.append(rotary.rotate(kb, cos, sin, kpos, interleaved))
         qs_out.append(rotary.rotate(qb, cos, sin, qpos, interleaved))
     return qs_out, kns_out

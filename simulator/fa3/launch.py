@@ -3,8 +3,9 @@ kernel runs (the split count, the kernel flags, the output dtype) and the kernel
 themselves (the unsplit kernel, or the Split kernel then the combine kernel), shared by
 flash_attn_func, flash_attn_varlen_func and flash_attn_with_kvcache.
 
-Every :func:`simulator.flash.forward` call made here takes the ``kw`` the API built, which
-carries the caller's ``executor``, ``progress`` and ``memory_budget`` (:func:`parallel`).
+Every :func:`simulator.flash.forward` call made here takes the ``kw`` the API built
+(:meth:`simulator.fa3.arguments.Launch.forward_kwargs`), which carries the caller's
+``executor``, ``progress`` and ``memory_budget``.
 """
 
 from __future__ import annotations
@@ -18,13 +19,6 @@ from ..flash.masks import chunk_window, fa3_window, kernel_flags, normalize_wind
 from ..gpus import DEFAULT_GPU, mufu_model_name
 from .combine import combine
 from .splits import get_num_splits
-
-
-def parallel(executor, progress, memory_budget) -> dict:
-    """The keyword arguments of :func:`simulator.flash.forward` that say how, not what, it
-    computes, for every forward call of a launch (None: the forward's defaults, serial,
-    silent, ``chunks.DEFAULT_MEMORY_BUDGET``); the bits are the serial run's."""
-    return dict(executor=executor, progress=progress, memory_budget=memory_budget)
 
 
 def static_splits(num_splits: int, *, fmt, batch, heads, heads_kv, seqlen_q, seqlen_k, head_dim,
