@@ -37,9 +37,9 @@ def test_verify_help_has_a_description_and_the_exit_codes(capsys):
 
 
 def test_verify_replays_device_bits_from_the_command_line():
-    """The command's plumbing on one topic (the hardware sweeps: millions of recorded results in
-    seconds: 786,552 of them under --quick); every topic's replay is tested on its own (tests/test_verify_topics.py and the
-    per-topic replay tests), and ``verify`` itself replays them all."""
+    """The command's plumbing on one topic (the hardware sweeps: 786,552 recorded results under
+    --quick, in seconds); every topic's replay is tested on its own (tests/test_verify_topics.py
+    and the per-topic replay tests), and ``verify`` itself replays them all."""
     r = _run("verify", "--topic", "hw", "--quick", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)

@@ -307,7 +307,7 @@ def test_each_build_switch_changes_bits():
     """The rules the recordings decide (docs: the open questions) are switches of
     Fa2BwdBuild; each changes some gradient bits on scores of tens, so the recorded
     bits can tell them apart: the exp2 argument as one FFMA instead of UNFUSE_FMA's FMUL + FSUB,
-    and the kernel head dim list of a later FlashAttention-2 (160 -> the 192 kernel)."""
+    and the kernel head dim list of FlashAttention-2 2.5.7 (a 160 kernel)."""
     from dataclasses import replace
 
     from simulator.flash.mainloop_bwd_fa2 import PYTORCH_BWD
@@ -321,6 +321,6 @@ def test_each_build_switch_changes_bits():
                          build=replace(PYTORCH_BWD, exp=replace(PYTORCH_BWD.exp, unfuse_fma=False)))
     assert any(not np.array_equal(a.view(np.uint16), b.view(np.uint16))
                for a, b in zip(base, fused, strict=True))
-    later = replace(PYTORCH_BWD, kernel_head_dims=(32, 64, 96, 128, 192, 256))
-    assert bwd_tile(160, False, later).kernel_head_dim == 192
-    assert bwd_tile(160, False).kernel_head_dim == 160
+    older = replace(PYTORCH_BWD, kernel_head_dims=(32, 64, 96, 128, 160, 192, 224, 256))
+    assert bwd_tile(160, False, older).kernel_head_dim == 160
+    assert bwd_tile(160, False).kernel_head_dim == 192

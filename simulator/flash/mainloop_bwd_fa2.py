@@ -40,7 +40,7 @@ from .. import mma
 from ..numerics import convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2
 from .grid import pad_rows
-from .mainloop_fwd_fa2 import PYTORCH, Fa2Build
+from .mainloop_fwd_fa2 import KERNEL_HEAD_DIMS, PYTORCH, Fa2Build
 from .masks import allowed
 from .spread import ordered_sum, sum_bounds
 
@@ -65,11 +65,12 @@ class Fa2BwdBuild:
     """
 
     exp: Fa2Build = PYTORCH
-    ftz: bool = True
-    kernel_head_dims: tuple[int, ...] = KERNEL_HEAD_DIMS_257
+    ftz: bool = False
+    kernel_head_dims: tuple[int, ...] = KERNEL_HEAD_DIMS
 
 
-#: PyTorch's build (``UNFUSE_FMA``, fast math assumed, FA2 2.5.7's head dims)
+#: PyTorch's build: ``UNFUSE_FMA``, no fast math, the forward's kernel head dims (what the
+#: forward's recordings show: simulator/flash/mainloop_fwd_fa2.py, PYTORCH, KERNEL_HEAD_DIMS)
 PYTORCH_BWD = Fa2BwdBuild()
 
 

@@ -60,20 +60,28 @@ class Fa2Build:
         unfuse_fma: ``exp2f(__fmul_rn(x, scale_log2) - max_scaled)`` (PyTorch's
             ``UNFUSE_FMA``, after pytorch/pytorch#121558) instead of one FFMA.
         fmul_ftz, fsub_ftz: whether that FMUL and the subtraction flush subnormals.
-        ex2_ftz: ``exp2f`` as MUFU.EX2 alone (``--use_fast_math``) or with the subnormal
-            fix-up of the accurate form.
-        rcp_approx: ``1.f / sum`` as MUFU.RCP (fast math) or the IEEE division.
+        ex2_ftz: ``exp2f`` as MUFU.EX2 with subnormals flushed (``--use_fast_math``) or
+            ``ex2.approx.f32`` keeping them.
+        rcp_approx: ``1.f / sum`` as MUFU.RCP (fast math) or the IEEE division (``rcp.rn``).
+        fast_math: ``expf`` / ``logf`` in the split-KV combine as ``__expf`` / ``__logf``
+            (else libdevice's accurate sequences, :mod:`simulator.numerics.libdevice`).
     """
 
     name: str
     unfuse_fma: bool = True
-    fmul_ftz: bool = True
-    fsub_ftz: bool = True
-    ex2_ftz: bool = True
-    rcp_approx: bool = True
+    fmul_ftz: bool = False
+    fsub_ftz: bool = False
+    ex2_ftz: bool = False
+    rcp_approx: bool = False
+    fast_math: bool = False
 
 
-#: PyTorch's build of FA2 (``UNFUSE_FMA``; the compile flags as measured)
+#: PyTorch's build of FA2: ``UNFUSE_FMA``, no ``--use_fast_math``. Measured on the H100 with
+#: torch 2.11 (simulator/data/device/sdpa/): the two-rounding exp2 argument (one FFMA misses
+#: hundreds of bits), ``1.f / sum`` correctly rounded (MUFU.RCP misses O bits in 4 of 202
+#: calls), the combine's accurate ``logf`` (``__logf`` misses LSE bits in nearly every split
+#: call). The ftz switches follow the PTX of a build without ``-ftz``; no recorded input tells
+#: them apart.
 PYTORCH = Fa2Build("pytorch")
 
 
@@ -108,20 +116,21 @@ def fa2_tile(head_dim: int, causal: bool, dropout: bool) -> tuple[int, int, int]
         return 128, 64, 4
     if hd == 128:
         return (128, 32, 4) if dropout else (128, 64, 4)
-    if hd == 160:
-        return 128, 32, 4
     if hd == 192:
         return (64, 64, 4) if dropout else (128, 64, 8)
-    if hd == 224:
-        return 128, 64, 8
     return 64, 64, 4  # 256: two 64 x 64 CTAs per SM fit Hopper's shared memory
 
 
+#: the head dims FA2 compiles kernels for: 160 and 224 have none since upstream removed them
+#: (after 2.5.7), and torch 2.11's build runs a head dim of 160 with the 192 kernel, 224 with
+#: the 256 one (the kernel names recorded in simulator/data/device/sdpa/sdpa_kernels.json)
+KERNEL_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+
+
 def kernel_head_dim(head_dim: int) -> int:
-    """The compiled kHeadDim a head dim runs with: ``head_size_rounded`` (a multiple of 32 up to
-    128, of 64 above; flash_api.cpp) taken to FA2's kernel list (32, 64, 96, 128, 160, 192,
-    224, 256)."""
-    for hd in (32, 64, 96, 128, 160, 192, 224, 256):
+    """The compiled kHeadDim a head dim runs with: the smallest of :data:`KERNEL_HEAD_DIMS`
+    that holds it (``run_mha_fwd_`` dispatch by ``head_size_rounded``, flash_api.cpp)."""
+    for hd in KERNEL_HEAD_DIMS:
         if head_dim <= hd:
             return hd
     raise ValueError(f"head_dim: FlashAttention-2 supports head dims up to 256, got {head_dim}")
@@ -148,12 +157,12 @@ class Fa2Softmax(Softmax):
         scale = self._scale()
         b = self.build
         max_scaled = np.where(self.row_max == _NEG_INF, np.float32(0),
-                              fmul(self.row_max, scale, ftz=True))
+                              fmul(self.row_max, scale, ftz=b.fmul_ftz))
         if b.unfuse_fma:
             x = fsub(fmul(scores, scale[..., None], ftz=b.fmul_ftz), max_scaled[..., None],
                      ftz=b.fsub_ftz)
         else:
-            x = ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True)
+            x = ffma(scores, scale[..., None], -max_scaled[..., None], ftz=b.fmul_ftz)
         p = ex2(x, model=self.mufu, ftz=b.ex2_ftz)
         self.add_row_sum(p, is_first)
         return p
@@ -173,10 +182,11 @@ class Fa2Softmax(Softmax):
             with np.errstate(divide="ignore", over="ignore"):
                 inv = (np.float32(1) / safe).astype(np.float32)
         inv = np.where(empty, np.float32(1), inv)
-        log_sum = fmul(lg2(safe, model=self.mufu), LN2_F32, ftz=True)
-        lse = ffma(self.row_max, self.softmax_scale, log_sum, ftz=True)
+        ftz = self.build.fmul_ftz
+        log_sum = fmul(lg2(safe, model=self.mufu, ftz=ftz), LN2_F32, ftz=ftz)  # __logf
+        lse = ffma(self.row_max, self.softmax_scale, log_sum, ftz=ftz)
         self.lse = np.where(empty, _NEG_INF if self.split else _POS_INF, lse).astype(np.float32)
-        return fmul(inv, np.asarray(final_scale, np.float32), ftz=True)
+        return fmul(inv, np.asarray(final_scale, np.float32), ftz=ftz)
 
 
 def masking_checks(cfg: Config, steps: int) -> list[bool]:
@@ -293,5 +303,5 @@ def splitkv_tile(head_dim: int) -> tuple[int, int, int]:
     return 64, 256 if hd <= 64 else 128 if hd <= 128 else 64, 4
 
 
-__all__ = ["PYTORCH", "Fa2Build", "Fa2Dropout", "Fa2Softmax", "fa2_tile", "kernel_head_dim", "mainloop",
-           "masking_checks", "run_group", "split_ranges", "splitkv_tile"]
+__all__ = ["KERNEL_HEAD_DIMS", "PYTORCH", "Fa2Build", "Fa2Dropout", "Fa2Softmax", "fa2_tile",
+           "kernel_head_dim", "mainloop", "masking_checks", "run_group", "split_ranges", "splitkv_tile"]

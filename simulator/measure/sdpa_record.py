@@ -121,17 +121,25 @@ class Recorder:
         return t.detach().contiguous().float().cpu().numpy()
 
     def describe(self, t) -> dict | str | int | float:
-        """Type, dtype, shape, device and (small tensors) values of a returned object."""
+        """Type, dtype, shape, device and (small tensors) values of a returned object (the
+        error text where it cannot: a description never fails the call it describes)."""
+        try:
+            return self._describe(t)
+        except Exception as exc:  # noqa: BLE001
+            return f"undescribed: {_first_line(exc)}"
+
+    def _describe(self, t) -> dict | str | int | float:
         torch = self.torch
         if not isinstance(t, torch.Tensor):
             return {"type": type(t).__name__, "value": t if isinstance(t, (int, float)) else str(t)}
         d = {"dtype": str(t.dtype), "shape": list(t.shape), "device": str(t.device),
              "stride": list(t.stride())}
         if t.numel() <= 8:
+            flat = t.detach().cpu().reshape(-1)  # a 0-d tensor (the op's `unused`) too
             if t.dtype in (torch.uint64, torch.int64):
-                d["values"] = [int(x) for x in t.cpu().view(torch.int64).numpy().view(np.uint64)]
+                d["values"] = [int(x) for x in flat.view(torch.int64).numpy().view(np.uint64)]
             else:
-                d["values"] = t.cpu().tolist()
+                d["values"] = flat.tolist()
         return d
 
     def philox_values(self, t) -> np.ndarray:
