@@ -8,7 +8,9 @@ Usage (from the repository root)::
 (everything after ``--`` goes to pytest, e.g. ``-- -k kvcache``)
 
 SOURCE is a checkout of https://github.com/Dao-AILab/flash-attention (the folder holding
-``hopper/``) or its git directory (a bare mirror: the files are read with ``git show REV:...``).
+``hopper/``; a plain copy of the three files under ``hopper/`` names its commit in an
+``UPSTREAM_COMMIT`` file beside it) or its git directory (a bare mirror: the files are read
+with ``git show REV:...``).
 Default: the mirror at ``/work/.mirror/Dao-AILab+flash-attention/repo`` when present.
 
 This project holds none of upstream's test code: the three files (``test_flash_attn.py``,
@@ -278,14 +280,17 @@ def apply(namespace):
 
 def read_sources(source: Path, rev: str) -> tuple[dict[str, str], str]:
     """The three upstream files' text and the commit they come from."""
-    if (source / "hopper").is_dir():  # a checkout
+    if (source / "hopper").is_dir():  # a checkout, or a copy of the three files
         texts = {f: (source / "hopper" / f).read_text() for f in FILES}
-        try:
-            commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"],
-                                    capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            commit = "unknown (not a git checkout)"
-        return texts, commit
+        stamp = source / "UPSTREAM_COMMIT"
+        if stamp.is_file():
+            return texts, stamp.read_text().strip()
+        top = subprocess.run(["git", "-C", str(source), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True)
+        lines = top.stdout.split()
+        if top.returncode == 0 and Path(lines[0]).resolve() == source.resolve():
+            return texts, lines[1]
+        return texts, "unknown (not a git checkout's top folder, no UPSTREAM_COMMIT file)"
     if (source / "HEAD").is_file() and (source / "objects").is_dir():  # a git directory
         git = ["git", f"--git-dir={source}"]
         commit = subprocess.run(git + ["rev-parse", rev], capture_output=True, text=True,
@@ -392,7 +397,7 @@ def main(argv=None) -> int:
         print(table)
         if args.report:
             args.report.write_text(table)
-    if args.keep is None and not args.list:
+    if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return rc
 
