@@ -3,7 +3,8 @@
 Usage (from the repository root)::
 
     python scripts/run_upstream_fa3_tests.py [SOURCE] [--subset quick|full] [-n WORKERS]
-        [--rev REV] [--keep DIR] [--report PATH] [--list] [-- PYTEST_ARGS...]
+        [--rev REV] [--keep DIR] [--report PATH] [--list] [--cheap-first]
+        [--time-limit S] [-- PYTEST_ARGS...]
 
 (everything after ``--`` goes to pytest, e.g. ``-- -k kvcache``)
 
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -369,6 +371,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rev", default="HEAD", help="commit to read from a git dir (default HEAD)")
     ap.add_argument("--subset", choices=("quick", "full"), default="full")
     ap.add_argument("-n", "--workers", default="auto", help="pytest-xdist workers (0: none)")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="seconds after which pytest is interrupted (the finished cases are "
+                         "reported)")
     ap.add_argument("--keep", type=Path, help="write the edited files here and keep them")
     ap.add_argument("--report", type=Path, help="write the result table (markdown) here")
     ap.add_argument("--list", action="store_true", help="only list the selected cases")
@@ -411,9 +416,19 @@ def main(argv=None) -> int:
             cmd += ["-n", args.workers, "--dist", "load" if args.cheap_first else "worksteal"]
     cmd += args.pytest_args
     print(f"upstream {commit} from {source}; edited files in {work}", flush=True)
-    rc = subprocess.run(cmd, cwd=work, env=env).returncode
+    proc = subprocess.Popen(cmd, cwd=work, env=env)
+    stopped = None
+    try:
+        rc = proc.wait(timeout=args.time_limit)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+        # pytest writes its junit file on an interrupt: the cases finished so far are kept
+        stopped = ("time limit" if isinstance(exc, subprocess.TimeoutExpired) else "interrupted")
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait()
     if not args.list and junit.exists():
         table = summarise(junit, commit, args.subset)
+        if stopped:
+            table = f"stopped ({stopped}): the cases that finished\n\n" + table
         print(table)
         if args.report:
             args.report.write_text(table)
