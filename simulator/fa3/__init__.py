@@ -36,12 +36,32 @@ __all__ = ["backward_spread", "flash_attn_backward", "flash_attn_combine", "flas
 
 
 
-def register_torch_ops() -> None:
-    """Register ``flash_attn_func``'s ``torch.library`` ops (:mod:`.torch_ops`) now: done at
-    import when torch was imported first; call it after ``import torch`` otherwise, before a
-    ``torch.compile(..., fullgraph=True)`` (without fullgraph the first compiled call registers
-    them, with one graph break)."""
-    _torch_ops.register(flash_attn_func)
+def register_torch_ops(namespace: str | None = None) -> None:
+    """Register torch ops over this package (imports torch).
+
+    Without ``namespace``: ``flash_attn_func``'s ``torch.library`` ops (:mod:`.torch_ops`,
+    ``simulator_fa3::fwd`` / ``bwd``), done at import when torch was imported first; call it
+    after ``import torch`` otherwise, before a ``torch.compile(..., fullgraph=True)`` (without
+    fullgraph the first compiled call registers them, with one graph break).
+
+    With ``namespace`` (``"flash_attn_3"`` for code that calls ``torch.ops.flash_attn_3.*``):
+    FA3's own library ops ``fwd``, ``bwd``, ``fwd_combine``, ``get_scheduler_metadata`` with
+    the schemas of ``hopper/flash_api.cpp``, for CPU tensors, running this package
+    (:func:`simulator.fa3.torch_ops.register_fa3_library` says what each returns). Only on
+    request, and never over a loaded FlashAttention-3 library.
+
+    Raises:
+        ValueError: ``namespace`` refused (not an identifier, ``"simulator_fa3"``, or already
+            holding FA3's op names from another library), naming it.
+    """
+    if namespace is None:
+        _torch_ops.register(flash_attn_func)
+        return
+    _torch_ops.register_fa3_library(
+        {"flash_attn_func": flash_attn_func, "flash_attn_varlen_func": flash_attn_varlen_func,
+         "flash_attn_with_kvcache": flash_attn_with_kvcache,
+         "flash_attn_combine": flash_attn_combine,
+         "get_scheduler_metadata": get_scheduler_metadata}, namespace)
 
 
 if "torch" in _sys.modules:  # torch.compile traces through the registered ops (torch_ops)

@@ -62,7 +62,8 @@ def check(q, k, v, kw: dict) -> None:
     """What :func:`flash_attn_backward` would refuse (:func:`apply` defers it to the backward):
     q, k or v not a torch tensor like the others, then the backward's own checks
     (:func:`simulator.flash.backward.make_backward_config` on zero-length slices of the
-    inputs: dtypes, head dims, heads, softcap, softmax_scale, deterministic at head dim 256).
+    inputs: dtypes, head dims, heads, softcap, softmax_scale, deterministic at head dim 256;
+    V's head dim unlike Q's as :func:`simulator.fa3.backward.common_head_dim` runs it).
 
     Raises:
         ValueError: naming the argument.
@@ -70,7 +71,9 @@ def check(q, k, v, kw: dict) -> None:
     import numpy as np  # noqa: PLC0415
 
     from ..flash.backward import make_backward_config  # noqa: PLC0415
+    from ..flash.constants import default_softmax_scale  # noqa: PLC0415
     from .arrays import from_torch  # noqa: PLC0415
+    from .backward import common_head_dim  # noqa: PLC0415
 
     check_tensors(q, k, v)
     # no rows: the checks see the shapes and dtypes, and nothing is copied
@@ -79,8 +82,14 @@ def check(q, k, v, kw: dict) -> None:
     if q0.ndim == 3:  # a varlen launch: one sequence of no rows
         q0, k0, v0 = q0[None], k0[None], v0[None]
     lse0 = np.zeros((q0.shape[0], q0.shape[2], 0), np.float32)
+    o0 = np.zeros(q0.shape[:-1] + v0.shape[-1:], q0.dtype)  # out and dout: V's head dim
+    a, dims = common_head_dim({"q": q0, "k": k0, "v": v0, "out": o0, "dout": o0})
+    scale = kw.get("softmax_scale")
+    if dims is not None and scale is None:
+        scale = float(default_softmax_scale(dims[0]))
     try:
-        make_backward_config(q0, q0, k0, v0, q0, lse0, softmax_scale=kw.get("softmax_scale"),
+        make_backward_config(a["dout"], a["q"], a["k"], a["v"], a["out"], lse0,
+                             softmax_scale=scale,
                              causal=bool(kw.get("causal")), window=kw.get("window_size", (-1, -1)),
                              softcap=kw.get("softcap", 0.0),
                              deterministic=bool(kw.get("deterministic")))

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import engine, flash
 from ..flash.backward import make_backward_config
+from ..flash.constants import default_softmax_scale
 from ..gpus import DEFAULT_GPU
 from .arrays import returned, to_numpy
 from .checks import check_bool, check_parallel, check_window_size, cu_seqlens, seqused
@@ -34,7 +35,9 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
     Args:
         dout, q, out: [batch, seqlen_q, heads, head_dim] (varlen: [total_q, heads, head_dim]);
             k, v: [batch, seqlen_k, heads_kv, head_dim] (varlen: [total_k, ...]); bf16 or fp16
-            NumPy arrays or CPU torch tensors, all the same dtype.
+            NumPy arrays or CPU torch tensors, all the same dtype. V's head dim (v, out,
+            dout) may differ from Q's (q, k), as FA3 takes it: one kernel at the rounded
+            larger head dim (:func:`common_head_dim`; modelled, not yet recorded).
         softmax_lse: the forward's LSE, float32 [batch, heads, seqlen_q] (varlen:
             [heads, total_q], FA3's layout).
         softmax_scale: default ``head_dim ** -0.5``. causal, window_size: as the forward.
@@ -103,11 +106,15 @@ def launch(args: dict, deterministic: bool, spread: bool):
     for name in names:
         arrs[name], was = to_numpy(args[name], name)
         tq = tq or (name == "q" and was)
+    arrs, dims = common_head_dim(arrs)
     window = check_window_size(args["window_size"])
     sm = args.get("sm_margin", 0)
     if isinstance(sm, bool) or not isinstance(sm, (int, np.integer)) or sm < 0:
         raise ValueError(f"sm_margin: expected an int >= 0, got {sm!r}")
-    kw = dict(softmax_scale=args["softmax_scale"], causal=check_bool("causal", args["causal"]),
+    scale = args["softmax_scale"]
+    if dims is not None and scale is None:  # the interface's default, from q's own head dim
+        scale = float(default_softmax_scale(dims[0]))
+    kw = dict(softmax_scale=scale, causal=check_bool("causal", args["causal"]),
               window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread,
               memory_budget=args.get("memory_budget"), progress=args.get("progress"),
               executor=args.get("executor"), gpu=args.get("gpu", DEFAULT_GPU))
@@ -115,10 +122,70 @@ def launch(args: dict, deterministic: bool, spread: bool):
     if args["cu_seqlens_q"] is None and args["cu_seqlens_k"] is None:
         d = arrs
         if not used:
-            return flash.backward(d["dout"], d["q"], d["k"], d["v"], d["out"],
-                                  d["softmax_lse"], **kw), tq
-        return _batched_as_varlen(arrs, args, kw), tq
-    return _varlen(arrs, args, kw), tq
+            res = flash.backward(d["dout"], d["q"], d["k"], d["v"], d["out"], d["softmax_lse"],
+                                 **kw)
+        else:
+            res = _batched_as_varlen(arrs, args, kw)
+    else:
+        res = _varlen(arrs, args, kw)
+    return _cut_head_dims(res, dims), tq
+
+
+def common_head_dim(arrs: dict):
+    """``(arrays, dims)``: with V's head dim (v, out, dout) unlike Q's (q, k), the narrower
+    group zero-padded to the wider one's, and ``dims = (d, dv)``; else ``(arrs, None)``.
+
+    FA3's ``mha_bwd`` runs such a call on one kernel of head dim
+    ``round_up_headdim(max(d, dv))`` for both (``params.d_rounded``; its tiles, and the
+    deterministic refusal at 256, follow it); its loads of the narrower tensors fill the
+    columns past their width with zeros (TMA out of bounds), which add exact zero products to
+    the GEMMs and dPsum, and the stores write only the real columns. Modelled from
+    hopper/flash_api.cpp (mha_bwd, run_mha_bwd_constexpr); the bits are to be checked
+    against the library on the device (``simulator.measure.fa3_bwd_dv_record``). Arrays
+    that are not 3-d / 4-d NumPy arrays are left for the checks to refuse.
+
+    Raises:
+        ValueError: with dv != d, k not of q's head dim or out / dout not of v's (v, when
+            all of k, out and dout have q's), naming it.
+    """
+    names_d, names_dv = ("q", "k"), ("v", "out", "dout")
+    xs = [arrs[n] for n in names_d + names_dv]
+    if not all(isinstance(x, np.ndarray) and x.ndim in (3, 4) for x in xs):
+        return arrs, None
+    d, dv = arrs["q"].shape[-1], arrs["v"].shape[-1]
+    if d == dv:
+        return arrs, None
+    if all(arrs[n].shape[-1] == d for n in ("k", "out", "dout")):  # v alone differs
+        raise ValueError(f"v: expected shape {arrs['k'].shape} (k's), or out and dout of V's "
+                         f"head dim {dv} (FA3 takes dv != d), got {arrs['v'].shape}")
+    for names, want, like in ((names_d, d, "q"), (names_dv, dv, "v")):
+        for n in names:
+            if arrs[n].shape[-1] != want:
+                raise ValueError(f"{n}: expected head dim {want} ({like}'s; V's head dim "
+                                 f"{dv} differs from Q's {d}), got {arrs[n].shape[-1]}")
+    width = max(d, dv)
+    out = dict(arrs)
+    for n in names_d if d < width else names_dv:
+        x = arrs[n]
+        padded = np.zeros(x.shape[:-1] + (width,), x.dtype)
+        padded[..., : x.shape[-1]] = x
+        out[n] = padded
+    return out, (d, dv)
+
+
+def _cut_head_dims(res, dims):
+    """``res`` (dq, dk, dv and spread) with the padded columns of :func:`common_head_dim`
+    dropped: dq and dk to d, dv to dv."""
+    if dims is None:
+        return res
+    d, dv = dims
+    widths = {"dq": d, "dk": d, "dv": dv}
+    for name, w in widths.items():
+        setattr(res, name, np.ascontiguousarray(getattr(res, name)[..., :w]))
+    if res.spread is not None:
+        res.spread = {n: tuple(np.ascontiguousarray(x[..., :widths[n]]) for x in pair)
+                      for n, pair in res.spread.items()}
+    return res
 
 
 def _batched_as_varlen(a: dict, args: dict, kw: dict) -> _Varlen:

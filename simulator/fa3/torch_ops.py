@@ -117,3 +117,207 @@ def flash_attn_func_op(forward, q, k, v, softmax_scale, causal, qv, q_descale, k
         int(sm_margin), num_sms, gpu, qv, q_descale, k_descale, v_descale, int(attention_chunk),
         bool(deterministic))
     return (out, lse) if return_attn_probs else out
+
+
+# FA3's own op library, as hopper/flash_api.cpp defines it (TORCH_LIBRARY(flash_attn_3, m) at
+# Dao-AILab/flash-attention 0251105a): the op names, argument names, types, defaults and
+# returns, so that code calling torch.ops.flash_attn_3.* (FA3's flash_attn_interface.py, exported
+# graphs) runs on CPU tensors through simulator.fa3. Registered only when asked
+# (register_fa3_library / simulator.fa3.register_torch_ops(namespace="flash_attn_3")).
+FA3_SCHEMAS = {
+    "fwd": (
+        "fwd(Tensor q, Tensor k, Tensor v, Tensor(k_new!)? k_new=None, Tensor(v_new!)? v_new=None, "
+        "Tensor? q_v=None, Tensor(out!)? out=None, Tensor? cu_seqlens_q=None, "
+        "Tensor? cu_seqlens_k=None, Tensor? cu_seqlens_k_new=None, Tensor? seqused_q=None, "
+        "Tensor? seqused_k=None, int? max_seqlen_q=None, int? max_seqlen_k=None, "
+        "Tensor? page_table=None, Tensor? kv_batch_idx=None, Tensor? leftpad_k=None, "
+        "Tensor? rotary_cos=None, Tensor? rotary_sin=None, Tensor? seqlens_rotary=None, "
+        "Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "
+        "float? softmax_scale=None, bool is_causal=False, int window_size_left=-1, "
+        "int window_size_right=-1, int attention_chunk=0, float softcap=0.0, "
+        "bool is_rotary_interleaved=False, Tensor? scheduler_metadata=None, int num_splits=0, "
+        "bool? pack_gqa=None, int sm_margin=0) -> (Tensor(out!), Tensor, Tensor, Tensor)"),
+    "bwd": (
+        "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
+        "Tensor(dq!)? dq=None, Tensor(dk!)? dk=None, Tensor(dv!)? dv=None, "
+        "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, Tensor? seqused_q=None, "
+        "Tensor? seqused_k=None, int? max_seqlen_q=None, int? max_seqlen_k=None, "
+        "float? softmax_scale=None, bool is_causal=False, int window_size_left=-1, "
+        "int window_size_right=-1, float softcap=0.0, bool deterministic=False, "
+        "int sm_margin=0) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"),
+    "fwd_combine": (
+        "fwd_combine(Tensor out_partial, Tensor lse_partial, Tensor(out!)? out=None, "
+        "ScalarType? out_dtype=None) -> (Tensor(out!), Tensor)"),
+    "get_scheduler_metadata": (
+        "get_scheduler_metadata(int batch_size, int max_seqlen_q, int max_seqlen_k, "
+        "int num_heads, int num_heads_k, int headdim, int headdim_v, ScalarType qkv_dtype, "
+        "Tensor seqused_k, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
+        "Tensor? cu_seqlens_k_new=None, Tensor? seqused_q=None, Tensor? leftpad_k=None, "
+        "int? page_size=None, int max_seqlen_k_new=0, bool is_causal=False, "
+        "int window_size_left=-1, int window_size_right=-1, int attention_chunk=0, "
+        "bool has_softcap=False, int num_splits=0, bool? pack_gqa=None, int sm_margin=0) "
+        "-> Tensor"),
+}
+RESERVED_NAMESPACE = "simulator_fa3"
+_LIBRARIES: dict = {}  # namespace -> torch.library.Library (kept alive: dropping it unregisters)
+
+
+def defined_ops(namespace: str) -> list[str]:
+    """Which of FA3's op names ``namespace`` already has in torch's dispatcher (imports torch)."""
+    import torch
+
+    found = []
+    for name in FA3_SCHEMAS:
+        try:
+            torch._C._dispatch_find_schema_or_throw(f"{namespace}::{name}", "")
+        except RuntimeError:
+            continue
+        found.append(name)
+    return found
+
+
+def register_fa3_library(api: dict, namespace: str = "flash_attn_3") -> None:
+    """Register FA3's four library ops (``fwd``, ``bwd``, ``fwd_combine``,
+    ``get_scheduler_metadata``, with :data:`FA3_SCHEMAS`) under ``namespace`` for CPU tensors,
+    each running the emulation (``api``: simulator.fa3's functions by name, passed in: this
+    module sits below the interface). Idempotent per namespace.
+
+    What each op returns, beside FA3's: ``fwd`` -> (out, softmax_lse, out_accum,
+    softmax_lse_accum): a KV-cache call (k_new, page_table, kv_batch_idx, leftpad_k, rotary,
+    scheduler_metadata, or seqused_k without cu_seqlens_k) runs
+    ``flash_attn_with_kvcache`` and returns its split partials; a varlen call
+    (``flash_attn_varlen_func``) and a dense one (``flash_attn_func``) return the two
+    accumulators empty (0 elements: simulator.fa3 keeps those partials internal). ``bwd``
+    writes dq, dk, dv into the tensors given (FA3's mutated arguments; without them the
+    gradients are computed and dropped, as FA3 drops its internal buffers) and returns
+    (softmax_d, softmax_lse_log2, dq_accum, dk_accum, dv_accum): the preprocess's dPsum and
+    LSE * log2(e) for a launch without cu_seqlens or seqused, empty otherwise, the accumulators
+    empty (scratch in FA3). ``fwd`` with ``out`` writes into it and
+    returns it. The bits are those of the matching simulator.fa3 function.
+
+    Raises:
+        ValueError: ``namespace`` not a valid identifier, the reserved ``simulator_fa3``, or
+            one already holding one of these op names that this process did not register here
+            (a loaded FlashAttention-3 library: never replaced).
+    Source: hopper/flash_api.cpp (TORCH_LIBRARY(flash_attn_3, m), mha_fwd, mha_bwd,
+        mha_combine, mha_fwd_get_scheduler_metadata).
+    """
+    if not isinstance(namespace, str) or not namespace.isidentifier():
+        raise ValueError(f"namespace: expected an identifier such as 'flash_attn_3', got "
+                         f"{namespace!r}")
+    if namespace == RESERVED_NAMESPACE:
+        raise ValueError(f"namespace: {RESERVED_NAMESPACE!r} holds flash_attn_func's ops (other "
+                         f"schemas); pick another for FA3's library ops")
+    if namespace in _LIBRARIES:
+        return
+    taken = defined_ops(namespace)
+    if taken:
+        raise ValueError(
+            f"namespace: {namespace}::{', '.join(taken)} already registered in this process (the "
+            f"real FlashAttention-3 library is loaded?); simulator.fa3 never replaces it: pass "
+            f"another namespace")
+    import torch
+
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    for schema in FA3_SCHEMAS.values():
+        lib.define(schema)
+    for name, fn in _fa3_impls(api).items():
+        lib.impl(name, fn, "CPU")
+    _LIBRARIES[namespace] = lib
+
+
+def _fa3_impls(api: dict) -> dict:
+    import numpy as np
+    import torch
+
+    from .arrays import to_torch
+    from .backward import launch
+
+    def empty():
+        return torch.empty(0, dtype=torch.float32)
+
+    def fwd(q, k, v, k_new=None, v_new=None, q_v=None, out=None, cu_seqlens_q=None,
+            cu_seqlens_k=None, cu_seqlens_k_new=None, seqused_q=None, seqused_k=None,
+            max_seqlen_q=None, max_seqlen_k=None, page_table=None, kv_batch_idx=None,
+            leftpad_k=None, rotary_cos=None, rotary_sin=None, seqlens_rotary=None,
+            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None,
+            is_causal=False, window_size_left=-1, window_size_right=-1, attention_chunk=0,
+            softcap=0.0, is_rotary_interleaved=False, scheduler_metadata=None, num_splits=0,
+            pack_gqa=None, sm_margin=0):
+        common = dict(softmax_scale=softmax_scale, causal=is_causal,
+                      q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                      window_size=(window_size_left, window_size_right),
+                      attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits,
+                      pack_gqa=pack_gqa, sm_margin=sm_margin)
+        cache = (k_new, v_new, page_table, kv_batch_idx, leftpad_k, rotary_cos, rotary_sin,
+                 scheduler_metadata, cu_seqlens_k_new)
+        if any(x is not None for x in cache) or (seqused_k is not None and cu_seqlens_k is None):
+            # flash_attn_with_kvcache's call: k, v are the caches, seqused_k their lengths
+            if seqused_q is not None or cu_seqlens_k is not None or max_seqlen_k is not None:
+                raise ValueError("seqused_q, cu_seqlens_k, max_seqlen_k: not taken with a KV "
+                                 "cache (k_new, page_table, ...) by simulator.fa3")
+            o, lse, acc, lse_acc = api["flash_attn_with_kvcache"](
+                q, k, v, k_new, v_new, q_v, rotary_cos, rotary_sin, seqused_k, kv_batch_idx,
+                leftpad_k, page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
+                seqlens_rotary, rotary_interleaved=is_rotary_interleaved,
+                scheduler_metadata=scheduler_metadata, return_softmax_lse=True, **common)
+            if out is not None:
+                out.copy_(o)
+                o = out
+            return o, lse, acc, lse_acc
+        if cu_seqlens_q is not None or cu_seqlens_k is not None or seqused_q is not None:
+            o, lse = api["flash_attn_varlen_func"](
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                seqused_k, qv=q_v, return_attn_probs=True, **common)
+        else:
+            o, lse = api["flash_attn_func"](q, k, v, qv=q_v, return_attn_probs=True, **common)
+        if out is not None:
+            out.copy_(o)
+            o = out
+        return o, lse, empty(), empty()
+
+    def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, cu_seqlens_q=None,
+            cu_seqlens_k=None, seqused_q=None, seqused_k=None, max_seqlen_q=None,
+            max_seqlen_k=None, softmax_scale=None, is_causal=False, window_size_left=-1,
+            window_size_right=-1, softcap=0.0, deterministic=False, sm_margin=0):
+        args = dict(dout=dout, q=q, k=k, v=v, out=out, softmax_lse=softmax_lse,
+                    softmax_scale=softmax_scale, causal=is_causal,
+                    window_size=(window_size_left, window_size_right), softcap=softcap,
+                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_q=seqused_q,
+                    seqused_k=seqused_k, sm_margin=sm_margin)
+        res, _ = launch(args, bool(deterministic), spread=False)
+        for given, got in ((dq, res.dq), (dk, res.dk), (dv, res.dv)):
+            if given is not None:
+                given.copy_(to_torch(np.ascontiguousarray(got)))
+        dpsum = getattr(res, "dpsum", None)
+        if dpsum is None:
+            return empty(), empty(), empty(), empty(), empty()
+        return (torch.from_numpy(np.array(dpsum)), torch.from_numpy(np.array(res.lse_log2)),
+                empty(), empty(), empty())
+
+    def fwd_combine(out_partial, lse_partial, out=None, out_dtype=None):
+        o, lse = api["flash_attn_combine"](out_partial, lse_partial, None, out_dtype)
+        if out is not None:
+            out.copy_(o)
+            o = out
+        return o, lse
+
+    def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads, num_heads_k,
+                               headdim, headdim_v, qkv_dtype, seqused_k, cu_seqlens_q=None,
+                               cu_seqlens_k=None, cu_seqlens_k_new=None, seqused_q=None,
+                               leftpad_k=None, page_size=None, max_seqlen_k_new=0,
+                               is_causal=False, window_size_left=-1, window_size_right=-1,
+                               attention_chunk=0, has_softcap=False, num_splits=0,
+                               pack_gqa=None, sm_margin=0):
+        if cu_seqlens_k is not None or seqused_q is not None:
+            raise ValueError("cu_seqlens_k, seqused_q: not taken by simulator.fa3's "
+                             "get_scheduler_metadata (flash_attn_interface passes neither)")
+        return api["get_scheduler_metadata"](
+            batch_size, max_seqlen_q, max_seqlen_k, num_heads, num_heads_k, headdim, seqused_k,
+            qkv_dtype, headdim_v, cu_seqlens_q, cu_seqlens_k_new, leftpad_k, page_size,
+            max_seqlen_k_new, is_causal, (window_size_left, window_size_right),
+            attention_chunk, has_softcap, num_splits, pack_gqa, sm_margin)
+
+    return {"fwd": fwd, "bwd": bwd, "fwd_combine": fwd_combine,
+            "get_scheduler_metadata": get_scheduler_metadata}
