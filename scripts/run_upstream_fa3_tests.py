@@ -251,7 +251,7 @@ def _cover(name, axes, strength):
             key = (len(got), -_cost(row))
             if best is None or key > best[0]:
                 best = (key, pick, got)
-        if best is None or not best[2]:  # no valid row holds the seed: upstream skips it
+        if best is None or not best[2]:  # no valid row holds this required value: upstream skips it
             needs.discard(seed)
             continue
         rows.append({a: axes[a][i] for a, i in best[1].items()})
