@@ -43,6 +43,7 @@ def test_evaluators_travel_with_executor_tasks():
                evaluator.Exact(flash.Exactness(mma=True), evaluator.COMPILED)):
         back = pickle.loads(pickle.dumps(ev))
         assert (back.name, back.compiled, back.exact) == (ev.name, ev.compiled, ev.exact)
+        assert back is ev or back.base is ev.base  # the module's own instances come back
 
 
 def test_the_specification_has_no_compiled_only_steps():

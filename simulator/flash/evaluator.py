@@ -71,6 +71,7 @@ class Specification:
     name = "numpy"
     compiled = False
     exact = None
+    _instance = "SPECIFICATION"  # the module's one instance, what a pickled copy loads as
 
     def gemm(self, a, b, c, instruction) -> np.ndarray:
         """``c + a @ b`` on the tensor core, chained over the instruction's k-steps
@@ -149,6 +150,9 @@ class Specification:
     def __repr__(self) -> str:
         return f"<{self.name} evaluator>"
 
+    def __reduce__(self):  # an executor's task carries the launch's evaluator: the same one
+        return self._instance
+
 
 class Compiled(Specification):
     """The compiled twin (:mod:`simulator.engine`): each operation through its numba kernel
@@ -157,6 +161,7 @@ class Compiled(Specification):
 
     name = "numba"
     compiled = True
+    _instance = "COMPILED"
 
     def decodes(self, params, kblock: int) -> bool:
         return engine.decoded_supported(params, kblock)
@@ -237,6 +242,9 @@ class Exact(Specification):
 
     def task_threads(self) -> int:
         return self.base.task_threads()
+
+    def __reduce__(self):
+        return Exact, (self.exact, self.base)
 
 
 #: the NumPy specification's evaluator
