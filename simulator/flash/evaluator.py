@@ -26,14 +26,19 @@ from typing import Protocol
 import numpy as np
 
 from .. import engine, mma
-from ..hw import quad_allreduce, thread_reduce
-from ..numerics import convert, ffma, fmul
-from ..numerics.mufu import ex2, model, tanh
+from ..numerics.mufu import ex2, model
 from . import exact as _exact
 
 
 class Evaluator(Protocol):
     """The operations a mainloop asks of its launch's evaluator.
+
+    Two kinds. ``gemm`` and the decoded-operand and fused-step methods evaluate. The
+    per-element steps (``row_max``, ``scaled_exp2``, ``row_sum``, ``scale_rows``, ``softcap``,
+    ``p_operand``, ``exp2_rows``) return the evaluator's own result, or None where the
+    specification applies: the specification is written beside the step it belongs to
+    (:class:`simulator.flash.Softmax`, the mainloops), which evaluates it on None. The
+    specification evaluator returns None for all of them.
 
     Attributes:
         name: ``"numpy"``, ``"numba"`` or ``"exact"``.
@@ -50,23 +55,24 @@ class Evaluator(Protocol):
     def decodes(self, params, kblock: int) -> bool: ...
     def decode(self, x, params, index=None): ...
     def gemm_decoded(self, a, b, c, params, kblock: int, c_index=None) -> np.ndarray: ...
-    def row_max(self, scores, prev) -> np.ndarray: ...
-    def scaled_exp2(self, scores, scale, neg_max, mufu: str) -> np.ndarray: ...
-    def row_sum(self, p, sum_scale, prev) -> np.ndarray: ...
-    def scale_rows(self, acc, scale) -> np.ndarray: ...
-    def softcap(self, s, softcap_val, mufu: str) -> np.ndarray: ...
-    def p_operand(self, p, fmt: str) -> np.ndarray: ...
+    def row_max(self, scores, prev) -> np.ndarray | None: ...
+    def scaled_exp2(self, scores, scale, neg_max, mufu: str) -> np.ndarray | None: ...
+    def row_sum(self, p, sum_scale, prev) -> np.ndarray | None: ...
+    def scale_rows(self, acc, scale) -> np.ndarray | None: ...
+    def softcap(self, s, softcap_val, mufu: str) -> np.ndarray | None: ...
+    def p_operand(self, p, fmt: str) -> np.ndarray | None: ...
     def block_step_ready(self, mufu: str) -> bool: ...
     def block_step(self, *args): ...
-    def exp2_rows(self, x, scale, neg, mufu: str) -> np.ndarray: ...
+    def exp2_rows(self, x, scale, neg, mufu: str) -> np.ndarray | None: ...
     def backward_ds(self, p, dp, dpsum, dtanh, fmt: str, emin: int): ...
     def task_threads(self) -> int: ...
 
 
 class Specification:
-    """The NumPy specification: every operation as :mod:`simulator.mma`, :mod:`simulator.hw`
-    and :mod:`simulator.numerics` write it. It has no decoded operands and no fused block
-    steps (:meth:`decodes` and :meth:`block_step_ready` are False)."""
+    """The NumPy specification: GEMMs through :func:`simulator.mma.gemm` (``compiled=False``),
+    every per-element step the one written beside it (None here: :class:`Evaluator`). It has
+    no decoded operands and no fused block steps (:meth:`decodes` and :meth:`block_step_ready`
+    are False)."""
 
     name = "numpy"
     compiled = False
@@ -91,39 +97,33 @@ class Specification:
         """:meth:`gemm` on decoded operands (only where :meth:`decodes`)."""
         raise NotImplementedError(f"the {self.name} evaluator has no decoded operands")
 
-    def row_max(self, scores, prev) -> np.ndarray:
+    def row_max(self, scores, prev) -> np.ndarray | None:
         """The row maximum of ``scores`` [..., T, nrow, ncol] over a thread's columns (after
-        ``prev``, or from the first column when None), then over its quad."""
-        if prev is None:
-            return quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max")
-        return quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=False), "max")
+        ``prev``, or none when None), then over its quad; None: the specification's."""
+        return None
 
-    def scaled_exp2(self, scores, scale, neg_max, mufu: str) -> np.ndarray:
+    def scaled_exp2(self, scores, scale, neg_max, mufu: str) -> np.ndarray | None:
         """P = ``ex2(ffma(scores, scale, neg_max))`` (FFMA.FTZ then MUFU.EX2 of ``mufu``),
-        ``scale`` and ``neg_max`` one value per thread and row."""
-        return ex2(ffma(scores, scale[..., None], neg_max[..., None], ftz=True), model=mufu)
+        ``scale`` and ``neg_max`` one value per thread and row; None: the specification's."""
+        return None
 
-    def row_sum(self, p, sum_scale, prev) -> np.ndarray:
-        """A thread's row sum of P over its columns in order: from zero when ``prev`` is None,
-        else ``ffma(sum_scale, prev, p[0]) + p[1] + ...`` (softmax.h's ``row_sum *=
-        scores_scale`` contracted with the first add, one FFMA.FTZ)."""
-        if prev is None:
-            return thread_reduce(p, op="sum", zero_init=True)
-        start = ffma(sum_scale, prev, p[..., 0], ftz=True)
-        return start if p.shape[-1] == 1 else thread_reduce(p[..., 1:], start, op="sum",
-                                                            zero_init=False)
+    def row_sum(self, p, sum_scale, prev) -> np.ndarray | None:
+        """A thread's row sum of P over its columns in order, from zero when ``prev`` is None,
+        else ``ffma(sum_scale, prev, p[0]) + p[1] + ...``; None: the specification's."""
+        return None
 
-    def scale_rows(self, acc, scale) -> np.ndarray:
-        """``acc[..., row, :] * scale[..., row]`` (FMUL.FTZ): the O rescale."""
-        return fmul(acc, scale[..., None], ftz=True)
+    def scale_rows(self, acc, scale) -> np.ndarray | None:
+        """``acc[..., row, :] * scale[..., row]`` (FMUL.FTZ, the O rescale); None: the
+        specification's."""
+        return None
 
-    def softcap(self, s, softcap_val, mufu: str) -> np.ndarray:
-        """``tanh(s * softcap_val)`` (FMUL.FTZ then MUFU.TANH of ``mufu``)."""
-        return tanh(fmul(s, softcap_val, ftz=True), model=mufu)
+    def softcap(self, s, softcap_val, mufu: str) -> np.ndarray | None:
+        """``tanh(s * softcap_val)`` (FMUL.FTZ then MUFU.TANH); None: the specification's."""
+        return None
 
-    def p_operand(self, p, fmt: str) -> np.ndarray:
-        """P as the P V GEMM's A operand: ``cvt.rn`` to ``fmt``."""
-        return convert(p, fmt)
+    def p_operand(self, p, fmt: str) -> np.ndarray | None:
+        """P as the P V GEMM's A operand (``cvt.rn`` to ``fmt``); None: the specification's."""
+        return None
 
     def block_step_ready(self, mufu: str) -> bool:
         """Whether :meth:`block_step` evaluates a forward's softmax block step for ``mufu``."""
@@ -133,10 +133,10 @@ class Specification:
         """One K/V block's softmax step fused (only where :meth:`block_step_ready`)."""
         raise NotImplementedError(f"the {self.name} evaluator has no fused block step")
 
-    def exp2_rows(self, x, scale, neg, mufu: str) -> np.ndarray:
-        """The backward's P = ``ex2(ffma(x, scale, neg[..., None]))`` (FFMA.FTZ, MUFU.EX2):
-        ``scale`` a float32 scalar, ``neg`` one value per row of ``x`` [..., rows, n]."""
-        return ex2(ffma(x, scale, neg[..., None], ftz=True), model=mufu)
+    def exp2_rows(self, x, scale, neg, mufu: str) -> np.ndarray | None:
+        """The backward's P = ``ex2(ffma(x, scale, neg[..., None]))`` (FFMA.FTZ, MUFU.EX2),
+        ``neg`` one value per row of ``x`` [..., rows, n]; None: the specification's."""
+        return None
 
     def backward_ds(self, p, dp, dpsum, dtanh, fmt: str, emin: int):
         """The backward's dS step on decoded operands (only where :meth:`decodes`)."""
@@ -156,8 +156,8 @@ class Specification:
 
 class Compiled(Specification):
     """The compiled twin (:mod:`simulator.engine`): each operation through its numba kernel
-    where the kernel takes the arguments (shapes, dtypes, the instruction family), else the
-    specification's (which raises its errors). The same bits (``tests/test_engine*.py``)."""
+    where the kernel takes the arguments (shapes, dtypes, the instruction family), else None
+    or the specification's (which raises its errors). The same bits (``tests/test_engine*.py``)."""
 
     name = "numba"
     compiled = True
@@ -172,26 +172,22 @@ class Compiled(Specification):
     def gemm_decoded(self, a, b, c, params, kblock: int, c_index=None) -> np.ndarray:
         return engine.dot_add_decoded(a, b, c, params, kblock, c_index)
 
-    def row_max(self, scores, prev) -> np.ndarray:
-        if not engine.softmax_shaped(scores):
-            return super().row_max(scores, prev)
-        return engine.softmax_row_max(scores, prev)
+    def row_max(self, scores, prev) -> np.ndarray | None:
+        return engine.softmax_row_max(scores, prev) if engine.softmax_shaped(scores) else None
 
-    def scaled_exp2(self, scores, scale, neg_max, mufu: str) -> np.ndarray:
+    def scaled_exp2(self, scores, scale, neg_max, mufu: str) -> np.ndarray | None:
         if not engine.softmax_shaped(scores):
-            return super().scaled_exp2(scores, scale, neg_max, mufu)
+            return None
         table = model(mufu).ex2_table()  # None for "ideal": the FFMA compiled, ex2 here
         p = engine.softmax_exp2(scores, scale, neg_max, table)
         return p if table is not None else ex2(p, model=mufu)
 
-    def row_sum(self, p, sum_scale, prev) -> np.ndarray:
-        if not engine.softmax_shaped(p):
-            return super().row_sum(p, sum_scale, prev)
-        return engine.softmax_row_sum(p, sum_scale, prev)
+    def row_sum(self, p, sum_scale, prev) -> np.ndarray | None:
+        return engine.softmax_row_sum(p, sum_scale, prev) if engine.softmax_shaped(p) else None
 
-    def scale_rows(self, acc, scale) -> np.ndarray:
+    def scale_rows(self, acc, scale) -> np.ndarray | None:
         if not engine.softmax_shaped(acc, rowcol=False):
-            return super().scale_rows(acc, scale)
+            return None
         return engine.softmax_scale_rows(acc, scale)
 
     def block_step_ready(self, mufu: str) -> bool:
@@ -201,9 +197,9 @@ class Compiled(Specification):
         """:func:`simulator.engine.softmax_step`'s arguments and result."""
         return engine.softmax_step(*args)
 
-    def exp2_rows(self, x, scale, neg, mufu: str) -> np.ndarray:
+    def exp2_rows(self, x, scale, neg, mufu: str) -> np.ndarray | None:
         if not engine.softmax_shaped(x, rowcol=False):
-            return super().exp2_rows(x, scale, neg, mufu)
+            return None
         return engine.ex2_ffma_rows(x, scale, neg, mufu)
 
     def backward_ds(self, p, dp, dpsum, dtanh, fmt: str, emin: int):
@@ -216,10 +212,11 @@ class Compiled(Specification):
 
 
 class Exact(Specification):
-    """The float64 switches of ``exact`` (:mod:`simulator.flash.exact`): the softmax's
-    generic path (:class:`simulator.flash.exact.Ops`), the exact GEMM, P and the O rescale
-    where their switches say; the tensor-core GEMMs that stay approximate run on ``base``
-    (the evaluator the launch would take without ``exact``)."""
+    """The float64 switches of ``exact`` (:mod:`simulator.flash.exact`): the exact GEMM,
+    softcap, P and the O rescale where their switches say (``Softmax`` takes the generic path
+    of :class:`simulator.flash.exact.Ops` for an evaluator with ``exact``); the tensor-core
+    GEMMs that stay approximate run on ``base`` (the evaluator the launch would take without
+    ``exact``)."""
 
     name = "exact"
 

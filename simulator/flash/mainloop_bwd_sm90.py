@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import mma
 from ..numerics import convert, fadd, ffma, fmul, fsub
-from ..numerics.mufu import tanh
+from ..numerics.mufu import ex2, tanh
 from . import chunks
 from .block_info import m_block_range
 from .evaluator import SPECIFICATION, plan_compiled
@@ -233,7 +233,9 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, ev,
         s = np.where(ok, s, _NEG_INF)
         row = tile + job[0] - r0                       # the (b, h) row in dpsum / lse_log2
         lse_m = lse_log2[row][:, r]                                                     # [A, M]
-        p = ev.exp2_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.mufu)
+        p = ev.exp2_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.mufu)  # a twin, or None
+        if p is None:
+            p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), model=cfg.mufu)
         if ops is not None:  # dS, the conversions and decodes in one step
             dv[act], dqp, dk[act] = ops.grads(*ev.backward_ds(
                 p, dp, dpsum[row][:, r], dtanh, cfg.fmt, ins.params.emin), dv[act], dk[act])

@@ -18,6 +18,7 @@ import numpy as np
 from .. import mma
 from ..hw import accumulator_layout, rowcol_view
 from ..numerics import convert, fmul, format_of
+from ..numerics.mufu import tanh
 from . import exact as _exact
 from .config import Config
 from .constants import MAX_OFFSET
@@ -106,7 +107,7 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
             s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, ev)
             tracer.frag("qv_gemm", n, acc_s=s)
         if cfg.softcap > 0:
-            s = ev.softcap(s, softcap_val[:, None, None, None], cfg.mufu)
+            s = _softcap(ev, s, softcap_val[:, None, None, None], cfg.mufu)
             tracer.frag("softcap", n, acc_s=s)
         first, check_inf = step == 0, masked[step]
         if check_inf:  # the blocks between the masking steps run without a mask function
@@ -162,12 +163,19 @@ def _softmax(cfg: Config, soft, tracer, n, s, flat, to_rowcol, first, check_inf,
     p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
     if ev.exact is None and not tracer.sel:  # converted in the threads' order, then put in
         # matrix order by a take of the narrow bits (cheaper than a float32 scatter)
-        return scores_scale, np.take(ev.p_operand(p, cfg.fmt).reshape(g, w, -1), to_rowcol,
+        return scores_scale, np.take(convert(p, cfg.fmt).reshape(g, w, -1), to_rowcol,
                                      axis=-1).reshape(s.shape)
     p_mat = np.empty(s.shape, dtype=p.dtype)
     p_mat.reshape(g, w, -1)[..., flat] = p
     tracer.frag("online_softmax", n, acc_s=p_mat, row_sum=soft.row_sum)
-    return scores_scale, ev.p_operand(p_mat, cfg.fmt)
+    own = ev.p_operand(p_mat, cfg.fmt)  # an exact evaluator's P, or None
+    return scores_scale, own if own is not None else convert(p_mat, cfg.fmt)
+
+
+def _softcap(ev, s, softcap_val, mufu: str):
+    """``tanh(s * softcap_val)`` (FMUL.FTZ then MUFU.TANH), or the evaluator's own (exact)."""
+    own = ev.softcap(s, softcap_val, mufu)
+    return own if own is not None else tanh(fmul(s, softcap_val, ftz=True), model=mufu)
 
 
 def cta_scales(cfg: Config, b, hkv):

@@ -9,10 +9,11 @@ row/column view of the accumulator, ``[..., 128, kNRows, ncol]``
 The exact sequence is docs/forward.md, steps 4, 5 and "finalize"; hopper/softmax.h is the
 source, and the SASS of FA3's sm_90 kernels shows how it compiles (the fused row_sum rescale).
 
-The per-element parts of a step (the row maximum, P and its row sums, the O rescale, the fused
-block step) are the launch's evaluator's (:mod:`simulator.flash.evaluator`: the NumPy
-specification, or its compiled twin with the same bits); row-state operations (one value per
-thread and row) stay NumPy here. With ``exact`` the steps take the generic path of
+The specification of each step is written here. The per-element parts of a step (the row
+maximum, P and its row sums, the O rescale, the fused block step) are first offered to the
+launch's evaluator (:mod:`simulator.flash.evaluator`): the compiled one evaluates them with the
+same bits, the specification's returns None and the NumPy below runs. Row-state operations (one
+value per thread and row) stay here. With ``exact`` the steps take the generic path of
 :mod:`simulator.flash.exact`.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gpus import DEFAULT_GPU
-from ..hw import quad_allreduce
+from ..hw import quad_allreduce, thread_reduce
 from ..numerics import ffma, fmul, fsub
 from ..numerics.mufu import ex2, lg2, rcp
 from . import exact as _exact
@@ -90,11 +91,11 @@ class Softmax:
         if self.ops is not None:
             return _exact.max_get_scale(self, scores, is_first, check_inf)
         if is_first:
-            self.row_max = self.evaluator.row_max(scores, None)
+            self.row_max = _row_max(self.evaluator, scores, None)
             self._row_sum_scale = None
             return np.ones_like(self.row_max)
         prev = self.row_max
-        self.row_max = self.evaluator.row_max(scores, prev)
+        self.row_max = _row_max(self.evaluator, scores, prev)
         cur = self.row_max
         if check_inf:
             cur = np.where(cur == _NEG_INF, np.float32(0), cur)
@@ -122,7 +123,10 @@ class Softmax:
             max_scaled = fmul(self.row_max, scale, ftz=True)
         if check_inf:
             max_scaled = np.where(self.row_max == _NEG_INF, np.float32(0), max_scaled)
-        p = self.evaluator.scaled_exp2(scores, scale, -max_scaled, self.mufu)
+        p = self.evaluator.scaled_exp2(scores, scale, -max_scaled, self.mufu)  # a twin, or None
+        if p is None:
+            p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True),
+                    model=self.mufu)
         self.add_row_sum(p, is_first)
         return p
 
@@ -130,10 +134,16 @@ class Softmax:
         """``reduce_sum`` of P into ``row_sum``, thread-local: the thread's columns in order;
         for a later block ``row_sum * scores_scale`` fused with the first add (one FFMA.FTZ,
         as the compiled kernels contract softmax.h's rescale and the first add)."""
-        if is_first:
-            self.row_sum = self.evaluator.row_sum(p, None, None)
+        twin = self.evaluator.row_sum(p, None if is_first else self._row_sum_scale,
+                                      None if is_first else self.row_sum)
+        if twin is not None:
+            self.row_sum = twin
+        elif is_first:
+            self.row_sum = thread_reduce(p, op="sum", zero_init=True)
         else:
-            self.row_sum = self.evaluator.row_sum(p, self._row_sum_scale, self.row_sum)
+            start = ffma(self._row_sum_scale, self.row_sum, p[..., 0], ftz=True)
+            self.row_sum = start if p.shape[-1] == 1 else thread_reduce(
+                p[..., 1:], start, op="sum", zero_init=False)
 
     # ---- the compiled block step ---------------------------------------------------------------
     def fusable(self) -> bool:
@@ -209,7 +219,19 @@ def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray, exact=None, *,
         evaluator: keyword-only: the launch's evaluator (:mod:`simulator.flash.evaluator`);
             default the NumPy specification (or the exact one, with ``exact``).
     """
-    return _evaluator(exact, evaluator).scale_rows(acc_o, scores_scale_rows)
+    out = _evaluator(exact, evaluator).scale_rows(acc_o, scores_scale_rows)  # a twin, or None
+    return out if out is not None else fmul(acc_o, scores_scale_rows[..., None], ftz=True)
+
+
+def _row_max(evaluator, scores, prev):
+    """The row maximum over a thread's columns (after ``prev``, none when None), then its
+    quad: the evaluator's twin, or ``thread_reduce`` + ``quad_allreduce``."""
+    twin = evaluator.row_max(scores, prev)
+    if twin is not None:
+        return twin
+    if prev is None:
+        return quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max")
+    return quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=False), "max")
 
 
 def _evaluator(exact, evaluator):
