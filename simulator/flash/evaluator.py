@@ -260,9 +260,9 @@ def pick(work: int, exact: _exact.Exactness | None = None) -> Specification:
 
 
 def plan_compiled() -> bool:
-    """Whether a launch's memory plan prices its chunks at the compiled engine's working
+    """Whether a forward's memory plan prices its chunks at the compiled engine's working
     arrays: where the setting alone (or an enclosing launch) takes every call compiled. Under
-    ``"auto"`` a launch's own work is not counted, so that the up-front check of a call
+    ``"auto"`` the launch's own work is not counted, so that the up-front check of a call
     (``flash.check_memory``, before AppendKV writes a cache) and the launch plan alike."""
     return engine.launch_compiled(0)
 

@@ -67,7 +67,7 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
     dk, dv = (np.zeros((len(ctas[0]), N, kd), np.float32) for _ in range(2))
     dq_accum = np.zeros((cfg.batch * cfg.heads, rows, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
-    fixed, per_row = memory_needed(cfg, spread)
+    fixed, per_row = memory_needed(cfg, spread, ev.compiled)  # priced on the launch's evaluator
     parts, shared = chunks.concurrency(executor, 1, budget, fixed, per_row)
     fixed += chunks.shipped_bytes(executor, sum(x.nbytes for x in padded))
     size = chunks.chunk_size(budget, fixed, per_row, "this backward", parts,
@@ -101,16 +101,16 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
             bounds)
 
 
-def memory_needed(cfg, spread: bool) -> tuple[int, int]:
+def memory_needed(cfg, spread: bool, compiled: bool | None = None) -> tuple[int, int]:
     """(fixed, per_row), bytes: what the mainloop holds throughout (the padded q, dO, k, v,
     the float32 dK / dV / dQaccum accumulators, dPsum and LSE_log2; doubled with ``spread``,
     for dQaccum's bounds and their working arrays) and what each (batch, head) row of a
-    chunk adds (:func:`row_bytes`)."""
+    chunk adds (:func:`row_bytes`, ``compiled`` as there)."""
     t = cfg.tiles
     rows, keys, kd = cfg.m_blocks * t.kblock_m, cfg.n_blocks * t.kblock_n, t.kernel_head_dim
     itemsize = 2  # bf16 / f16, the backward's input formats
     inputs = 2 * itemsize * cfg.batch * kd * (rows * cfg.heads + keys * cfg.heads_kv)
-    return (inputs + accumulator_bytes(cfg)) * (2 if spread else 1), row_bytes(cfg)
+    return (inputs + accumulator_bytes(cfg)) * (2 if spread else 1), row_bytes(cfg, compiled)
 
 
 def accumulator_bytes(cfg) -> int:
@@ -121,13 +121,13 @@ def accumulator_bytes(cfg) -> int:
     return 4 * cfg.batch * cfg.heads * (t.kernel_head_dim * (rows + 2 * keys) + 2 * rows)
 
 
-def row_bytes(cfg) -> int:
+def row_bytes(cfg, compiled: bool | None = None) -> int:
     """Working bytes of one (batch, head) row of a chunk: its n_blocks CTAs (the unit of the
     chunks: a row's CTAs reduce-add into the same dQaccum tiles), at the compiled engine's
-    cost where the setting alone takes every call compiled
-    (:func:`simulator.flash.evaluator.plan_compiled`)."""
+    cost with ``compiled`` (the launch's evaluator runs compiled), else the NumPy engine's;
+    None: as the setting alone takes it (:func:`simulator.flash.evaluator.plan_compiled`)."""
     t = cfg.tiles
-    compiled = plan_compiled()
+    compiled = plan_compiled() if compiled is None else compiled
     return max(1, cfg.n_blocks) * chunks.backward_cta_bytes(t.kblock_m, t.kblock_n,
                                                            t.kernel_head_dim, compiled)
 
