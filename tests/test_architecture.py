@@ -196,3 +196,76 @@ def test_the_layers_have_no_back_arrow():
     """Read as a graph, ALLOWED itself has no cycle: the layers only point down."""
     graph = {pkg: {d for d in deps if d != "simulator"} for pkg, deps in ALLOWED.items()}
     assert _cycles(graph) == []
+
+
+#: the engine's decisions: which engine runs a call, or a launch. Below the evaluator seam
+#: nothing takes them (docs/architecture.md, "The evaluator seam")
+ENGINE_DECISIONS = {"carry", "get_engine", "launch_compiled", "launching", "numba_dot_add",
+                    "numba_softmax", "task_threads", "wants_numba"}
+#: the one module of ``flash`` that reads the engine setting: it picks a launch's evaluator
+SEAM = "simulator.flash.evaluator"
+#: below the seam: the launch and its mainloops, and the layers under them
+BELOW_SEAM = ("simulator.flash", "simulator.hw", "simulator.numerics", "simulator.gpus",
+              "simulator.trace")
+#: the tensor cores' public entry points (``mma.gemm``, ``wgmma``, ``fused_dot_add``) keep the
+#: engine's per-call choice for a caller outside a launch (``compiled=None``); a launch's
+#: evaluator passes ``compiled`` explicitly
+MMA_DISPATCH = {"simulator.mma", "simulator.mma.fused"}
+
+
+def _engine_decisions(name: str, path: Path) -> set[str]:
+    """The engine decisions (:data:`ENGINE_DECISIONS`) module ``name`` takes: ``engine.X``
+    through a name bound to ``simulator.engine``, or ``X`` imported from it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    aliases, found = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - (node.level - 1)] if node.level \
+                else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                if f"{target}.{alias.name}" == "simulator.engine":
+                    aliases.add(alias.asname or alias.name)
+                elif target == "simulator.engine" and alias.name in ENGINE_DECISIONS:
+                    found.add(alias.name)
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.name == "simulator.engine" and a.asname}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr in ENGINE_DECISIONS):
+            found.add(node.attr)
+    return found
+
+
+def _below_seam(name: str) -> bool:
+    return name != SEAM and any(name == p or name.startswith(p + ".") for p in BELOW_SEAM)
+
+
+def test_nothing_below_the_evaluator_seam_asks_which_engine_runs():
+    """A launch picks its evaluator once (``flash.evaluator.pick``) and passes it to its
+    mainloops: no other module of ``flash`` imports the engine, nothing below the seam takes an
+    engine decision, and ``mma`` only in its public entry points' per-call dispatch."""
+    modules = _modules()
+    importers = sorted(name for name, path in modules.items() if _below_seam(name) and any(
+        m == "simulator.engine" or m.startswith("simulator.engine.")
+        for m in _imports(name, path, modules)))
+    assert importers == [], f"modules below the evaluator seam importing simulator.engine: {importers}"
+    deciders = {name: sorted(found) for name, path in modules.items()
+                if (found := _engine_decisions(name, path)) and not name.startswith("simulator.engine")}
+    below = {n: d for n, d in deciders.items() if _below_seam(n) or
+             (n.startswith("simulator.mma") and n not in MMA_DISPATCH)}
+    assert below == {}, f"engine decisions below the evaluator seam: {below}"
+    assert SEAM in deciders  # the seam itself reads the setting (the check sees it)
+
+
+def test_the_decision_check_sees_every_spelling(tmp_path):
+    """``engine.X`` through any alias, and ``X`` imported from the engine, are both found."""
+    pkg = tmp_path / "simulator" / "flash"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from .. import engine as e\ndef f():\n    return e.wants_numba('x', 0)\n")
+    (pkg / "b.py").write_text("from ..engine import numba_softmax  # noqa\n")
+    (pkg / "c.py").write_text("from .. import engine\nengine.dot_add_decoded\n")
+    assert _engine_decisions("simulator.flash.a", pkg / "a.py") == {"wants_numba"}
+    assert _engine_decisions("simulator.flash.b", pkg / "b.py") == {"numba_softmax"}
+    assert _engine_decisions("simulator.flash.c", pkg / "c.py") == set()

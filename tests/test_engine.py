@@ -3,6 +3,8 @@ tensor-core recording replayed through both engines, drawn GEMMs compared bit fo
 
 from __future__ import annotations
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -519,24 +521,25 @@ def test_a_gated_task_runs_at_most_so_many_at_once():
 
 @pytest.mark.skipif(not engine.available(), reason="numba is not installed")
 def test_auto_decides_once_for_a_whole_launch(monkeypatch):
-    """Under "auto", ``flash.forward`` and ``flash.backward`` choose the engine by the work of
-    the whole launch (``engine.launching``): at a threshold equal to a launch's products, every
-    kernel call of it runs compiled though each call alone is smaller, the backward's task
-    threads included (``engine.carry``); a threshold above it keeps the launch on NumPy. The
-    bits are the NumPy engine's either way."""
+    """Under "auto", ``flash.forward`` and ``flash.backward`` pick their evaluator once by the
+    work of the whole launch (``flash.evaluator.pick``): at a threshold equal to a launch's
+    products, every kernel call of it runs compiled though each call alone is smaller, the
+    backward's task threads included (the evaluator travels with their tasks); a threshold
+    above it keeps the launch on NumPy. The bits are the NumPy engine's either way."""
     import threading
 
     import numba
 
     from simulator import flash
 
+    seam = importlib.import_module("simulator.flash.evaluator")
     rng = np.random.default_rng(5)
     q, k, v, do = (rng.standard_normal((1, 512, 4, 64)).astype(ml_dtypes.bfloat16)
                    for _ in range(4))
     works, ran = [], []
-    real_launching, real_mark = engine.launching, engine.mark_compiled
-    monkeypatch.setattr(engine, "launching", lambda work: (works.append(work),
-                                                          real_launching(work))[1])
+    real_pick, real_mark = seam.pick, engine.mark_compiled
+    monkeypatch.setattr(seam, "pick", lambda work, exact=None: (works.append(work),
+                                                               real_pick(work, exact))[1])
     monkeypatch.setattr(engine, "mark_compiled",
                         lambda kernel: (ran.append(threading.current_thread()), real_mark(kernel)))
     with engine.use_engine("numpy"):
@@ -569,9 +572,12 @@ def test_auto_decides_once_for_a_whole_launch(monkeypatch):
 @pytest.mark.skipif(not engine.available(), reason="numba is not installed")
 def test_auto_decides_once_for_all_the_sequences_of_a_varlen_call(monkeypatch):
     """A varlen forward runs one kernel-level launch per sequence; "auto" decides once for
-    all of them (``fa3.flash_attn_varlen_func`` wraps them in ``engine.launching``): at a
-    threshold above every sequence's work but within their sum, every call runs compiled."""
+    all of them (``fa3.flash_attn_varlen_func`` wraps them in ``engine.launching``, which each
+    launch's ``flash.evaluator.pick`` reads): at a threshold above every sequence's work but
+    within their sum, every call runs compiled."""
     from simulator import fa3
+
+    seam = importlib.import_module("simulator.flash.evaluator")
 
     rng = np.random.default_rng(6)
     lengths = [200, 150, 250, 100]
@@ -581,13 +587,15 @@ def test_auto_decides_once_for_all_the_sequences_of_a_varlen_call(monkeypatch):
     ran = []
     real = engine.mark_compiled
     monkeypatch.setattr(engine, "mark_compiled", lambda kernel: (ran.append(kernel), real(kernel)))
-    works = []
-    real_launching = engine.launching
+    works, per_sequence = [], []
+    real_launching, real_pick = engine.launching, seam.pick
     monkeypatch.setattr(engine, "launching", lambda work: (works.append(work),
                                                           real_launching(work))[1])
+    monkeypatch.setattr(seam, "pick", lambda work, exact=None: (per_sequence.append(work),
+                                                               real_pick(work, exact))[1])
     with engine.use_engine("numpy"):
         want = fa3.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths))
-    total, per_sequence = works[0], works[1:]
+    total = works[0]
     assert len(per_sequence) == len(lengths) and max(per_sequence) < total
     with engine.use_engine("auto"):
         monkeypatch.setattr(engine, "AUTO_MIN_WORK", max(per_sequence) + 1)  # above each one's

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from simulator import engine, mma
+from simulator.flash import evaluator
 from simulator.flash.softmax import Softmax
 from simulator.hw import rowcol_view
 from simulator.numerics import convert, to_float32
@@ -120,8 +121,9 @@ def test_block_steps_match_the_model(seed):
                                 dtype=np.float32), size=(g, 1))
     offset = 8 if fmt == "e4m3" else 0
     model = Softmax((g, w), 2, scale[:, :, None, None], offset, "h200")
-    fused = Softmax((g, w), 2, scale[:, :, None, None], offset, "h200")
-    assert fused.fusable()
+    fused = Softmax((g, w), 2, scale[:, :, None, None], offset, "h200",
+                    evaluator=evaluator.COMPILED)
+    assert fused.fusable() and not model.fusable()
     kind = seed % 2
     for block in range(4):
         s = _scores(rng, (g, w, 64, n), kind)
@@ -183,7 +185,7 @@ def test_block_step_refuses_what_it_does_not_evaluate():
         with pytest.raises(ValueError, match=match):
             call(**kw)
     assert call()[3].vals.shape == (1, 64, 64)  # the arguments above, unchanged, run
-    assert not Softmax((1, 1), 2, np.float32(1), 0, "ideal").fusable()
+    assert not Softmax((1, 1), 2, np.float32(1), 0, "ideal", evaluator=evaluator.COMPILED).fusable()
 
 
 @pytest.mark.parametrize("case", ["f16-softcap-window", "e4m3-descale-causal", "bf16-gqa-varlen"])

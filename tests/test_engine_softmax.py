@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from simulator import engine
 from simulator.compare import first_divergence
 from simulator.device import forward_trace
+from simulator.flash import evaluator
 from simulator.flash import forward as emu_forward
 from simulator.flash.softmax import Softmax, rescale_o
 from simulator.hw import quad_allreduce, thread_reduce
@@ -309,17 +310,19 @@ SCALES = np.array([0.12752, 1.4426950, 0.0, 1e-30, 2.0**-130, 3e38, 1e20, 8.0, 0
 
 def _sequence(name, blocks, checks, batch, nrow, scale_log2, max_offset, mufu, final, acc):
     """Every output of a Softmax run (max_get_scale / online_softmax per block, finalize,
-    rescale_o) under engine ``name``."""
+    rescale_o) on the evaluator of engine ``name`` (the NumPy specification or the compiled
+    twin, as a launch picks them)."""
+    ev = evaluator.COMPILED if name == "numba" else evaluator.SPECIFICATION
     outs = []
-    with engine.use_engine(name):
-        sm = Softmax((batch,), nrow, scale_log2[:, None, None], max_offset, mufu)
-        for i, scores in enumerate(blocks):
-            outs += [sm.max_get_scale(scores, is_first=i == 0, check_inf=checks[i]),
-                     sm.row_max, sm.row_sum]
-            outs += [sm.online_softmax(scores, is_first=i == 0, check_inf=checks[i]), sm.row_sum]
-        scale = sm.finalize(final[:, None, None])
-        outs += [scale, sm.lse, sm.row_sum, rescale_o(acc, scale.reshape(batch, 128 * nrow)),
-                 rescale_o(acc, sm.row_max.reshape(batch, -1))]
+    sm = Softmax((batch,), nrow, scale_log2[:, None, None], max_offset, mufu, evaluator=ev)
+    for i, scores in enumerate(blocks):
+        outs += [sm.max_get_scale(scores, is_first=i == 0, check_inf=checks[i]),
+                 sm.row_max, sm.row_sum]
+        outs += [sm.online_softmax(scores, is_first=i == 0, check_inf=checks[i]), sm.row_sum]
+    scale = sm.finalize(final[:, None, None])
+    outs += [scale, sm.lse, sm.row_sum,
+             rescale_o(acc, scale.reshape(batch, 128 * nrow), evaluator=ev),
+             rescale_o(acc, sm.row_max.reshape(batch, -1), evaluator=ev)]
     return outs
 
 
@@ -358,10 +361,12 @@ def test_auto_keeps_small_calls_on_numpy(monkeypatch):
         assert engine.numba_softmax(small)
         assert not engine.numba_softmax(small.astype(np.float64))
         assert not engine.numba_softmax(small[:, :100])  # not a warpgroup or warp: NumPy raises
-        with pytest.raises(ValueError):
-            Softmax((2,), 2, np.float32(1)).max_get_scale(small[:, :100], is_first=True)
-        with pytest.raises(TypeError, match="float32"):
-            rescale_o(small[..., 0], np.ones((2, 128), dtype=np.float64))
+    compiled = evaluator.COMPILED  # arrays its kernels do not take go to the specification
+    with pytest.raises(ValueError):
+        Softmax((2,), 2, np.float32(1), evaluator=compiled).max_get_scale(small[:, :100],
+                                                                          is_first=True)
+    with pytest.raises(TypeError, match="float32"):
+        rescale_o(small[..., 0], np.ones((2, 128), dtype=np.float64), evaluator=compiled)
 
 
 # ---- recorded forwards through the compiled engine ---------------------------------------------

@@ -236,15 +236,13 @@ def test_task_threads_take_small_groups_whole_where_there_are_enough_of_them(mon
     group that visits a K/V block (a causal launch's groups of one m_block each); else one
     thread (the kernels' parallel loops). Groups that visit no block do not count."""
     fwd = importlib.import_module("simulator.flash.scheduler")
-    monkeypatch.setattr(engine, "task_threads", lambda products: 16)
 
     def groups(count, ctas, visits=1):
         return {((0, visits), (m,)): np.zeros((ctas, 4), np.int64) for m in range(count)}
 
     per = fwd.MAX_THREADS_PER_GROUP
-    assert fwd._task_threads(1, groups(-(-16 // per), 8)) == 16
-    assert fwd._task_threads(1, groups(-(-16 // per) - 1, 8)) == 1
-    assert fwd._task_threads(1, groups(16, 8, visits=0)) == 1
-    assert fwd._task_threads(1, groups(1, 16 * fwd.MIN_TASK_CTAS)) == 16
-    monkeypatch.setattr(engine, "task_threads", lambda products: 1)
+    assert fwd._task_threads(16, groups(-(-16 // per), 8)) == 16
+    assert fwd._task_threads(16, groups(-(-16 // per) - 1, 8)) == 1
+    assert fwd._task_threads(16, groups(16, 8, visits=0)) == 1
+    assert fwd._task_threads(16, groups(1, 16 * fwd.MIN_TASK_CTAS)) == 16
     assert fwd._task_threads(1, groups(64, 8)) == 1

@@ -10,13 +10,11 @@ One switch for the whole process, and one for a block of a thread::
 
 ``SIMULATOR_ENGINE=numpy|numba|auto`` in the environment sets the start value (it reaches
 process-pool and dask workers too). ``"auto"`` takes the compiled path when numba is installed
-and the work is large enough that a first compile (a few seconds, once per machine: numba's
-on-disk cache keeps the machine code) is a small part of its NumPy time: a whole launch's
-(``flash.forward`` and ``flash.backward`` decide once for all their kernel calls,
-:func:`launching`), else the call's (the rule depends on the work only, never on what ran before
-in the process); small launches (the default ``python -m simulator run``) stay on NumPy, so
-the cold start does not grow. Both engines give the same bits
-(``tests/test_engine*.py``), so the choice changes speed only.
+and the work is large enough that a first compile (a few seconds, once per machine) is a small
+part of its NumPy time: a whole launch's (``flash.forward`` and ``flash.backward`` pick their
+evaluator once, :func:`launch_compiled`), else the call's (``mma.gemm`` called directly); never
+what ran before in the process. Small launches (the default ``python -m simulator run``) stay
+on NumPy. Both engines give the same bits (``tests/test_engine*.py``): speed only.
 
 This module never imports numba itself: the kernels (:mod:`.dotadd`, :mod:`.softmax`) are
 imported, and compiled, on their first use.
@@ -41,8 +39,8 @@ from .sources import note_loaded as _note_loaded
 _note_loaded()
 
 __all__ = ["ENGINES", "AUTO_MIN_WORK", "AUTO_MIN_ELEMENTS", "available", "decode_operand",
-           "carry", "dot_add", "dot_add_decoded", "launching",
-           "numba_dot_add_decoded",
+           "carry", "decoded_supported", "dot_add", "dot_add_decoded", "dot_add_supported",
+           "launch_compiled", "launching", "pool_threads", "softmax_shaped",
            "ex2", "ex2_ffma_rows", "get_engine", "mark_compiled", "numba_dot_add", "numba_softmax",
            "serial_thread", "set_engine", "set_threads", "task_threads",
            "softmax_exp2", "softmax_row_max", "softmax_row_sum", "softmax_scale_rows",
@@ -149,6 +147,13 @@ def wants_numba(kernel: str, work: int) -> bool:
                             or work >= _AUTO_MIN.get(kernel, AUTO_MIN_WORK))
 
 
+def launch_compiled(work: int) -> bool:
+    """Whether a launch of ``work`` products runs compiled, once for all its calls: under
+    ``"auto"`` by ``work`` (:data:`AUTO_MIN_WORK`) or an enclosing :func:`launching` block's
+    choice; ``work`` 0: what the setting (and an enclosing launch) alone takes."""
+    return wants_numba("dotadd", work)
+
+
 @contextlib.contextmanager
 def launching(work: int):
     """``with launching(work): ...``: under ``"auto"``, every kernel call of the block (in this
@@ -216,13 +221,14 @@ def set_threads(n: int | None = None) -> int:
 
 
 def task_threads(work: int) -> int:
-    """Threads for a call's independent tasks (the forward's and the backward's chunks) of ``work``
-    products in all: numba's pool size in the calling thread (:func:`set_threads`) when the
-    engine compiles a call of that size, else 1. Each such thread runs the kernels' serial
-    twins (:func:`serial_thread`): a kernel launch per K/V block of a handful of CTAs is too
-    small to share among many threads, and the NumPy between launches would stay serial."""
-    if not wants_numba("dotadd", work):
-        return 1
+    """Threads for the independent tasks of a launch of ``work`` products: numba's pool size
+    (:func:`pool_threads`) where it runs compiled, else 1. Each runs the serial twins
+    (:func:`serial_thread`): a kernel launch per K/V block of a few CTAs is too small to share."""
+    return pool_threads() if wants_numba("dotadd", work) else 1
+
+
+def pool_threads() -> int:
+    """numba's pool size in the calling thread (:func:`set_threads`)."""
     import numba
 
     from . import launch  # noqa: F401  (sets numba's threading layer before its pool starts)
@@ -250,18 +256,20 @@ def _launch_lock():
 def numba_dot_add(p, work: int) -> bool:
     """Whether ``simulator.mma`` should run a dot-add of ``work`` products with parameters
     ``p`` (a ``FusedDotAdd``) through :func:`dot_add`."""
-    if not wants_numba("dotadd", work):
-        return False
+    return wants_numba("dotadd", work) and dot_add_supported(p)
+
+
+def dot_add_supported(p) -> bool:
+    """Whether :func:`dot_add` evaluates the parameters ``p`` (a ``FusedDotAdd``)."""
     from . import dotadd
 
     return dotadd.supports(p)
 
 
-def numba_dot_add_decoded(p, kblock: int, work: int) -> bool:
-    """Whether a dot-add of ``work`` products with parameters ``p`` and k = ``kblock`` should
-    run compiled on operands decoded once (:func:`decode_operand`, :func:`dot_add_decoded`):
-    :func:`numba_dot_add`, and one fused step per k-block (every wgmma family)."""
-    if not numba_dot_add(p, work):
+def decoded_supported(p, kblock: int) -> bool:
+    """Whether :func:`dot_add_decoded` evaluates the parameters ``p`` with k = ``kblock``
+    (:func:`dot_add_supported`, one fused step per k-block: every wgmma family)."""
+    if not dot_add_supported(p):
         return False
     from . import operands
 
@@ -317,14 +325,18 @@ def dot_add_decoded(a, b, c: np.ndarray, p, kblock: int, c_index=None) -> np.nda
 
 # ---- the forward's softmax steps (:mod:`.softmax`) ------------------------------------------------
 def numba_softmax(x, rowcol: bool = True) -> bool:
-    """Whether ``simulator.flash.softmax`` should evaluate a step on the float32 array ``x``
-    compiled: the engine's choice for ``x.size`` elements, and a shape the kernels take
-    (non-empty; scores ``[..., T, nrow, ncol]`` with T = 32 or 128 when ``rowcol``, else an O
-    accumulator ``[..., rows, d]``). Anything else takes the NumPy model, which raises its
-    errors."""
-    shaped = x.ndim >= 3 and x.shape[-3] in (32, 128) if rowcol else x.ndim >= 2
-    return (isinstance(x, np.ndarray) and type(x) is np.ndarray and x.dtype == np.float32
-            and shaped and x.size > 0 and wants_numba("softmax", x.size))
+    """Whether a softmax step on the array ``x`` should run compiled: the engine's choice for
+    ``x.size`` elements and a shape the kernels take (:func:`softmax_shaped`)."""
+    return softmax_shaped(x, rowcol) and wants_numba("softmax", x.size)
+
+
+def softmax_shaped(x, rowcol: bool = True) -> bool:
+    """Whether the softmax kernels take the array ``x``, whichever engine is set: a non-empty
+    float32 ndarray (no subclass), scores ``[..., T, nrow, ncol]`` with T = 32 or 128 when
+    ``rowcol``, else an O accumulator ``[..., rows, d]``."""
+    if not (type(x) is np.ndarray and x.dtype == np.float32 and x.size > 0):
+        return False
+    return x.ndim >= 3 and x.shape[-3] in (32, 128) if rowcol else x.ndim >= 2
 
 
 def _ex2_packed():

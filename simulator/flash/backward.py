@@ -30,10 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import engine
 from ..gpus import DEFAULT_GPU, GPU, get_gpu, mufu_model_name
 from ..numerics import convert, fadd, ffma, fmul
-from . import chunks
+from . import chunks, evaluator
 from .backward_trace import make_tracer
 from .block_info import m_block_range
 from .config import input_format
@@ -324,17 +323,17 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     steps = int(np.maximum(m_max - m_min, 0).sum()) * cfg.batch * cfg.heads
     t = cfg.tiles
     work = 5 * steps * t.kblock_m * t.kblock_n * t.kernel_head_dim  # products: five GEMMs a step
+    ev = evaluator.pick(work)  # once: "auto" by the launch's work
     own = None if executor is not None or tracer is not None else chunks.task_pool(
-        engine.task_threads(work))
+        ev.task_threads())
     executor = executor if own is None else own
     seconds = chunks.BACKWARD_COST * chunks.estimate_seconds(
         steps, t.kblock_m, t.kblock_n, 2 * t.kernel_head_dim,
         1 if executor is None else chunks.workers(executor))
     bar = chunks.Progress(chunks.auto_progress(progress, seconds), steps, "flash.backward")
     try:
-        with engine.launching(work):  # "auto": the launch's work decides for all its calls
-            dq_accum, dk, dv, bounds = mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget,
-                                                bar, tracer, executor)
+        dq_accum, dk, dv, bounds = mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget,
+                                            bar, tracer, executor, ev)
     finally:
         bar.close()
         chunks.shutdown(own)

@@ -106,13 +106,13 @@ def split(ctas: np.ndarray, size: int, parts: int = 1) -> list[np.ndarray]:
 
 def task_pool(threads: int) -> ThreadPoolExecutor | None:
     """None for one thread, else a pool of ``threads`` task threads, each running the compiled
-    kernels' serial twins (``simulator.engine.serial_thread``; they release the GIL, so the
-    tasks run side by side). The caller shuts it down."""
+    kernels' serial twins (:func:`simulator.flash.evaluator.serial_thread`; they release the
+    GIL, so the tasks run side by side). The caller shuts it down."""
     if threads <= 1:
         return None
-    from .. import engine
+    from .evaluator import serial_thread
 
-    return ThreadPoolExecutor(threads, initializer=engine.serial_thread)
+    return ThreadPoolExecutor(threads, initializer=serial_thread)
 
 
 def affordable(threads: int, budget: int, fixed: int, per_unit: int) -> int:

@@ -224,11 +224,12 @@ def _scale(soft):
 
 
 # ---- the mainloop's other steps -------------------------------------------------------------
-def gemm(a, b, c, instruction, exact: Exactness) -> np.ndarray:
+def gemm(a, b, c, instruction, exact: Exactness, compiled: bool = False) -> np.ndarray:
     """``c + a @ b`` on the tensor core (:func:`simulator.mma.gemm`), or exact in float64.
 
     ``a`` not in the instruction's format (P kept unrounded) on the tensor core: the
-    alignment and truncation of each k-step applied to the exact products.
+    alignment and truncation of each k-step applied to the exact products. ``compiled``: the
+    tensor core's steps on the compiled engine (the launch's evaluator says; same bits).
     """
     if exact.mma:
         with np.errstate(invalid="ignore"):  # inf inputs: NaN, as the tensor core gives
@@ -236,10 +237,11 @@ def gemm(a, b, c, instruction, exact: Exactness) -> np.ndarray:
     ins = mma.instruction_for(instruction)
     c = _f32(c)
     if a.dtype == b.dtype:
-        return mma.gemm(a, b, c, instruction=ins)
+        return mma.gemm(a, b, c, instruction=ins, compiled=compiled)
     a64, b64 = _f64(a), _f64(b)
     for k0 in range(0, a64.shape[-1], ins.k):  # the kernel's k-steps, as mma.gemm issues them
-        c = mma.dot_add(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], c, ins.params)
+        c = mma.dot_add(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], c, ins.params,
+                        compiled=compiled)
     return c
 
 

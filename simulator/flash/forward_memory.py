@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import engine
 from . import chunks
 from .config import Config, make_config
+from .evaluator import plan_compiled
 
 
 def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
@@ -16,14 +16,14 @@ def memory_needed(cfg: Config, dtype) -> tuple[int, int]:
     with inputs of ``dtype``: the padded inputs and the outputs (as ``mainloop_fwd_sm90.padded_inputs``
     and :func:`simulator.flash.forward.forward` allocate them), and :func:`chunks.cta_bytes`
     at the compiled engine's cost where the engine setting (or a launch this runs in) takes
-    every call compiled, else at the NumPy engine's (under ``"auto"`` a launch decides its
-    engine after its chunks are planned)."""
+    every call compiled, else at the NumPy engine's
+    (:func:`simulator.flash.evaluator.plan_compiled`)."""
     lead = 1 if cfg.splits is None else int(cfg.splits.max())
     out_item = np.dtype(cfg.out_dtype if cfg.splits is None else np.float32).itemsize
     outputs = lead * cfg.batch * cfg.heads * cfg.seqlen_q * (cfg.head_dim_v * out_item + 4)
     return (_input_bytes(cfg, dtype) + outputs,
             chunks.cta_bytes(cfg.kblock_m, cfg.kblock_n, cfg.kernel_head_dim_v,
-                             cfg.kernel_head_dim, engine.wants_numba("dotadd", 0)))
+                             cfg.kernel_head_dim, plan_compiled()))
 
 
 def _input_bytes(cfg: Config, dtype) -> int:

@@ -6,7 +6,8 @@ active at an m_block; the Python loops run over m_blocks and, for the ordered re
 dQaccum, over the CTAs of a tile (the kernels' sequential structure, never threads or elements).
 Chunks of rows bound the working memory (``memory_budget``) and are what an executor's workers
 or the task threads run. ``cfg`` is always a :class:`simulator.flash.backward.BackwardConfig`
-(not imported: that module imports this one).
+(not imported: that module imports this one). The arithmetic that the NumPy specification and
+the compiled engine both evaluate is the launch's evaluator's (:mod:`simulator.flash.evaluator`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import dataclasses
 
 import numpy as np
 
-from .. import engine, mma
+from .. import mma
 from ..numerics import convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2, tanh
 from . import chunks
 from .block_info import m_block_range
+from .evaluator import SPECIFICATION, plan_compiled
 from .grid import pad_rows
 from .masks import allowed
 from .spread import sum_bounds
@@ -51,12 +53,13 @@ def _ctas(cfg):
 
 
 def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
-              executor):
+             executor, ev=SPECIFICATION):
     """dQaccum [B, H, rows, kd] float32, each CTA's dK (scaled) and dV, float32 [B, H, n_blocks
     * kBlockN, kd], with ``spread`` dQaccum's (lo, hi) over every order of its reduce-adds (else
     None). CTAs run in chunks of whole (batch, head) rows (their dQ tiles meet no other chunk's)
     within ``budget`` bytes: serially, on a thread pool as many at once as the budget affords
-    (in place), or as other executors' tasks, W chunks of a W-th each (W: their workers)."""
+    (in place), or as other executors' tasks, W chunks of a W-th each (W: their workers); all
+    on the launch's evaluator ``ev``, which travels with each task."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     rows, keys = cfg.m_blocks * M, cfg.n_blocks * N
     padded = [pad_rows(x, length, kd) for x, length in ((q, rows), (dout, rows), (k, keys), (v, keys))]
@@ -64,7 +67,7 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
     dk, dv = (np.zeros((len(ctas[0]), N, kd), np.float32) for _ in range(2))
     dq_accum = np.zeros((cfg.batch * cfg.heads, rows, kd), np.float32)
     bounds = (np.zeros_like(dq_accum), np.zeros_like(dq_accum)) if spread else None
-    fixed, per_row = memory_needed(cfg, spread)
+    fixed, per_row = memory_needed(cfg, spread, ev.compiled)  # priced on the launch's evaluator
     parts, shared = chunks.concurrency(executor, 1, budget, fixed, per_row)
     fixed += chunks.shipped_bytes(executor, sum(x.nbytes for x in padded))
     size = chunks.chunk_size(budget, fixed, per_row, "this backward", parts,
@@ -74,20 +77,20 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
     flat = (dpsum.reshape(-1, rows), lse_log2.reshape(-1, rows))
     if executor is None:
         for job in jobs:
-            _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer,
+            _run_chunk(cfg, job, ctas, padded, *flat, spread, bar, tracer, ev,
                        out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds))
     elif shared:  # threads write their disjoint rows in place: nothing waits to be stored
         # (the task threads' pool is as large as numba's: gated to what the budget affords)
         run = chunks.gated(_run_chunk, parts)  # at most parts at once
-        futures = {executor.submit(engine.carry(run), cfg, job, ctas, padded, *flat, spread, None, None,
+        futures = {executor.submit(run, cfg, job, ctas, padded, *flat, spread, None, None, ev,
                                    out=_chunk_views(cfg, job, dk, dv, dq_accum, bounds)): job
                    for job in jobs}
         for future, job in chunks.finished(futures):
             future.result()
             bar.update(_chunk_steps(cfg, job, ctas))
     else:  # other processes: each task gets its batches and returns its rows' arrays
-        futures = {executor.submit(engine.carry(_run_chunk), cfg, job, ctas, _batch_slice(cfg, job, padded),
-                                   *(x[job[0]:job[1]] for x in flat), spread, None, None,
+        futures = {executor.submit(_run_chunk, cfg, job, ctas, _batch_slice(cfg, job, padded),
+                                   *(x[job[0]:job[1]] for x in flat), spread, None, None, ev,
                                    sliced=True): job for job in jobs}
         for future, job in chunks.finished(futures):  # stored as they finish: disjoint chunks
             _store_chunk(cfg, job, future.result(), dk, dv, dq_accum, bounds)
@@ -98,16 +101,16 @@ def mainloop(cfg, q, k, v, dout, dpsum, lse_log2, spread, budget, bar, tracer,
             bounds)
 
 
-def memory_needed(cfg, spread: bool) -> tuple[int, int]:
+def memory_needed(cfg, spread: bool, compiled: bool | None = None) -> tuple[int, int]:
     """(fixed, per_row), bytes: what the mainloop holds throughout (the padded q, dO, k, v,
     the float32 dK / dV / dQaccum accumulators, dPsum and LSE_log2; doubled with ``spread``,
     for dQaccum's bounds and their working arrays) and what each (batch, head) row of a
-    chunk adds (:func:`row_bytes`)."""
+    chunk adds (:func:`row_bytes`, ``compiled`` as there)."""
     t = cfg.tiles
     rows, keys, kd = cfg.m_blocks * t.kblock_m, cfg.n_blocks * t.kblock_n, t.kernel_head_dim
     itemsize = 2  # bf16 / f16, the backward's input formats
     inputs = 2 * itemsize * cfg.batch * kd * (rows * cfg.heads + keys * cfg.heads_kv)
-    return (inputs + accumulator_bytes(cfg)) * (2 if spread else 1), row_bytes(cfg)
+    return (inputs + accumulator_bytes(cfg)) * (2 if spread else 1), row_bytes(cfg, compiled)
 
 
 def accumulator_bytes(cfg) -> int:
@@ -118,12 +121,13 @@ def accumulator_bytes(cfg) -> int:
     return 4 * cfg.batch * cfg.heads * (t.kernel_head_dim * (rows + 2 * keys) + 2 * rows)
 
 
-def row_bytes(cfg) -> int:
+def row_bytes(cfg, compiled: bool | None = None) -> int:
     """Working bytes of one (batch, head) row of a chunk: its n_blocks CTAs (the unit of the
     chunks: a row's CTAs reduce-add into the same dQaccum tiles), at the compiled engine's
-    cost where every call of this launch runs compiled (``engine.wants_numba`` at no work)."""
+    cost with ``compiled`` (the launch's evaluator runs compiled), else the NumPy engine's;
+    None: as the setting alone takes it (:func:`simulator.flash.evaluator.plan_compiled`)."""
     t = cfg.tiles
-    compiled = engine.wants_numba("dotadd", 0)
+    compiled = plan_compiled() if compiled is None else compiled
     return max(1, cfg.n_blocks) * chunks.backward_cta_bytes(t.kblock_m, t.kblock_n,
                                                            t.kernel_head_dim, compiled)
 
@@ -168,13 +172,14 @@ def _store_chunk(cfg, job, res, dk, dv, dq_accum, bounds) -> None:
         dst[...] = src
 
 
-def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sliced=False,
+def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, ev, sliced=False,
                out=None):
     """The m_block loop of the CTAs of the (batch, head) rows ``job = (start, stop)``:
     (dQaccum [rows, M * m_blocks, kd], dK, dV [CTAs, kBlockN, kd], dQaccum's (lo, hi) or
     None), float32, zeroed here or ``out`` (those arrays, zero: :func:`_chunk_views`) added
     into in place. ``padded`` holds every batch, or with ``sliced`` only those of ``job``
-    (:func:`_batch_slice`); ``dpsum`` / ``lse_log2`` are [B * H, rows], or the job's rows."""
+    (:func:`_batch_slice`); ``dpsum`` / ``lse_log2`` are [B * H, rows], or the job's rows;
+    ``ev`` the launch's evaluator."""
     M, N, kd = cfg.tiles.kblock_m, cfg.tiles.kblock_n, cfg.tiles.kernel_head_dim
     sel = np.arange(job[0] * cfg.n_blocks, job[1] * cfg.n_blocks)
     b, h, n, m_min, m_max = (x[sel] for x in ctas)
@@ -194,11 +199,11 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
     vc = vp[b[:, None], key_idx, (h // g)[:, None]]
     ins = mma.parse("wgmma", f"m64n{N}k16.f32.{cfg.fmt}.{cfg.fmt}", cfg.gpu)
     order = dq_order(cfg, n)
-    # the compiled engine's hand-over: K and V (as K^T, V^T and K) decoded once per chunk,
-    # Q and dO once per m_block for their two GEMMs each, the dS step compiled (same bits,
-    # :class:`_Operands`); a traced call keeps the NumPy steps (the trace records dS)
-    ops = _Operands(kc, vc, ins) if tracer is None and engine.numba_dot_add_decoded(
-        ins.params, ins.k, len(sel) * M * N * kd) else None
+    # decoded operands (the compiled evaluator's): K and V (as K^T, V^T and K) decoded once
+    # per chunk, Q and dO once per m_block for their two GEMMs each, the dS step fused (same
+    # bits, :class:`_Operands`); a traced call keeps the separate steps (the trace records dS)
+    ops = _Operands(kc, vc, ins, ev) if tracer is None and ev.decodes(ins.params, ins.k) \
+        else None
     for m in range(int(m_min.min(initial=0)), int(m_max.max(initial=0))):
         act = np.flatnonzero((m_min <= m) & (m < m_max))
         if act.size == 0:
@@ -213,8 +218,8 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         else:
             kt, vt = kc[act], vc[act]
             zero = np.full((act.size, M, N), -0.0, np.float32)  # zero_init: scale-d = 0
-            s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)            # [A, M, N]
-            dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
+            s = ev.gemm(qm, np.swapaxes(kt, 1, 2), zero, ins)                         # [A, M, N]
+            dp = ev.gemm(dom, np.swapaxes(vt, 1, 2), zero, ins)
         traced = {"s": s, "dp": dp}
         dtanh = None
         if cfg.softcap_val > 0:
@@ -228,12 +233,11 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
         s = np.where(ok, s, _NEG_INF)
         row = tile + job[0] - r0                       # the (b, h) row in dpsum / lse_log2
         lse_m = lse_log2[row][:, r]                                                     # [A, M]
-        if engine.numba_softmax(s, rowcol=False):  # P: the compiled twin (simulator.engine)
-            p = engine.ex2_ffma_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.mufu)
-        else:
+        p = ev.exp2_rows(s, np.float32(cfg.scale_log2), -lse_m, cfg.mufu)  # a twin, or None
+        if p is None:
             p = ex2(ffma(s, cfg.scale_log2, -lse_m[..., None], ftz=True), model=cfg.mufu)
-        if ops is not None:  # dS, the conversions and decodes compiled
-            dv[act], dqp, dk[act] = ops.grads(*engine.backward_ds(
+        if ops is not None:  # dS, the conversions and decodes in one step
+            dv[act], dqp, dk[act] = ops.grads(*ev.backward_ds(
                 p, dp, dpsum[row][:, r], dtanh, cfg.fmt, ins.params.emin), dv[act], dk[act])
         else:
             ds = fmul(p, fsub(dp, dpsum[row][:, r][..., None], ftz=True), ftz=True)
@@ -241,10 +245,9 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
                 ds = fmul(ds, dtanh, ftz=True)
             p16 = convert(p, cfg.fmt)
             ds16 = convert(ds, cfg.fmt)
-            dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
-            dqp = mma.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32),
-                           instruction=ins)
-            dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
+            dv[act] = ev.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], ins)
+            dqp = ev.gemm(ds16, kt, np.full((act.size, M, kd), -0.0, np.float32), ins)
+            dk[act] = ev.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], ins)
         if tracer is not None:
             tracer.record(m, sel[act], {**traced, "scores": s, "p": p, "ds": ds, "dq_partial": dqp})
         _ordered_add(dq_accum, tile, r, dqp, order[act], bounds, dq_add_ftz(cfg))
@@ -257,16 +260,17 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, sli
 
 
 class _Operands:
-    """The five GEMMs of an m_block through the compiled engine on operands decoded once
-    (``engine.decode_operand`` / ``engine.dot_add_decoded``, the bits of ``mma.gemm``): the
+    """The five GEMMs of an m_block on operands decoded once by the evaluator ``ev``
+    (``ev.decode`` / ``ev.gemm_decoded``, the bits of ``mma.gemm``): the
     chunk's K^T, V^T (B of S = Q K^T and dP = dO V^T) and K (B of dQ = dS K), decoded when
     the chunk starts and read by the active CTAs through an index; Q and dO decoded once
     per m_block, each the A of one GEMM and the B of another (dK = dS^T Q, dV = P^T dO); the
     zero_init accumulators one -0 tile read by every CTA."""
 
-    def __init__(self, kc, vc, ins):
+    def __init__(self, kc, vc, ins, ev):
         self.ins = ins
-        self.kt, self.vt, self.k = (engine.decode_operand(x, ins.params) for x in
+        self.ev = ev
+        self.kt, self.vt, self.k = (ev.decode(x, ins.params) for x in
                                     (np.swapaxes(kc, 1, 2), np.swapaxes(vc, 1, 2), kc))
         for x in (self.kt, self.vt, self.k):
             x.step_max()  # computed once, shared by the indexed copies
@@ -274,10 +278,10 @@ class _Operands:
     def step(self, qm, dom, act):
         """The m_block's Q and dO [A, M, kd] of the active CTAs ``act``."""
         self.act = np.asarray(act, dtype=np.int64)
-        self.q, self.do = (engine.decode_operand(x, self.ins.params) for x in (qm, dom))
+        self.q, self.do = (self.ev.decode(x, self.ins.params) for x in (qm, dom))
 
     def _gemm(self, a, b, c, c_index=None):
-        return engine.dot_add_decoded(a, b, c, self.ins.params, self.ins.k, c_index)
+        return self.ev.gemm_decoded(a, b, c, self.ins.params, self.ins.k, c_index)
 
     def _zero(self, rows, cols):
         return np.full((1, rows, cols), -0.0, np.float32), np.zeros(self.act.size, np.int64)
@@ -290,7 +294,7 @@ class _Operands:
 
     def grads(self, pt, ds, dst, dv, dk):
         """dV += P^T dO, dQ's partial dS K (from -0), dK += dS^T Q, the three [A, ., kd], from
-        the decoded P^T, dS and dS^T (``engine.backward_ds``)."""
+        the decoded P^T, dS and dS^T (``ev.backward_ds``)."""
         zero, zi = self._zero(ds.vals.shape[1], self.k.vals.shape[2])
         dv = self._gemm(pt, self.do, np.ascontiguousarray(dv))
         dq = self._gemm(ds, dataclasses.replace(self.k, index=self.act), zero, zi)

@@ -5,8 +5,10 @@ FA3's tile scheduler gives each CTA one (batch, head, m_block, split) tile; CTAs
 same K/V blocks with the same masking steps run the same sequence of steps, so the emulation
 groups them (:func:`cta_groups`) and evaluates a group as one batch of tiles. :func:`launch`
 cuts the groups into chunks that fit the memory budget, runs them serially, on task threads
-of the compiled engine or as an executor's tasks, and stores each CTA's O and LSE. What a
-group computes is the mainloop's (:class:`ForwardMainloop`: FA3's sm90 mainloop is
+of the compiled engine or as an executor's tasks, and stores each CTA's O and LSE. It picks
+the launch's evaluator once, by the launch's whole work (:func:`simulator.flash.evaluator.pick`),
+and passes it to every group. What a group computes is the mainloop's
+(:class:`ForwardMainloop`: FA3's sm90 mainloop is
 :data:`simulator.flash.mainloop_fwd_sm90.MAINLOOP`); the bits never depend on the schedule.
 """
 
@@ -18,8 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import engine
-from . import chunks
+from . import chunks, evaluator
 from .block_info import block_range, masking_steps
 from .config import Config
 from .forward_memory import plan
@@ -33,14 +34,18 @@ class ForwardMainloop(NamedTuple):
 
     Attributes:
         padded_inputs: ``(cfg, q, k, v, qv) -> padded``: the operands as the kernel reads them.
-        run_group: ``(cfg, n_range, masked, ctas, padded, out, lse, wanted, record, exact)``:
-            one group's CTAs over their K/V blocks; stores into ``out`` / ``lse``, or returns
+        run_group: ``(cfg, n_range, masked, ctas, padded, out, lse, wanted, record, ev)``:
+            one group's CTAs over their K/V blocks on the launch's evaluator ``ev``
+            (:mod:`simulator.flash.evaluator`); stores into ``out`` / ``lse``, or returns
             ``(acc_o, lse_rows)`` (None for an empty range) when they are None.
         tile_rows: ``(cfg, ctas) -> (rows, heads, valid)``: the output rows of each CTA's tile.
         store: ``(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse, exact)``: the epilogue.
         split_ranges: ``(full, cfg, b) -> [(n_block_min, n_block_max), ...]``: each split's
             K/V blocks of a CTA whose whole range is ``full`` (batch ``b``), or None for
             FA3's rule (:func:`fa3_split_ranges`).
+        evaluated: whether ``run_group`` takes the evaluator as its last argument; False: a
+            mainloop that takes the Exactness (None) there instead and evaluates on the NumPy
+            specification's defaults.
     """
 
     padded_inputs: Callable
@@ -48,6 +53,7 @@ class ForwardMainloop(NamedTuple):
     tile_rows: Callable
     store: Callable
     split_ranges: Callable | None = None
+    evaluated: bool = False
 
 
 def launch(cfg: Config, mainloop: ForwardMainloop, operands, wanted, record, exact, executor,
@@ -71,8 +77,9 @@ def launch(cfg: Config, mainloop: ForwardMainloop, operands, wanted, record, exa
     lse = np.full(lead + (cfg.batch, cfg.heads, cfg.seqlen_q), _NEG_INF,
                   dtype=np.float64 if wide else np.float32)
     groups = cta_groups(cfg, mainloop.split_ranges)
-    products = _products(cfg, groups)
-    threads = 1 if executor is not None or wanted is not None else _task_threads(products, groups)
+    ev = evaluator.pick(_products(cfg, groups), exact)  # once: "auto" by the launch's work
+    threads = 1 if executor is not None or wanted is not None else _task_threads(
+        ev.task_threads(), groups)
     parts, shared, size = plan(cfg, operands[0].dtype, executor, threads, budget)
     threads = min(threads, parts)
     padded = mainloop.padded_inputs(cfg, *operands)
@@ -90,9 +97,8 @@ def launch(cfg: Config, mainloop: ForwardMainloop, operands, wanted, record, exa
         work, visits = [work[i] for i in order], [visits[i] for i in order]
     executor = executor if own is None else own
     try:
-        with engine.launching(products):  # "auto": the launch's work decides
-            _execute(mainloop, cfg, work, visits, padded, out, lse, wanted, record, exact,
-                     executor, parts if shared else 0, bar)
+        _execute(mainloop, cfg, work, visits, padded, out, lse, wanted, record, ev, executor,
+                 parts if shared else 0, bar)
     finally:
         bar.close()
         chunks.shutdown(own)
@@ -100,26 +106,26 @@ def launch(cfg: Config, mainloop: ForwardMainloop, operands, wanted, record, exa
 
 
 def _execute(mainloop: ForwardMainloop, cfg: Config, work, visits, padded, out, lse, wanted,
-             record, exact, executor, threads: int, bar) -> None:
-    """Run the chunks ``work`` (``((n_range, masked), ctas)`` each) serially, on the threads
-    of a thread pool (``threads`` > 0 of them at once) storing their own CTAs, or as an
-    executor's tasks returning theirs."""
+             record, ev, executor, threads: int, bar) -> None:
+    """Run the chunks ``work`` (``((n_range, masked), ctas)`` each) on the evaluator ``ev``:
+    serially, on the threads of a thread pool (``threads`` > 0 of them at once) storing their
+    own CTAs, or as an executor's tasks returning theirs (``ev`` travels with each task)."""
+    last = ev if mainloop.evaluated else ev.exact
     if executor is None:
         for ((n_range, masked), part), n in zip(work, visits, strict=True):
-            mainloop.run_group(cfg, n_range, masked, part, padded, out, lse, wanted, record, exact)
+            mainloop.run_group(cfg, n_range, masked, part, padded, out, lse, wanted, record, last)
             bar.update(n)
         return
     task, dest = ((chunks.gated(mainloop.run_group, threads), (out, lse, None, None)) if threads
                   else (functools.partial(_chunk_task, mainloop), ()))
-    futures = {executor.submit(engine.carry(task), cfg, n_range, masked, part, padded, *dest,
-                               exact): i
+    futures = {executor.submit(task, cfg, n_range, masked, part, padded, *dest, last): i
                for i, ((n_range, masked), part) in enumerate(work)}
     for future, i in chunks.finished(futures):  # stored as they finish: CTAs are disjoint
         result = future.result()
         if result is not None:
             part = work[i][1]
             rows, heads, _ = mainloop.tile_rows(cfg, part)
-            mainloop.store(cfg, part, rows, heads, *result, out, lse, exact)
+            mainloop.store(cfg, part, rows, heads, *result, out, lse, ev.exact)
         bar.update(visits[i])
 
 
@@ -138,12 +144,11 @@ MIN_TASK_CTAS = 16
 MAX_THREADS_PER_GROUP = 2
 
 
-def _task_threads(products: int, groups: dict) -> int:
-    """Threads for the forward's chunks of ``products`` in all (:func:`simulator.engine.
-    task_threads`) where every one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs, or
-    there are at most ``MAX_THREADS_PER_GROUP`` threads per group that visits some K/V block
-    (groups then run whole); else 1 (the kernels' own parallel loops take the pool)."""
-    threads = engine.task_threads(products)
+def _task_threads(threads: int, groups: dict) -> int:
+    """Of the evaluator's ``threads`` (its ``task_threads()``), those the forward's chunks go
+    to where every one of them gets a chunk of at least ``MIN_TASK_CTAS`` CTAs, or there are
+    at most ``MAX_THREADS_PER_GROUP`` threads per group that visits some K/V block (groups then
+    run whole); else 1 (the kernels' own parallel loops take the pool)."""
     fit = sum(len(ctas) // MIN_TASK_CTAS for ctas in groups.values())
     whole = sum(1 for ((n_min, n_max), _) in groups if n_max > n_min)
     return threads if threads > 1 and (fit >= threads or threads <= MAX_THREADS_PER_GROUP * whole) \
@@ -163,11 +168,11 @@ def _products(cfg: Config, groups: dict) -> int:
     return visits * cfg.kblock_m * cfg.kblock_n * (cfg.kernel_head_dim + cfg.kernel_head_dim_v)
 
 
-def _chunk_task(mainloop: ForwardMainloop, cfg: Config, n_range, masked, ctas, padded,
-                exact=None):
+def _chunk_task(mainloop: ForwardMainloop, cfg: Config, n_range, masked, ctas, padded, last):
     """One executor task: the CTAs ``ctas`` of a group, returning their O accumulator and
-    LSE rows (None when the range is empty) for the caller's ``mainloop.store``."""
-    return mainloop.run_group(cfg, n_range, masked, ctas, padded, None, None, None, None, exact)
+    LSE rows (None when the range is empty) for the caller's ``mainloop.store``; ``last``:
+    the evaluator (or the Exactness, :attr:`ForwardMainloop.evaluated`)."""
+    return mainloop.run_group(cfg, n_range, masked, ctas, padded, None, None, None, None, last)
 
 
 def cta_groups(cfg: Config, split_ranges: Callable | None = None) -> dict[tuple, np.ndarray]:

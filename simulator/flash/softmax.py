@@ -9,22 +9,25 @@ row/column view of the accumulator, ``[..., 128, kNRows, ncol]``
 The exact sequence is docs/forward.md, steps 4, 5 and "finalize"; hopper/softmax.h is the
 source, and the SASS of FA3's sm_90 kernels shows how it compiles (the fused row_sum rescale).
 
-With the numba engine (:mod:`simulator.engine`) the per-element parts of a step (the row
-maximum, P and its row sums, the O rescale) run compiled with the same bits; each method says
-where it hands over. Row-state operations (one value per thread and row) stay NumPy.
+The specification of each step is written here. The per-element parts of a step (the row
+maximum, P and its row sums, the O rescale, the fused block step) are first offered to the
+launch's evaluator (:mod:`simulator.flash.evaluator`): the compiled one evaluates them with the
+same bits, the specification's returns None and the NumPy below runs. Row-state operations (one
+value per thread and row) stay here. With ``exact`` the steps take the generic path of
+:mod:`simulator.flash.exact`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import engine
 from ..gpus import DEFAULT_GPU
 from ..hw import quad_allreduce, thread_reduce
 from ..numerics import ffma, fmul, fsub
-from ..numerics.mufu import ex2, lg2, model, rcp
+from ..numerics.mufu import ex2, lg2, rcp
 from . import exact as _exact
 from .constants import LN2_F32
+from .evaluator import SPECIFICATION, Exact
 
 _NEG_INF = np.float32(-np.inf)
 _SUM_SCALE_FP8 = np.float32(2.0**-8)
@@ -43,6 +46,8 @@ class Softmax:
         exact: None (the H200's arithmetic), or a :class:`simulator.flash.exact.Exactness`:
             the methods take :mod:`simulator.flash.exact`'s generic path, with float64 where
             its switches say.
+        evaluator: keyword-only: the launch's evaluator (:mod:`simulator.flash.evaluator`;
+            its ``exact`` is taken when ``exact`` is None); default the NumPy specification.
     Attributes:
         row_max, row_sum: float32 ``batch_shape + (128, nrow)``; ``row_sum`` holds thread-local
             partial sums until :meth:`finalize` reduces it over the quad; between
@@ -51,9 +56,12 @@ class Softmax:
     """
 
     def __init__(self, batch_shape: tuple[int, ...], nrow: int, scale_log2, max_offset: int = 0,
-                 mufu: str = DEFAULT_GPU, exact=None):
+                 mufu: str = DEFAULT_GPU, exact=None, *, evaluator=None):
         if max_offset not in (0, 8):
             raise ValueError(f"max_offset: expected 0 or 8, got {max_offset!r}")
+        evaluator = _evaluator(exact, evaluator)
+        exact = evaluator.exact
+        self.evaluator = evaluator
         shape = tuple(batch_shape) + (128, nrow)
         self.row_max = np.full(shape, _NEG_INF, dtype=np.float32)
         self.row_sum = np.zeros(shape, dtype=np.float32)
@@ -82,15 +90,12 @@ class Softmax:
         """
         if self.ops is not None:
             return _exact.max_get_scale(self, scores, is_first, check_inf)
-        compiled = engine.numba_softmax(scores)  # the row maximum: compiled twin
         if is_first:
-            self.row_max = engine.softmax_row_max(scores, None) if compiled else quad_allreduce(
-                thread_reduce(scores, op="max", zero_init=True), "max")
+            self.row_max = _row_max(self.evaluator, scores, None)
             self._row_sum_scale = None
             return np.ones_like(self.row_max)
         prev = self.row_max
-        self.row_max = engine.softmax_row_max(scores, prev) if compiled else quad_allreduce(
-            thread_reduce(scores, prev, op="max", zero_init=False), "max")
+        self.row_max = _row_max(self.evaluator, scores, prev)
         cur = self.row_max
         if check_inf:
             cur = np.where(cur == _NEG_INF, np.float32(0), cur)
@@ -118,9 +123,10 @@ class Softmax:
             max_scaled = fmul(self.row_max, scale, ftz=True)
         if check_inf:
             max_scaled = np.where(self.row_max == _NEG_INF, np.float32(0), max_scaled)
-        if engine.numba_softmax(scores):  # P and the row sums: compiled twin
-            return self._online_compiled(scores, scale, -max_scaled, is_first)
-        p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True), model=self.mufu)
+        p = self.evaluator.scaled_exp2(scores, scale, -max_scaled, self.mufu)  # a twin, or None
+        if p is None:
+            p = ex2(ffma(scores, scale[..., None], -max_scaled[..., None], ftz=True),
+                    model=self.mufu)
         self.add_row_sum(p, is_first)
         return p
 
@@ -128,38 +134,30 @@ class Softmax:
         """``reduce_sum`` of P into ``row_sum``, thread-local: the thread's columns in order;
         for a later block ``row_sum * scores_scale`` fused with the first add (one FFMA.FTZ,
         as the compiled kernels contract softmax.h's rescale and the first add)."""
-        if is_first:
+        twin = self.evaluator.row_sum(p, None if is_first else self._row_sum_scale,
+                                      None if is_first else self.row_sum)
+        if twin is not None:
+            self.row_sum = twin
+        elif is_first:
             self.row_sum = thread_reduce(p, op="sum", zero_init=True)
         else:
             start = ffma(self._row_sum_scale, self.row_sum, p[..., 0], ftz=True)
             self.row_sum = start if p.shape[-1] == 1 else thread_reduce(
                 p[..., 1:], start, op="sum", zero_init=False)
 
-    def _online_compiled(self, scores, scale, neg_max, is_first) -> np.ndarray:
-        """:meth:`online_softmax`'s P and row_sum through ``simulator.engine`` (MUFU.EX2 from
-        the model's verified table; ``"ideal"`` applies :func:`ex2` between FFMA and sum)."""
-        table = model(self.mufu).ex2_table()
-        p = engine.softmax_exp2(scores, scale, neg_max, table)
-        if table is None:
-            p = ex2(p, model=self.mufu)
-        if is_first:
-            self.row_sum = engine.softmax_row_sum(p, None, None)
-        else:
-            self.row_sum = engine.softmax_row_sum(p, self._row_sum_scale, self.row_sum)
-        return p
-
     # ---- the compiled block step ---------------------------------------------------------------
     def fusable(self) -> bool:
         """Whether :meth:`block_step` runs: the H200's arithmetic (no ``exact``), one
-        scale_log2 per batch entry, a MUFU model whose table the compiled step reads
-        (``engine.softmax_step_ready``)."""
+        scale_log2 per batch entry, an evaluator with a fused step for the MUFU model (the
+        compiled one, where the model's table packs)."""
         return (self.ops is None and self._entry_scale is not None
-                and engine.softmax_step_ready(self.mufu))
+                and self.evaluator.block_step_ready(self.mufu))
 
     def block_step(self, s: np.ndarray, positions: np.ndarray, is_first: bool,
                    check_inf: bool, fmt: str, emin: int):
         """:meth:`max_get_scale`, :meth:`online_softmax` and P's conversion to ``fmt`` in one
-        compiled call (``simulator.engine.softmax_step``), reading the scores in matrix order.
+        call of the evaluator (the compiled one: ``simulator.engine.softmax_step``), reading
+        the scores in matrix order; only where :meth:`fusable`.
 
         Args:
             s: float32 ``batch_shape + (M, N)``: the scores of each batch entry's M x N tile
@@ -173,7 +171,7 @@ class Softmax:
             decoded as the P V GEMM's A (``engine.operands.Decoded`` [ctas, warpgroups * M,
             N]). The state is updated as by the two steps.
         """
-        self.row_max, self.row_sum, scale, p = engine.softmax_step(
+        self.row_max, self.row_sum, scale, p = self.evaluator.block_step(
             s, positions, self._entry_scale, self.row_max, self.row_sum, is_first, check_inf,
             self.max_offset, fmt, emin, self.mufu)
         self._row_sum_scale = None if is_first else scale
@@ -209,7 +207,8 @@ class Softmax:
             np.full(self.row_max.shape, self.scale_log2, dtype=np.float32)
 
 
-def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray, exact=None) -> np.ndarray:
+def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray, exact=None, *,
+              evaluator=None) -> np.ndarray:
     """``acc_o[row, :] *= scores_scale[row]`` with FMUL.FTZ.
 
     Args:
@@ -217,9 +216,33 @@ def rescale_o(acc_o: np.ndarray, scores_scale_rows: np.ndarray, exact=None) -> n
         scores_scale_rows: float32 ``[..., rows]``: each row's scale (the quad-identical value
             its owner threads hold).
         exact: None, or a :class:`simulator.flash.exact.Exactness` (float64 when its ``ffma``).
+        evaluator: keyword-only: the launch's evaluator (:mod:`simulator.flash.evaluator`);
+            default the NumPy specification (or the exact one, with ``exact``).
     """
-    if exact is not None:
-        return _exact.Ops(exact).mul(acc_o, scores_scale_rows[..., None])
-    if engine.numba_softmax(acc_o, rowcol=False):  # compiled twin
-        return engine.softmax_scale_rows(acc_o, scores_scale_rows)
-    return fmul(acc_o, scores_scale_rows[..., None], ftz=True)
+    out = _evaluator(exact, evaluator).scale_rows(acc_o, scores_scale_rows)  # a twin, or None
+    return out if out is not None else fmul(acc_o, scores_scale_rows[..., None], ftz=True)
+
+
+def _row_max(evaluator, scores, prev):
+    """The row maximum over a thread's columns (after ``prev``, none when None), then its
+    quad: the evaluator's twin, or ``thread_reduce`` + ``quad_allreduce``."""
+    twin = evaluator.row_max(scores, prev)
+    if twin is not None:
+        return twin
+    if prev is None:
+        return quad_allreduce(thread_reduce(scores, op="max", zero_init=True), "max")
+    return quad_allreduce(thread_reduce(scores, prev, op="max", zero_init=False), "max")
+
+
+def _evaluator(exact, evaluator):
+    """The evaluator a step runs on: ``evaluator``, else the specification's, made exact by
+    ``exact`` (a caller outside a launch names one or the other).
+
+    Raises:
+        ValueError: both given, with different Exactness.
+    """
+    if evaluator is None:
+        return SPECIFICATION if exact is None else Exact(exact, SPECIFICATION)
+    if exact is not None and exact != evaluator.exact:
+        raise ValueError("exact: give the Exactness or an evaluator that holds it, not both")
+    return evaluator

@@ -137,7 +137,8 @@ def _accumulator(c, shape_mn: tuple[int, int]) -> np.ndarray:
     return c
 
 
-def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd, *,
+            compiled: bool | None = None) -> np.ndarray:
     """``fused(a64 @ b64 + c)`` with the parameters ``p``: one instruction's k-steps
     (:func:`simulator.mma.fused.fused_dot_add`) over broadcast leading axes, in row chunks
     that bound the working memory (:data:`_TERMS_PER_CHUNK` terms).
@@ -148,6 +149,8 @@ def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> 
         b64: float64 [..., K, N].
         c: float32 [..., M, N] accumulator.
         p: the instruction family's parameters (``Instruction.params``).
+        compiled: keyword-only, as :func:`simulator.mma.fused.fused_dot_add`'s (None: the
+            engine setting decides).
     Returns:
         float32 [..., M, N]; :func:`gemm` chains it over the k-steps of a longer K.
     Raises:
@@ -169,7 +172,7 @@ def dot_add(a64: np.ndarray, b64: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> 
     out = np.empty(lead + (m, n), dtype=np.float32)
     for r0 in range(0, m, rows):  # a few chunks per call: bounds memory, not a per-element loop
         out[..., r0:r0 + rows, :] = fused_dot_add(a64[..., r0:r0 + rows, :], b64,
-                                                   c[..., r0:r0 + rows, :], p)
+                                                   c[..., r0:r0 + rows, :], p, compiled=compiled)
     return out
 
 
@@ -251,7 +254,7 @@ def _parse_named(instruction: str, gpu) -> Instruction:
 
 
 def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.bf16.bf16",
-         gpu=DEFAULT_GPU) -> np.ndarray:
+         gpu=DEFAULT_GPU, compiled: bool | None = None) -> np.ndarray:
     """A GEMM on tensor cores: K split into the instruction's k-steps, issued in ascending k.
 
     The result of each k-step is the C of the next (the accumulator stays in registers, as in
@@ -265,6 +268,10 @@ def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.
             ``"mma_sync.<shape>"``; only k and the format matter.
         gpu: the GPU (:mod:`simulator.gpus`) a string ``instruction`` is parsed for (an
             :class:`Instruction` carries its own parameters).
+        compiled: None (the engine setting decides for this call's work:
+            :mod:`simulator.engine`), True (the compiled dot-add where it takes the family) or
+            False (the NumPy evaluation): a launch's evaluator decides once and passes it.
+            The bits are the same.
     Returns:
         float32 [..., M, N].
     Raises:
@@ -280,11 +287,14 @@ def gemm(A, B, C=None, *, instruction: Instruction | str = "wgmma.m64n64k16.f32.
     if k % ins.k:
         raise ValueError(f"A: K = {k} is not a multiple of the instruction's k = {ins.k}")
     d = _accumulator(C, (m, B.shape[-1]))
-    if k and engine.numba_dot_add(ins.params, A.size * B.shape[-1]):
+    if compiled is None:
+        compiled = engine.numba_dot_add(ins.params, A.size * B.shape[-1])
+    if k and compiled and engine.dot_add_supported(ins.params):
         return engine.dot_add(A, B, d, ins.params, ins.k)  # decoded there; every k-step at once
     a64, b64 = _operand("A", A, ins.fmt), _operand("B", B, ins.fmt)
     for k0 in range(0, k, ins.k):  # the kernel's sequential k-steps (K / k of them)
-        d = dot_add(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], d, ins.params)
+        d = dot_add(a64[..., k0:k0 + ins.k], b64[..., k0:k0 + ins.k, :], d, ins.params,
+                    compiled=compiled)
     return d
 
 

@@ -21,7 +21,8 @@ from .termloop import term_loop_step
 __all__ = ["FusedDotAdd", "fused_dot_add", "fused_step", "round_to_float32"]
 
 
-def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -> np.ndarray:
+def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd, *,
+                  compiled: bool | None = None) -> np.ndarray:
     """``d[..., m, n] = fused(sum_k a[..., m, k] * b[..., k, n] + c[..., m, n])``.
 
     Args:
@@ -29,13 +30,18 @@ def fused_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, p: FusedDotAdd) -
         b: float64 array [..., K, N].
         c: float32 array [..., M, N].
         p: the arithmetic parameters (``simulator.mma.instructions.PARAMS``).
+        compiled: keyword-only: None (the engine setting decides for this call's work:
+            :mod:`simulator.engine`), True (the compiled dot-add where it takes ``p``) or
+            False (the NumPy evaluation): what a launch's evaluator passes.
     Returns:
         float32 array [..., M, N], the bits of :func:`simulator.mma.spec.spec_dot_add`.
     Raises:
         ValueError: ``p.k_steps`` does not cover K.
     """
     k = a.shape[-1]
-    if engine.numba_dot_add(p, a.size * b.shape[-1]) and k:
+    if compiled is None:
+        compiled = engine.numba_dot_add(p, a.size * b.shape[-1])
+    if compiled and k and engine.dot_add_supported(p):
         return engine.dot_add(a, b, np.asarray(c, dtype=np.float32), p, k)
     return dot_add_by_steps(a, b, c, p, fused_step)
 
