@@ -102,7 +102,7 @@ def test_library_dq_at_seqlen_k_1_is_not_zero(key):
     on this emulator (Dao-AILab/flash-attention#1136): the recorded library's dq is not 0 (dP
     from the tensor cores and dPsum from the preprocess round differently), and the emulation
     gives the recorded bits."""
-    from simulator.fa3.backward import launch
+    from simulator.fa3.backward import BackwardCall, launch
     from simulator.io import read_json, read_npz
     from simulator.replay import bwd_cases
     from simulator.replay.fa3_backward import REGENERATE, REPORT, SAMPLE
@@ -119,6 +119,6 @@ def test_library_dq_at_seqlen_k_1_is_not_zero(key):
             "window_size": x["window"], "softcap": 0.0, "cu_seqlens_q": None,
             "cu_seqlens_k": None, "max_seqlen_q": None, "max_seqlen_k": None,
             "seqused_q": None, "seqused_k": None}
-    dq = launch(args, True, spread=False)[0].dq
+    dq = launch(BackwardCall(**args), True, spread=False)[0].dq
     assert np.array_equal(np.ascontiguousarray(dq).view(np.uint16), recorded)
     assert np.count_nonzero(recorded & 0x7FFF) > 0  # values other than +-0

@@ -13,6 +13,9 @@ the buffer held), and this emulation returns 0 there.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Any
+
 import numpy as np
 
 from .. import engine, flash
@@ -22,7 +25,37 @@ from ..gpus import DEFAULT_GPU
 from .arrays import returned, to_numpy
 from .checks import check_bool, check_parallel, check_window_size, cu_seqlens, seqused
 
-__all__ = ["backward_spread", "flash_attn_backward"]
+__all__ = ["BackwardCall", "backward_spread", "flash_attn_backward"]
+
+
+@dataclass(frozen=True)
+class BackwardCall:
+    """The arguments of one FA3 backward launch, by ``mha_bwd``'s names (as
+    :func:`flash_attn_backward` takes them, without ``deterministic``): what :func:`launch`
+    reads. Built by the entry points, the torch op and the replays; checked by :func:`launch`.
+    """
+
+    dout: Any
+    q: Any
+    k: Any
+    v: Any
+    out: Any
+    softmax_lse: Any
+    softmax_scale: Any = None
+    causal: Any = False
+    window_size: Any = (-1, -1)
+    softcap: Any = 0.0
+    cu_seqlens_q: Any = None
+    cu_seqlens_k: Any = None
+    max_seqlen_q: Any = None
+    max_seqlen_k: Any = None
+    seqused_q: Any = None
+    seqused_k: Any = None
+    sm_margin: Any = 0
+    memory_budget: Any = None
+    progress: Any = None
+    executor: Any = None
+    gpu: Any = DEFAULT_GPU
 
 
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=False,
@@ -66,7 +99,10 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, softmax_scale=None, cau
     Source: hopper/flash_api.cpp (mha_bwd), hopper/flash_bwd_launch_template.h.
     """
     deterministic = check_bool("deterministic", deterministic)
-    res, tq = launch(locals(), deterministic, spread=False)
+    call = BackwardCall(dout, q, k, v, out, softmax_lse, softmax_scale, causal, window_size,
+                        softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        seqused_q, seqused_k, sm_margin, memory_budget, progress, executor, gpu)
+    res, tq = launch(call, deterministic, spread=False)
     return returned(tuple(res), tq)
 
 
@@ -91,35 +127,38 @@ def backward_spread(dout, q, k, v, out, softmax_lse, softmax_scale=None, causal=
     Raises:
         ValueError: as :func:`flash_attn_backward`.
     """
-    res, tq = launch(locals(), False, spread=True)
+    call = BackwardCall(dout, q, k, v, out, softmax_lse, softmax_scale, causal, window_size,
+                        softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        seqused_q, seqused_k, sm_margin, memory_budget, progress, executor, gpu)
+    res, tq = launch(call, False, spread=True)
     return {name: returned(res.spread[name], tq) for name in ("dq", "dk", "dv")}
 
 
-def launch(args: dict, deterministic: bool, spread: bool):
-    """One backward launch on ``args`` (the arguments of :func:`flash_attn_backward` by name):
+def launch(args: BackwardCall, deterministic: bool, spread: bool):
+    """One backward launch on ``args``:
     (a result with ``dq``, ``dk``, ``dv`` as NumPy arrays and ``spread`` (a dict, or None
     without ``spread``), whether q was a torch tensor)."""
-    check_parallel(args.get("executor"), args.get("progress"), args.get("memory_budget"), None)
+    check_parallel(args.executor, args.progress, args.memory_budget, None)
     names = ("dout", "q", "k", "v", "out", "softmax_lse")
     arrs = {}
     tq = False
     for name in names:
-        arrs[name], was = to_numpy(args[name], name)
+        arrs[name], was = to_numpy(getattr(args, name), name)
         tq = tq or (name == "q" and was)
     arrs, dims = common_head_dim(arrs)
-    window = check_window_size(args["window_size"])
-    sm = args.get("sm_margin", 0)
+    window = check_window_size(args.window_size)
+    sm = args.sm_margin
     if isinstance(sm, bool) or not isinstance(sm, (int, np.integer)) or sm < 0:
         raise ValueError(f"sm_margin: expected an int >= 0, got {sm!r}")
-    scale = args["softmax_scale"]
+    scale = args.softmax_scale
     if dims is not None and scale is None:  # the interface's default, from q's own head dim
         scale = float(default_softmax_scale(dims[0]))
-    kw = dict(softmax_scale=scale, causal=check_bool("causal", args["causal"]),
-              window=window, softcap=args["softcap"], deterministic=deterministic, spread=spread,
-              memory_budget=args.get("memory_budget"), progress=args.get("progress"),
-              executor=args.get("executor"), gpu=args.get("gpu", DEFAULT_GPU))
-    used = args["seqused_q"] is not None or args["seqused_k"] is not None
-    if args["cu_seqlens_q"] is None and args["cu_seqlens_k"] is None:
+    kw = dict(softmax_scale=scale, causal=check_bool("causal", args.causal),
+              window=window, softcap=args.softcap, deterministic=deterministic, spread=spread,
+              memory_budget=args.memory_budget, progress=args.progress,
+              executor=args.executor, gpu=args.gpu)
+    used = args.seqused_q is not None or args.seqused_k is not None
+    if args.cu_seqlens_q is None and args.cu_seqlens_k is None:
         d = arrs
         if not used:
             res = flash.backward(d["dout"], d["q"], d["k"], d["v"], d["out"], d["softmax_lse"],
@@ -188,7 +227,7 @@ def _cut_head_dims(res, dims):
     return res
 
 
-def _batched_as_varlen(a: dict, args: dict, kw: dict) -> _Varlen:
+def _batched_as_varlen(a: dict, args: BackwardCall, kw: dict) -> _Varlen:
     """A [batch, seqlen, ...] launch with ``seqused_*``: FA3's varlen kernels with each batch
     entry a sequence of the full length at a fixed stride, the results reshaped back."""
     for name in ("dout", "q", "k", "v", "out"):
@@ -208,7 +247,7 @@ def _batched_as_varlen(a: dict, args: dict, kw: dict) -> _Varlen:
     cu = {"cu_seqlens_q": (np.arange(b + 1) * sq).astype(np.int32),
           "cu_seqlens_k": (np.arange(b + 1) * sk).astype(np.int32),
           "max_seqlen_q": sq, "max_seqlen_k": sk}
-    res = _varlen(flat, {**args, **cu}, kw)
+    res = _varlen(flat, replace(args, **cu), kw)
     like = (a["q"].shape, a["k"].shape, a["v"].shape)
     grads = [x.reshape(shape) for x, shape in zip(res, like, strict=True)]
     spread = None if res.spread is None else {
@@ -227,17 +266,17 @@ class _Varlen:
         return iter((self.dq, self.dk, self.dv))
 
 
-def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
+def _varlen(a: dict, args: BackwardCall, kw: dict) -> _Varlen:
     q, k, v, dout, out, lse = a["q"], a["k"], a["v"], a["dout"], a["out"], a["softmax_lse"]
     for name in ("dout", "q", "k", "v", "out"):
         x = a[name]
         if not isinstance(x, np.ndarray) or x.ndim != 3:
             raise ValueError(f"{name}: expected [total, heads, head_dim] with cu_seqlens, got "
                              f"{getattr(x, 'shape', type(x).__name__)}")
-    if args["cu_seqlens_q"] is None or args["cu_seqlens_k"] is None:
+    if args.cu_seqlens_q is None or args.cu_seqlens_k is None:
         raise ValueError("cu_seqlens_q, cu_seqlens_k: a varlen backward needs both")
-    cq = cu_seqlens(args["cu_seqlens_q"], "cu_seqlens_q", q.shape[0])
-    ck = cu_seqlens(args["cu_seqlens_k"], "cu_seqlens_k", k.shape[0])
+    cq = cu_seqlens(args.cu_seqlens_q, "cu_seqlens_q", q.shape[0])
+    ck = cu_seqlens(args.cu_seqlens_k, "cu_seqlens_k", k.shape[0])
     if ck.shape != cq.shape:
         raise ValueError(f"cu_seqlens_k: expected {cq.shape[0]} offsets (as cu_seqlens_q), got "
                          f"{ck.shape[0]}")
@@ -251,10 +290,10 @@ def _varlen(a: dict, args: dict, kw: dict) -> _Varlen:
         raise ValueError(f"softmax_lse: expected float32 [{h}, {q.shape[0]}] (heads, total_q: "
                          f"FA3's varlen layout), got {getattr(lse, 'dtype', type(lse).__name__)} "
                          f"{getattr(lse, 'shape', '')}")
-    lq = seqused(args["seqused_q"], "seqused_q", np.diff(cq))
-    lk = seqused(args["seqused_k"], "seqused_k", np.diff(ck))
-    msq = _max_seqlen(args["max_seqlen_q"], "max_seqlen_q", lq)
-    msk = _max_seqlen(args["max_seqlen_k"], "max_seqlen_k", lk)
+    lq = seqused(args.seqused_q, "seqused_q", np.diff(cq))
+    lk = seqused(args.seqused_k, "seqused_k", np.diff(ck))
+    msq = _max_seqlen(args.max_seqlen_q, "max_seqlen_q", lq)
+    msk = _max_seqlen(args.max_seqlen_k, "max_seqlen_k", lk)
     # the launch's arguments once (dtypes, head dims, heads, softcap, deterministic), whatever
     # the sequences' lengths
     t = make_backward_config(dout[None], q[None], k[None], v[None], out[None], lse[None],

@@ -231,7 +231,7 @@ def _fa3_impls(api: dict) -> dict:
     import torch
 
     from .arrays import to_torch
-    from .backward import launch
+    from .backward import BackwardCall, launch
 
     def empty():
         return torch.empty(0, dtype=torch.float32)
@@ -286,7 +286,7 @@ def _fa3_impls(api: dict) -> dict:
                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_q=seqused_q,
                     seqused_k=seqused_k, sm_margin=sm_margin)
-        res, _ = launch(args, bool(deterministic), spread=False)
+        res, _ = launch(BackwardCall(**args), bool(deterministic), spread=False)
         for given, got in ((dq, res.dq), (dk, res.dk), (dv, res.dv)):
             if given is not None:
                 given.copy_(to_torch(np.ascontiguousarray(got)))

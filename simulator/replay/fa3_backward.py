@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import fa3
-from ..fa3.backward import launch
+from ..fa3.backward import BackwardCall, launch
 from ..flash.backward import m_block_range, make_backward_config
 from ..flash.spread import contains
 from ..io import read_json, read_npz
@@ -98,7 +98,7 @@ def emulate(case: dict) -> dict:
                 cu_seqlens_q=var.get("cu_seqlens_q"), cu_seqlens_k=var.get("cu_seqlens_k"),
                 max_seqlen_q=var.get("max_seqlen_q"), max_seqlen_k=var.get("max_seqlen_k"),
                 **common)
-    res, _ = launch(args, deterministic=False, spread=True)
+    res, _ = launch(BackwardCall(**args), deterministic=False, spread=True)
     got = {"out": digest(bits(out)).hex(), "lse": digest(bits(lse)).hex(), "res": res}
     if x["cu_seqlens_q"] is None:
         got["dpsum"] = digest(bits(res.dpsum)).hex()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import fa3
-from ..fa3.backward import launch
+from ..fa3.backward import BackwardCall, launch
 from ..flash.inputs import InputStream, attention_inputs
 from ..io import read_json
 from ..numerics.cvt import FORMATS
@@ -141,7 +141,7 @@ def emulated(case: dict, x: dict | None = None):
             "window_size": x["window"], "softcap": 0.0, "cu_seqlens_q": x["cu_seqlens_q"],
             "cu_seqlens_k": x["cu_seqlens_k"], "max_seqlen_q": x["max_seqlen_q"],
             "max_seqlen_k": x["max_seqlen_k"], "seqused_q": None, "seqused_k": None}
-    return launch(args, True, spread=False)[0]
+    return launch(BackwardCall(**args), True, spread=False)[0]
 
 
 def replay(report_path=REPORT) -> list[dict]:
