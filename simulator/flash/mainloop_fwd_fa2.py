@@ -42,6 +42,7 @@ from ..numerics import convert, ffma, fmul, fsub
 from ..numerics.mufu import ex2, lg2, rcp
 from .config import Config
 from .constants import LN2_F32
+from .evaluator import SPECIFICATION
 from .mainloop_fwd_sm90 import _gemm_wg, _kv_block, padded_inputs, store, tile_rows
 from .masks import allowed, kernel_flags
 from .scheduler import ForwardMainloop
@@ -203,13 +204,15 @@ def masking_checks(cfg: Config, steps: int) -> list[bool]:
     return [(causal or local) if step < masking else local for step in range(steps)]
 
 
-def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, record, exact=None,
-              *, build: Fa2Build = PYTORCH, dropout: Fa2Dropout | None = None):
+def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, record,
+              ev=SPECIFICATION, *, build: Fa2Build = PYTORCH, dropout: Fa2Dropout | None = None):
     """One group of CTAs of FA2's forward over their K/V blocks (the module docstring's steps);
     stores into ``out`` / ``lse``, or returns ``(acc_o, lse_rows)`` when they are None. With
     ``dropout``, the rounded P is zeroed where the mask drops it (``apply_dropout``: an AND
-    with the f16x2 compare's mask) before P V, and O's final scale is ``inv_sum * rp_dropout``."""
-    if exact is not None or wanted:
+    with the f16x2 compare's mask) before P V, and O's final scale is ``inv_sum * rp_dropout``.
+    ``ev``: the launch's evaluator (:mod:`simulator.flash.evaluator`): it runs the GEMMs; the
+    softmax steps stay FA2's own (no compiled twin: FA2's FMUL / FADD and ftz are not FA3's)."""
+    if ev.exact is not None or wanted:
         raise ValueError("exact, trace: not emulated for FlashAttention-2's forward")
     qp, kp, vp, _ = padded
     n_min, n_max = n_range
@@ -239,7 +242,7 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
         keys = n * N + np.arange(N)
         kt = _kv_block(kp, bu, hu, keys, kv_of, None, transpose=True)
         vt = _kv_block(vp, bu, hu, keys, kv_of, None)
-        s = _gemm_wg(qt, kt, np.zeros((G, W, 64, N), np.float32), ins)
+        s = _gemm_wg(qt, kt, np.zeros((G, W, 64, N), np.float32), ins, ev)
         ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
                      cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
         s = np.where(ok, s, _NEG_INF)
@@ -252,7 +255,7 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
         p_cvt = np.take(convert(p, cfg.fmt).reshape(G, W, -1), to_rowcol, axis=-1).reshape(s.shape)
         if dropout is not None:
             p_cvt = _drop(p_cvt, dropout.keep, b, heads.reshape(G, W, 64), grow, keys)
-        acc_o = _gemm_wg(p_cvt, vt, acc_o, ins)
+        acc_o = _gemm_wg(p_cvt, vt, acc_o, ins, ev)
     final = soft.finalize(1.0 if dropout is None else dropout.rp_dropout)
     acc_o = rescale_o(acc_o, view.row_values(final))
     return _finish(cfg, ctas, rows, heads, acc_o, view.row_values(soft.lse), out, lse)
@@ -293,7 +296,7 @@ def mainloop(build: Fa2Build = PYTORCH, dropout: Fa2Dropout | None = None) -> Fo
     :func:`simulator.flash.scheduler.launch` takes it (the padded operands, tile rows and
     epilogue store are FA3's: the same memory layout)."""
     return ForwardMainloop(padded_inputs, functools.partial(run_group, build=build, dropout=dropout),
-                           tile_rows, store, split_ranges)
+                           tile_rows, store, split_ranges, evaluated=True)
 
 
 def splitkv_tile(head_dim: int) -> tuple[int, int, int]:
