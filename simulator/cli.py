@@ -31,7 +31,7 @@ from .errors import (
 )
 
 VERIFY_DESCRIPTION = (
-    "Replay the H200 outputs recorded in simulator/data/device/ (each file checked against its "
+    "Replay the device outputs (H200; H100 for sdpa) recorded in simulator/data/device/ (each file checked against its "
     "SHA-256 in MANIFEST.json) through the emulator and print one row per check: the device "
     "results replayed and the mismatches. No GPU needed.")
 #: simulator.verify.TOPICS' names, written here so that --help does not import the replays
