@@ -31,9 +31,9 @@ from .errors import (
 )
 
 VERIFY_DESCRIPTION = (
-    "Replay the device outputs (H200; H100 for sdpa) recorded in simulator/data/device/ (each file checked against its "
-    "SHA-256 in MANIFEST.json) through the emulator and print one row per check: the device "
-    "results replayed and the mismatches. No GPU needed.")
+    "Replay the device outputs (H200; H100 for sdpa) recorded in simulator/data/device/ (each "
+    "file checked against its SHA-256 in MANIFEST.json) through the emulator and print one "
+    "row per check: the device results replayed and the mismatches. No GPU needed.")
 #: simulator.verify.TOPICS' names, written here so that --help does not import the replays
 VERIFY_TOPICS = ("numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged", "backward",
                  "sdpa")

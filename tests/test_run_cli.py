@@ -804,8 +804,8 @@ def test_a_long_run_warns_with_its_estimate(tmp_path, monkeypatch, capsys):
     assert cli.main(argv) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("run: this run may take about 63 min (an estimate: 8 K/V "
-                                               "block visits at the per-block cost measured on a "
-                                               "2-core machine, 1 worker process)")
+                                               "block visits at the NumPy engine's per-block cost "
+                                               "measured on a 2-core machine, 1 worker process)")
     assert "fewer heads (--heads)" in err[0] and "(--workers N)" in err[0]
 
 
@@ -919,3 +919,40 @@ def test_summary_fits_100_columns_and_wraps_at_spaces():
     assert " ".join(" ".join(wrapped).split()) == " ".join(line.split())  # no word split or lost
     assert all(w.startswith(" " * 10) and w[10] != " " for w in wrapped[1:])
     assert wrap_line("x" * 150) == ["x" * 150]  # one long word stays whole
+
+
+def test_a_long_reference_says_so_before_it_starts(tmp_path, monkeypatch, capsys):
+    """After the progress line reads 100% the float64 reference runs: where it is expected to
+    take over a few seconds (its cost monkeypatched here) one line says so; --no-progress
+    keeps stderr quiet."""
+    from simulator import cli
+    from simulator.run import emulation
+
+    x = np.random.default_rng(2).standard_normal((1, 300, 2, 64)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", q=x, k=x, v=x)
+    argv = ["run", "--input", str(tmp_path / "x.npz"), "--out", str(tmp_path / "o.npz")]
+    monkeypatch.setattr(emulation, "REFERENCE_SECONDS_PER_ELEMENT", 1e-4)  # 300 x 300 x 2 x 128: 2304 s
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "run: the float64 reference for the error report, about 2304 s (an estimate)" in err, err
+    assert cli.main(["run", "--no-progress"] + argv[1:]) == 0
+    assert "float64 reference" not in capsys.readouterr().err
+
+
+def test_the_estimate_follows_the_engine_the_launch_runs_on():
+    """The slow-run estimate prices a launch at the compiled engine's per-block cost where it
+    runs compiled, at NumPy's where it does not (the engine setting decides)."""
+    from simulator import engine
+    from simulator.run import emulation
+
+    cfg = type("C", (), {"kblock_m": 128, "kblock_n": 128, "kernel_head_dim": 128,
+                         "kernel_head_dim_v": 128})
+    with engine.use_engine("numpy"):
+        slow = emulation.estimate_seconds(cfg, 10**4)
+        assert "NumPy engine's" in emulation.slow_run_warning(cfg, 10**5)
+    with engine.use_engine("numba"):
+        fast = emulation.estimate_seconds(cfg, 10**4)
+        assert "compiled engine's" in emulation.slow_run_warning(cfg, 10**6)
+    ratio = emulation.SECONDS_PER_BLOCK_ELEMENT / emulation.COMPILED_SECONDS_PER_BLOCK_ELEMENT
+    assert slow == pytest.approx(fast * ratio) and ratio > 1

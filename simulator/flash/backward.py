@@ -329,7 +329,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     executor = executor if own is None else own
     seconds = chunks.BACKWARD_COST * chunks.estimate_seconds(
         steps, t.kblock_m, t.kblock_n, 2 * t.kernel_head_dim,
-        1 if executor is None else chunks.workers(executor))
+        1 if executor is None else chunks.workers(executor), compiled=ev.compiled)
     bar = chunks.Progress(chunks.auto_progress(progress, seconds), steps, "flash.backward")
     try:
         dq_accum, dk, dv, bounds = mainloop(cfg, q, k, v, dout, dpsum, lse_log2, want, budget,

@@ -228,6 +228,10 @@ def check_progress(progress) -> None:
 #: the cores shared with other jobs (bf16 head dims 32-256 and e4m3 128, tiles 128 x 80 to
 #: 192 x 192): the estimate is good to a factor of 2-3 either way
 SECONDS_PER_BLOCK_ELEMENT = 1e-8
+#: the same on the compiled engine (numba): bf16 1 x 4096 x 4 heads x 64, tiles 192 x 192, 1,936
+#: block visits, forward 7.0 s with the 2 cores shared with a test run (7.7e-10), against 35.9 s
+#: on NumPy (3.9e-9) on the same machine
+COMPILED_SECONDS_PER_BLOCK_ELEMENT = 1e-9
 #: the backward's cost per (kBlockM x kBlockN x head dims) step over the forward's: five GEMMs
 #: a tile to the forward's two; ``benchmarks/bench_backward.py``, 1 x 1024 x 4 heads x 128:
 #: 16.6 s for 416 steps of 80 x 128, the forward 6.7 s for 192 visits of 128 x 176
@@ -238,11 +242,13 @@ LONG_CALL_SECONDS = 10.0
 
 
 def estimate_seconds(blocks: int, kblock_m: int, kblock_n: int, head_dims: int, parts: int = 1,
-                     per_element: float | None = None) -> float:
+                     per_element: float | None = None, compiled: bool = False) -> float:
     """Expected time of ``blocks`` K/V block visits of ``kblock_m x kblock_n`` scores times
     ``head_dims`` (kernel head dim + V head dim) at ``per_element`` seconds (default
-    :data:`SECONDS_PER_BLOCK_ELEMENT`), over ``parts`` workers."""
-    rate = SECONDS_PER_BLOCK_ELEMENT if per_element is None else per_element
+    :data:`SECONDS_PER_BLOCK_ELEMENT`, or :data:`COMPILED_SECONDS_PER_BLOCK_ELEMENT` for a
+    launch that runs ``compiled``), over ``parts`` workers."""
+    rate = per_element if per_element is not None else (
+        COMPILED_SECONDS_PER_BLOCK_ELEMENT if compiled else SECONDS_PER_BLOCK_ELEMENT)
     return blocks * kblock_m * kblock_n * head_dims * rate / max(1, parts)
 
 

@@ -87,7 +87,8 @@ def launch(cfg: Config, mainloop: ForwardMainloop, operands, wanted, record, exa
             for part in chunks.split(ctas, size, _group_parts(len(ctas), parts, threads))]
     visits = [len(part) * max(0, key[0][1] - key[0][0]) for key, part in work]
     seconds = chunks.estimate_seconds(sum(visits), cfg.kblock_m, cfg.kblock_n,
-                                      cfg.kernel_head_dim + cfg.kernel_head_dim_v, parts)
+                                      cfg.kernel_head_dim + cfg.kernel_head_dim_v, parts,
+                                      compiled=ev.compiled)
     bar = chunks.Progress(chunks.auto_progress(progress, seconds), sum(visits))
     # the compiled engine's threads take chunks of CTAs: a launch per K/V block of a few CTAs
     # is too small to share among the kernels' own parallel loops

@@ -21,6 +21,7 @@ from .emulation import (
     forward_calls,
     forward_kwargs,
     reference_result,
+    reference_seconds,
     sequence_configs,
     slow_run_warning,
 )
@@ -48,6 +49,11 @@ DEFAULT_OUT = "out/run.npz"
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"run: {message} (see `python -m simulator run --help`)")
+
+
+#: a float64 reference expected to take longer than this (seconds) says so before it starts:
+#: the progress line has already read 100%
+REFERENCE_NOTE_SECONDS = 5.0
 
 
 def _note(text: str) -> None:
@@ -340,6 +346,9 @@ def main(argv: list[str]) -> int:
         if executor is not None:
             executor.shutdown(cancel_futures=True)
     t2 = time.perf_counter()
+    if not args.no_progress and reference_seconds(work) > REFERENCE_NOTE_SECONDS:
+        _note(f"run: the float64 reference for the error report, about "
+              f"{reference_seconds(work):.0f} s (an estimate)")
     ref_out, ref_lse = reference_result(work, kwargs, args.causal)
     t3 = time.perf_counter()
     out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt

@@ -16,6 +16,12 @@ from .workload import Workload, is_varlen, varlen_lengths
 #: the forward's cost model (:data:`simulator.flash.chunks.SECONDS_PER_BLOCK_ELEMENT`, where
 #: its measurements are), read here by :func:`estimate_seconds`
 SECONDS_PER_BLOCK_ELEMENT = chunks.SECONDS_PER_BLOCK_ELEMENT
+#: the same where the launch runs on the compiled engine
+COMPILED_SECONDS_PER_BLOCK_ELEMENT = chunks.COMPILED_SECONDS_PER_BLOCK_ELEMENT
+#: seconds of the float64 reference per score times (head dim + V head dim): 1 x 2048 x 4 heads
+#: x 64, 3.2 s on the 2-core development machine (1.5e-9); 1 x 4096 x 4 x 64, 15 s with the cores
+#: shared with a test run (1.7e-9)
+REFERENCE_SECONDS_PER_ELEMENT = 2e-9
 #: a run expected to take longer than this (seconds) says so on stderr before it starts
 SLOW_RUN_SECONDS = 60.0
 _DESCALES = ("q_descale", "k_descale", "v_descale")
@@ -202,16 +208,36 @@ def forward_calls(work: Workload, kwargs: dict) -> int:
     return len(rows) if _uses_tiles(kwargs) else int(np.sum((rows > 0) & (keys > 0)))
 
 
+def runs_compiled(cfgs, visits: int) -> bool:
+    """Whether the launch(es) ``cfgs`` of ``visits`` K/V block visits run on the compiled
+    engine (:func:`simulator.flash.evaluator.pick` on their tensor-core products)."""
+    from ..flash.evaluator import pick
+
+    cfg = cfgs[0] if isinstance(cfgs, list) else cfgs
+    products = visits * cfg.kblock_m * cfg.kblock_n * (cfg.kernel_head_dim + cfg.kernel_head_dim_v)
+    return pick(products).compiled
+
+
 def estimate_seconds(cfgs, visits: int, workers: int = 1) -> float:
     """Expected emulation time of ``visits`` K/V block visits of the launch(es) ``cfgs`` (a
     Config, or a list: the sequences of a varlen launch, which share one tile), at
-    :data:`SECONDS_PER_BLOCK_ELEMENT` per score times (kernel head dim + V head dim), over
-    ``workers`` processes (at most the machine's CPUs)."""
+    :data:`SECONDS_PER_BLOCK_ELEMENT` (:data:`COMPILED_SECONDS_PER_BLOCK_ELEMENT` where the
+    launch runs compiled, :func:`runs_compiled`) per score times (kernel head dim + V head
+    dim), over ``workers`` processes (at most the machine's CPUs)."""
     cfg = cfgs[0] if isinstance(cfgs, list) else cfgs
     dims = cfg.kernel_head_dim + cfg.kernel_head_dim_v
+    rate = (COMPILED_SECONDS_PER_BLOCK_ELEMENT if runs_compiled(cfgs, visits)
+            else SECONDS_PER_BLOCK_ELEMENT)
     return chunks.estimate_seconds(visits, cfg.kblock_m, cfg.kblock_n, dims,
-                                   min(workers, os.cpu_count() or 1),
-                                   per_element=SECONDS_PER_BLOCK_ELEMENT)
+                                   min(workers, os.cpu_count() or 1), per_element=rate)
+
+
+def reference_seconds(work: Workload) -> float:
+    """Expected time of the float64 reference (:func:`reference_result`) on ``work``: every
+    query row against every key, :data:`REFERENCE_SECONDS_PER_ELEMENT` per score times
+    (head dim + V head dim)."""
+    b, s, h, d = work.q.shape
+    return b * h * s * work.k.shape[1] * (d + work.v.shape[-1]) * REFERENCE_SECONDS_PER_ELEMENT
 
 
 def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:
@@ -226,8 +252,9 @@ def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:
     busy = (f"{used} worker process{'es' if used > 1 else ''}" if used == workers else
             f"{workers} worker processes on {cpus} CPU{'s' if cpus > 1 else ''}")
     more = ", or more worker processes (--workers N)" if workers < cpus else ""
+    engine = "compiled engine's" if runs_compiled(cfgs, visits) else "NumPy engine's"
     return (f"run: this run may take about {took} (an estimate: {visits:,} K/V block visits at "
-            f"the per-block cost measured on a 2-core machine, {busy}); to shorten it, choose "
+            f"the {engine} per-block cost measured on a 2-core machine, {busy}); to shorten it, choose "
             f"fewer heads (--heads) or a shorter input{more}")
 
 
