@@ -123,10 +123,21 @@ def tile(m_block, n_block, h=head):
     return p, ds16, mma.gemm(ds16, kt, np.full((M, kd), -0.0, np.float32), instruction=ins)
 
 
-p, ds16, part = tile(2, 1)
+def masked_count(m_block, n_block):
+    """Scores of the (m_block, n_block) tile the mask removes."""
+    r, c = m_block * M + np.arange(M), n_block * N + np.arange(N)
+    return int(np.count_nonzero(~allowed(r[:, None], c[None, :], cfg.seqlen_q, cfg.seqlen_k,
+                                         cfg.window)))
+
+
+# the causal edge of m_block 2: the key block its mask cuts partly
+edge = next(n for n in range(cfg.n_blocks) if 0 < masked_count(2, n) < M * N)
+p, ds16, part = tile(2, edge)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3))
 axes[0].imshow(p, aspect="auto", cmap="viridis")
-axes[0].set(title="P of CTA n_block 1 at m_block 2 (causal edge)", xlabel="key", ylabel="query row")
+axes[0].set(title=f"P of CTA n_block {edge} at m_block 2 (causal edge: "
+                  f"{masked_count(2, edge):,} of {M * N:,} scores masked)",
+            xlabel="key", ylabel="query row")
 axes[1].imshow(ds16.astype(np.float32), aspect="auto", cmap="coolwarm")
 axes[1].set(title="dS (fp16)", xlabel="key")
 fig.tight_layout()
