@@ -27,6 +27,7 @@
 # %matplotlib inline
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
 
 from simulator import hw, notebook
 from simulator import numerics as nm
@@ -66,31 +67,35 @@ print(layout, "| registers per thread:", layout.registers)
 # %% [markdown]
 # ## The picture
 #
-# Left: `Fragment.plot` of the whole tile coloured by quad (32 quads, one colour per quad).
-# Right: a zoom on warp 0, rows 0..15 and columns 0..15, drawn here from `layout.thread_of`
-# and `layout.reg_of`; each cell says `thread/register`. The assert after the figure reads
-# every label of the zoom back through `layout.locate` (thread, register -> row, col) and
-# `Fragment.to_matrix`: the picture and the API say the same thing.
+# Left: `Fragment.plot` of the whole tile coloured by quad: 32 quads, 32 colours (matplotlib's
+# `tab20` and the first twelve of `tab20b`).
+# Right: a zoom on warp 0, rows 0..7 and columns 0..7, drawn here from `layout.thread_of`
+# and `layout.reg_of`; each cell says `thread/register` (quads 0..7, eight colours). The
+# assert after the figure reads every label of the zoom back through `layout.locate`
+# (thread, register -> row, col) and `Fragment.to_matrix`: the picture and the API say the
+# same thing.
 
 # %%
 frag_coords = hw.Fragment.from_matrix(
     (np.arange(64)[:, None] * 1000 + np.arange(N)[None, :]).astype(np.float32), layout)
-fig, axes = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [1, 1.1]})
-frag_coords.plot(color_by="quad", annotate=False, ax=axes[0], cmap="tab20")
-zoom_t, zoom_r = layout.thread_of[:16, :16], layout.reg_of[:16, :16]
+quad_colours = ListedColormap(list(plt.get_cmap("tab20").colors)
+                              + list(plt.get_cmap("tab20b").colors)[:12])  # 32 quads
+fig, axes = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [1, 1.1]})
+frag_coords.plot(color_by="quad", annotate=False, ax=axes[0], cmap=quad_colours)
+zoom_t, zoom_r = layout.thread_of[:8, :8], layout.reg_of[:8, :8]
 qcol = ti.quad_in_warpgroup[zoom_t]
-axes[1].imshow(qcol % 20, cmap="tab20", vmin=0, vmax=19)
-for r, c in np.ndindex(16, 16):
-    axes[1].text(c, r, f"t{zoom_t[r, c]}\nr{zoom_r[r, c]}", ha="center", va="center", fontsize=6)
-axes[1].set_title("warp 0, rows 0-15, cols 0-15: thread / register (colour = quad)")
+axes[1].imshow(qcol, cmap=quad_colours, vmin=0, vmax=31)
+for r, c in np.ndindex(8, 8):
+    axes[1].text(c, r, f"t{zoom_t[r, c]}\nr{zoom_r[r, c]}", ha="center", va="center", fontsize=11)
+axes[1].set_title("warp 0, rows 0-7, cols 0-7: thread / register (colour = quad)")
 axes[1].set_xlabel("col")
 axes[1].set_ylabel("row")
 fig.tight_layout()
 
 r_back, c_back = layout.locate(zoom_t, zoom_r)
-assert np.array_equal(r_back, np.arange(16)[:, None] * np.ones(16, int))
-assert np.array_equal(c_back, np.ones(16, int)[:, None] * np.arange(16))
-assert np.array_equal(frag_coords.to_matrix()[:16, :16],
+assert np.array_equal(r_back, np.arange(8)[:, None] * np.ones(8, int))
+assert np.array_equal(c_back, np.ones(8, int)[:, None] * np.arange(8))
+assert np.array_equal(frag_coords.to_matrix()[:8, :8],
                       frag_coords.data[zoom_t, zoom_r])
 
 # %% [markdown]
