@@ -204,6 +204,10 @@ fig.tight_layout()
 # 147 tokens), **causal**, with 64 x 64 tiles. Its CTA `m_block = 1` (rows 64..127) visits
 # K/V block 1, the diagonal, where the mask sets the keys after each row to -inf (grey
 # below), then block 0, where the running max can grow and `scores_scale < 1` rescales O.
+# MiniLM's head dim is 32; FA3 has no kernel for it and runs the head-dim-64 kernel with Q, K
+# and V zero-padded to 64 columns (`flash.make_config(...).kernel_head_dim`), so the O panels
+# (`pv_gemm`, `epilogue`) show 64 columns of which 32..63 are exact zeros: the padding, never
+# stored to the output. The score panels are unaffected (zero columns add exact zeros to S).
 # With `ipywidgets` installed the slider walks every event; without (CI, a static render) the
 # same drawing function shows six of them.
 
@@ -228,6 +232,10 @@ rows_g, keys_g = 64 + np.arange(64)[:, None], 64 + np.arange(64)[None, :]
 assert np.all(np.isneginf(masked[keys_g > rows_g]))             # the causal mask acts here
 assert np.array_equal(bits(masked[keys_g <= rows_g]), bits(raw[keys_g <= rows_g]))
 print(f"mask: {np.count_nonzero(keys_g > rows_g)} of {masked.size} scores of block 1 set to -inf")
+kernel_d = flash.make_config(mq, mk, mv).kernel_head_dim
+last_o = hw.Fragment([e for e in mini_events if "acc_o" in e.data][-1].data["acc_o"][0],
+                     acc_o_layout).to_matrix()
+assert kernel_d == 64 and mq.shape[-1] == 32 and np.all(last_o[:, 32:] == 0)  # the padding
 
 
 # %%
@@ -242,7 +250,9 @@ def draw_event(i, ax=None, events=mini_events):
         im = ax.imshow(mat, aspect="auto", cmap=cmap, interpolation="nearest")
         plt.colorbar(im, ax=ax)
         ax.set_ylabel("row")
-        ax.set_xlabel("key in block" if name == "acc_s" else "column of O")
+        pad = "" if name == "acc_s" or mat.shape[1] == mq.shape[-1] else \
+            f" ({mq.shape[-1]}..{mat.shape[1] - 1}: padding, zeros)"
+        ax.set_xlabel("key in block" if name == "acc_s" else "column of O" + pad)
     else:                                      # row state: row_max left, the rest right
         handles = ax.plot(view.row_values(e.data["row_max"][0]), "k.", label="row_max (left)")
         ax.set_ylabel("row_max")
