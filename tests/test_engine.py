@@ -793,3 +793,38 @@ print(sum("no writable cache location" in str(w.message) for w in seen),
                          text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "0"]
+
+
+def test_a_compile_of_the_engine_is_announced_once_per_process():
+    """numba's compile event for a function of simulator.engine calls the compile note once;
+    a function of another package, a cache load or a second compile calls nothing more."""
+    import types
+
+    import numba
+
+    from simulator.engine import launch
+    from simulator.flash.evaluator import set_compile_note
+
+    def probe(x):
+        return x + 1
+
+    def ours(name):
+        f = types.FunctionType(probe.__code__, {}, name)
+        f.__module__ = "simulator.engine._probe"
+        return numba.njit(f)
+
+    seen = []
+    said = launch._COMPILE_NOTE.said
+    try:
+        launch._COMPILE_NOTE.said = False
+        set_compile_note(seen.append)
+        outsider = types.FunctionType(probe.__code__, {}, "outsider")
+        outsider.__module__ = "someone_else"
+        assert numba.njit(outsider)(1) == 2 and seen == []
+        assert ours("first")(1) == 2 and seen == [launch.COMPILE_NOTE]
+        assert ours("second")(1.5) == 2.5 and seen == [launch.COMPILE_NOTE]
+        with pytest.raises(TypeError, match="note: expected a callable"):
+            set_compile_note("stderr")
+    finally:
+        launch.set_compile_note(launch._note_on_terminal)
+        launch._COMPILE_NOTE.said = said or launch._COMPILE_NOTE.said

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numba
 from numba.core import caching
+from numba.core import event as numba_event
 
 from . import sources
 
@@ -110,6 +111,61 @@ def disk_cache_usable() -> bool:
 
 #: the options of every engine kernel: nogil (task threads), cached on disk where possible
 JIT = dict(cache=disk_cache_usable(), nogil=True)
+
+#: the line said once per process when the engine's kernels start compiling (no cached machine
+#: code for these sources: a fresh install, an edited engine, no writable cache)
+COMPILE_NOTE = ("simulator.engine: compiling the compiled engine's kernels for this install "
+                "(once: later processes load them from numba's cache; 20-60 s on 2 cores)")
+
+
+def _note_on_terminal(text: str) -> None:
+    """The default compile note: one line on stderr where it is a terminal (a log file, a
+    pipe or a test's captured stderr gets nothing)."""
+    import sys
+
+    stream = sys.stderr
+    try:
+        if stream is not None and stream.isatty():
+            print(text, file=stream, flush=True)
+    except (OSError, ValueError):  # stderr closed
+        pass
+
+
+class _CompileNote(numba_event.Listener):
+    """numba's ``numba:compile`` event (a real compile, after a cache miss; a cache load
+    raises none) for a function of this package: the note, once per process."""
+
+    def __init__(self):
+        self.note = _note_on_terminal
+        self.said = False
+
+    def on_start(self, event):
+        if self.said or self.note is None:
+            return
+        func = getattr(event.data.get("dispatcher"), "py_func", None)
+        if getattr(func, "__module__", "").startswith(__package__ + "."):
+            self.said = True
+            self.note(COMPILE_NOTE)
+
+    def on_end(self, event):
+        pass
+
+
+_COMPILE_NOTE = _CompileNote()
+numba_event.register("numba:compile", _COMPILE_NOTE)
+
+
+def set_compile_note(note) -> None:
+    """Where the once-per-process compile note goes: a callable ``note(line)`` (the ``run``
+    command's stderr notes), or None for none; the default writes it to stderr when stderr
+    is a terminal (:data:`COMPILE_NOTE`).
+
+    Raises:
+        TypeError: ``note`` neither None nor callable, naming the argument.
+    """
+    if note is not None and not callable(note):
+        raise TypeError(f"note: expected a callable note(line) or None, got {type(note).__name__}")
+    _COMPILE_NOTE.note = note
 
 
 class Kernel:

@@ -267,6 +267,24 @@ def plan_compiled() -> bool:
     return engine.launch_compiled(0)
 
 
+def set_compile_note(note) -> None:
+    """Where the compiled engine says, once per process, that its kernels are compiling (no
+    cached machine code for these sources: the first compiled launch of a fresh install or an
+    edited engine waits 20-60 s): a callable ``note(line)``, or None for silence. Default: the
+    line on stderr where stderr is a terminal. Nothing to set without numba.
+
+    Raises:
+        TypeError: ``note`` neither None nor callable.
+    Source: :mod:`simulator.engine.launch` (numba's ``numba:compile`` event).
+    """
+    if note is not None and not callable(note):
+        raise TypeError(f"note: expected a callable note(line) or None, got {type(note).__name__}")
+    if engine.available():
+        from ..engine import launch
+
+        launch.set_compile_note(note)
+
+
 def serial_thread() -> None:
     """The initializer of a launch's task threads: each runs the compiled kernels' serial
     twins (:func:`simulator.engine.serial_thread`)."""

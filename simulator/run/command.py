@@ -326,7 +326,11 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"--dout-seed: expected an int >= 0, got {args.dout_seed}")
 
     t0 = time.perf_counter()
+    from ..flash.evaluator import set_compile_note
     from ..numerics import mufu
+
+    # the first compiled launch of a fresh install compiles the engine's kernels: say so
+    set_compile_note(None if args.no_progress else _note)
 
     # the GPU's MUFU tables the forward reads (a few seconds on a cold cache, once per process):
     # ex2 (softmax), rcp (finalize), lg2 (LSE), tanh with a softcap
