@@ -12,6 +12,7 @@ import numpy as np
 from ..gpus import DEFAULT_GPU, get_gpu, mufu_model_name
 from ..numerics import convert, fadd, fmul, format_of
 from ..numerics.philox import dropout_keep
+from . import evaluator
 from .constants import host_constants
 from .mainloop_bwd_fa2 import PYTORCH_BWD, BwdLaunch, Fa2BwdBuild, Fa2BwdTile, bwd_tile, dot_do_o, mainloop
 
@@ -123,8 +124,10 @@ def backward_fa2(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, w
     o_pad[:, :, : cfg.seqlen_q] = np.swapaxes(out, 1, 2)
     g_pad[:, :, : cfg.seqlen_q] = np.swapaxes(dout, 1, 2)
     dpsum = dot_do_o(o_pad, g_pad, cfg.tile, cfg.p_keep, build.ftz)
+    t = cfg.tile
+    work = 5 * cfg.batch * cfg.heads * rows * cfg.n_blocks * t.kblock_n * t.kernel_head_dim
     res = mainloop(cfg, q, k, v, dout, lse, dpsum, keep, deterministic=bool(deterministic),
-                   spread=bool(spread))
+                   spread=bool(spread), ev=evaluator.pick(work))  # once: "auto" by the work
     accum = res.dq_det if deterministic else fadd(np.zeros_like(res.dq_default), res.dq_default,
                                                   ftz=build.ftz)
     dq = _convert_dq(cfg, accum)

@@ -39,6 +39,7 @@ import numpy as np
 from .. import mma
 from ..numerics import convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2
+from .evaluator import SPECIFICATION
 from .grid import pad_rows
 from .mainloop_fwd_fa2 import KERNEL_HEAD_DIMS, PYTORCH, Fa2Build
 from .masks import allowed
@@ -258,7 +259,7 @@ class MainloopOut:
 
 
 def mainloop(cfg: BwdLaunch, q, k, v, dout, lse, dpsum, keep, *, deterministic: bool,
-             spread: bool) -> MainloopOut:
+             spread: bool, ev=SPECIFICATION) -> MainloopOut:
     """Every CTA of the launch (the module docstring's steps) and the dQaccum sums.
 
     Args:
@@ -268,6 +269,8 @@ def mainloop(cfg: BwdLaunch, q, k, v, dout, lse, dpsum, keep, *, deterministic: 
             padded tiles).
         deterministic: also sum the deterministic launch's dQaccum copies (``dq_det``).
         spread: also bound every arrival order of the default launch's atomics.
+        ev: the launch's evaluator (:mod:`simulator.flash.evaluator`): it runs the five GEMMs;
+            the elementwise steps are FA2's own.
     """
     t = cfg.tile
     M, N, kd = t.kblock_m, t.kblock_n, t.kernel_head_dim
@@ -301,12 +304,12 @@ def mainloop(cfg: BwdLaunch, q, k, v, dout, lse, dpsum, keep, *, deterministic: 
         dom = dop[ab[:, None], r[None, :], ah[:, None]]
         kt, vt = kc[act], vc[act]
         zero = np.zeros((act.size, M, N), np.float32)                                  # clear(): +0
-        s = mma.gemm(qm, np.swapaxes(kt, 1, 2), zero, instruction=ins)
+        s = ev.gemm(qm, np.swapaxes(kt, 1, 2), zero, ins)
         ok = allowed(r[None, :, None], key_idx[act][:, None, :], cfg.seqlen_q, cfg.seqlen_k, cfg.window)
         s = np.where(ok, s, _NEG_INF)
         p = recompute_p(s, lse_p[ab, ah][:, r], cfg.scale_log2, cfg.build, cfg.mufu)
         dsum = dpsum[ab, ah][:, r][..., None]
-        dp = mma.gemm(dom, np.swapaxes(vt, 1, 2), zero, instruction=ins)
+        dp = ev.gemm(dom, np.swapaxes(vt, 1, 2), zero, ins)
         if keep is None:
             p16 = convert(p, cfg.fmt)
             ds = fmul(p, fsub(dp, dsum, ftz=ftz), ftz=ftz)
@@ -316,9 +319,9 @@ def mainloop(cfg: BwdLaunch, q, k, v, dout, lse, dpsum, keep, *, deterministic: 
             p16 = convert_relu(p, cfg.fmt)
             ds = fmul(p, np.where(p >= 0, fsub(dp, dsum, ftz=ftz), dsum), ftz=ftz)
         ds16 = convert(ds, cfg.fmt)
-        dv[act] = mma.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], instruction=ins)
-        dqp = mma.gemm(ds16, kt, np.zeros((act.size, M, kd), np.float32), instruction=ins)
-        dk[act] = mma.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], instruction=ins)
+        dv[act] = ev.gemm(np.swapaxes(p16, 1, 2), dom, dv[act], ins)
+        dqp = ev.gemm(ds16, kt, np.zeros((act.size, M, kd), np.float32), ins)
+        dk[act] = ev.gemm(np.swapaxes(ds16, 1, 2), qm, dk[act], ins)
         _add_dq(cfg, m, n[act], ab * H + ah, dqp, dq_default, dq_det, bounds)
     dk = fmul(dk, cfg.scale_rp_dropout, ftz=ftz)
     if cfg.dropout:
