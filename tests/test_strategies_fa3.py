@@ -5,6 +5,7 @@ reports that read in one line, and the module docstring's recipe run as written.
 from __future__ import annotations
 
 import os
+import random
 import re
 from pathlib import Path
 
@@ -122,9 +123,13 @@ def test_a_failing_array_shrinks_to_one_value_in_zeros():
 
 def test_attention_inputs_drawn_shrink_to_the_value_that_fails():
     """``attention_inputs(drawn=True)``: the kernel-level case with hypothesis-drawn arrays
-    shrinks too (the default, seeded arrays, keeps the device campaigns' draws)."""
+    shrinks too (the default, seeded arrays, keeps the device campaigns' draws). Seeded
+    (``random=``): derandomize's seed is a digest of the condition's source as inspect finds it,
+    which differs between processes, and from another first failure the shrinker may stop at a
+    bf16 edge value or a filled array (seeds 0-3 checked: three give one 5.0, one a fill)."""
     case = find(sst.attention_inputs(dtype="bf16", drawn=True),
-                lambda c: bool((np.abs(c.v.astype(np.float32)) > 4).any()), settings=_FIND)
+                lambda c: bool((np.abs(c.v.astype(np.float32)) > 4).any()),
+                settings=settings(_FIND, derandomize=False), random=random.Random(0))
     assert case.q.shape == (1, 1, 1, 32) and case.v.shape == (1, 1, 1, 32)
     assert not case.q.astype(np.float32).any() and not case.k.astype(np.float32).any()
     v = case.v.astype(np.float32)
