@@ -158,13 +158,8 @@ numba_event.register("numba:compile", _COMPILE_NOTE)
 def set_compile_note(note) -> None:
     """Where the once-per-process compile note goes: a callable ``note(line)`` (the ``run``
     command's stderr notes), or None for none; the default writes it to stderr when stderr
-    is a terminal (:data:`COMPILE_NOTE`).
-
-    Raises:
-        TypeError: ``note`` neither None nor callable, naming the argument.
-    """
-    if note is not None and not callable(note):
-        raise TypeError(f"note: expected a callable note(line) or None, got {type(note).__name__}")
+    is a terminal (:data:`COMPILE_NOTE`). ``note`` is checked by the public entry,
+    :func:`simulator.flash.evaluator.set_compile_note`."""
     _COMPILE_NOTE.note = note
 
 

@@ -350,9 +350,10 @@ def main(argv: list[str]) -> int:
         if executor is not None:
             executor.shutdown(cancel_futures=True)
     t2 = time.perf_counter()
-    if not args.no_progress and reference_seconds(work) > REFERENCE_NOTE_SECONDS:
-        _note(f"run: the float64 reference for the error report, about "
-              f"{reference_seconds(work):.0f} s (an estimate)")
+    ref_seconds = reference_seconds(work)
+    if not args.no_progress and ref_seconds > REFERENCE_NOTE_SECONDS:
+        _note(f"run: the float64 reference for the error report, about {ref_seconds:.0f} s "
+              f"(an estimate)")
     ref_out, ref_lse = reference_result(work, kwargs, args.causal)
     t3 = time.perf_counter()
     out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt

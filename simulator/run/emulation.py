@@ -218,16 +218,18 @@ def runs_compiled(cfgs, visits: int) -> bool:
     return pick(products).compiled
 
 
-def estimate_seconds(cfgs, visits: int, workers: int = 1) -> float:
+def estimate_seconds(cfgs, visits: int, workers: int = 1, compiled: bool | None = None) -> float:
     """Expected emulation time of ``visits`` K/V block visits of the launch(es) ``cfgs`` (a
     Config, or a list: the sequences of a varlen launch, which share one tile), at
     :data:`SECONDS_PER_BLOCK_ELEMENT` (:data:`COMPILED_SECONDS_PER_BLOCK_ELEMENT` where the
     launch runs compiled, :func:`runs_compiled`) per score times (kernel head dim + V head
-    dim), over ``workers`` processes (at most the machine's CPUs)."""
+    dim), over ``workers`` processes (at most the machine's CPUs); ``compiled``: the engine
+    when the caller has it already (None: :func:`runs_compiled`)."""
     cfg = cfgs[0] if isinstance(cfgs, list) else cfgs
     dims = cfg.kernel_head_dim + cfg.kernel_head_dim_v
-    rate = (COMPILED_SECONDS_PER_BLOCK_ELEMENT if runs_compiled(cfgs, visits)
-            else SECONDS_PER_BLOCK_ELEMENT)
+    if compiled is None:
+        compiled = runs_compiled(cfgs, visits)
+    rate = COMPILED_SECONDS_PER_BLOCK_ELEMENT if compiled else SECONDS_PER_BLOCK_ELEMENT
     return chunks.estimate_seconds(visits, cfg.kblock_m, cfg.kblock_n, dims,
                                    min(workers, os.cpu_count() or 1), per_element=rate)
 
@@ -243,7 +245,8 @@ def reference_seconds(work: Workload) -> float:
 def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:
     """One line for stderr when the run is expected to take over :data:`SLOW_RUN_SECONDS`
     (:func:`estimate_seconds`), else None."""
-    seconds = estimate_seconds(cfgs, visits, workers)
+    compiled = runs_compiled(cfgs, visits)
+    seconds = estimate_seconds(cfgs, visits, workers, compiled)
     if seconds <= SLOW_RUN_SECONDS:
         return None
     took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
@@ -252,7 +255,7 @@ def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:
     busy = (f"{used} worker process{'es' if used > 1 else ''}" if used == workers else
             f"{workers} worker processes on {cpus} CPU{'s' if cpus > 1 else ''}")
     more = ", or more worker processes (--workers N)" if workers < cpus else ""
-    engine = "compiled engine's" if runs_compiled(cfgs, visits) else "NumPy engine's"
+    engine = "compiled engine's" if compiled else "NumPy engine's"
     return (f"run: this run may take about {took} (an estimate: {visits:,} K/V block visits at "
             f"the {engine} per-block cost measured on a 2-core machine, {busy}); to shorten it, choose "
             f"fewer heads (--heads) or a shorter input{more}")
