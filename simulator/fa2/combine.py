@@ -53,11 +53,14 @@ def _expf(x: np.ndarray, mufu: str, fast_math: bool) -> np.ndarray:
     return libdevice.expf(x, model=mufu)
 
 
-def _logf(x: np.ndarray, mufu: str, fast_math: bool) -> np.ndarray:
-    """``logf``: ``__logf`` (MUFU.LG2 times ln 2) under fast math, else libdevice's."""
+def _log_add(x: np.ndarray, y: np.ndarray, mufu: str, fast_math: bool) -> np.ndarray:
+    """``logf(x) + y``. Under fast math ``__logf(x)`` is MUFU.LG2 times ln 2, and the compiler
+    contracts that product with the addition into one FFMA (``fma.rn.ftz.f32 lg2, ln2, y`` in
+    flash-attn-jax 0.6.2's PTX of ``flash_fwd_splitkv_combine_kernel``); else libdevice's
+    ``logf`` rounded, then FADD."""
     if fast_math:
-        return fmul(lg2(x, model=mufu, ftz=True), LN2_F32, ftz=True)
-    return libdevice.logf(x)
+        return ffma(lg2(x, model=mufu, ftz=True), LN2_F32, y, ftz=True)
+    return fadd(libdevice.logf(x), y, ftz=False)
 
 
 def combine(o_partial: np.ndarray, lse_partial: np.ndarray, kernel_head_dim: int, out_fmt: str,
@@ -93,7 +96,7 @@ def combine(o_partial: np.ndarray, lse_partial: np.ndarray, kernel_head_dim: int
         total = fadd(total, _expf(fsub(regs[j], lse_max, ftz=ftz), mufu, fast_math), ftz=ftz)
     total = rows_allreduce(total, "sum", width)
     empty = (total == 0) | np.isnan(total)
-    logsum = fadd(_logf(np.where(empty, np.float32(1), total), mufu, fast_math), lse_max, ftz=ftz)
+    logsum = _log_add(np.where(empty, np.float32(1), total), lse_max, mufu, fast_math)
     logsum = np.where(empty, _POS_INF, logsum)[:, 0]                                   # [R]
     scales = _expf(fsub(lse_partial, logsum[None, :], ftz=ftz), mufu, fast_math)       # [S, R]
     acc = np.zeros(o_partial.shape[1:], np.float32)

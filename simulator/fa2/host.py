@@ -2,7 +2,9 @@
 one call on one GPU.
 
 * ``seqlen_q == 1`` makes a causal call non-causal; causal sets the right window to 0; window
-  sides at least ``seqlen_k`` become -1.
+  sides at least ``seqlen_k`` become -1; then (``set_params_fprop``) a window with one side
+  open (-1) and the other set gets ``seqlen_k`` on its open side, which masks keys when
+  ``seqlen_q > seqlen_k`` (the window is aligned to the bottom right).
 * A decode call with GQA (``seqlen_q == 1``, more query heads than key heads, no window or
   dropout) is run as ``ngroups`` query rows of each key head (``seqlenq_ngroups_swapped``): the
   same rows, another tiling and split count.
@@ -102,6 +104,11 @@ def plan_forward(batch: int, seqlen_q: int, seqlen_k: int, heads: int, heads_kv:
                and dropout_p == 0.0 and head_dim % 8 == 0)
     if swapped:
         seqlen_q, heads = heads // heads_kv, heads_kv
+    if not causal:  # set_params_fprop: a one-sided window's open side becomes seqlen_k
+        if left < 0 <= right:
+            left = seqlen_k
+        elif right < 0 <= left:
+            right = seqlen_k
     hd = kernel_head_dim(head_dim)
     splits = 1
     if dropout_p == 0.0:

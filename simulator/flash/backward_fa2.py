@@ -68,6 +68,10 @@ def plan_backward(q, k, *, softmax_scale=None, causal=False, window=(-1, -1), dr
     right = -1 if right >= sk else right
     if causal:
         right = 0
+    elif left < 0 <= right:  # set_params_fprop: the open side of a one-sided window
+        left = sk
+    elif right < 0 <= left:
+        right = sk
     tile = bwd_tile(d, dropout_p > 0, build)
     consts = host_constants(d, softmax_scale, 0.0)
     p_keep = np.float32(1.0) - np.float32(dropout_p)

@@ -41,7 +41,7 @@ from ..numerics import convert, fadd, ffma, fmul, fsub
 from ..numerics.mufu import ex2
 from .evaluator import SPECIFICATION
 from .grid import pad_rows
-from .mainloop_fwd_fa2 import KERNEL_HEAD_DIMS, PYTORCH, Fa2Build
+from .mainloop_fwd_fa2 import FLASH_ATTN, KERNEL_HEAD_DIMS, PYTORCH, Fa2Build
 from .masks import allowed
 from .spread import ordered_sum, sum_bounds
 
@@ -73,6 +73,11 @@ class Fa2BwdBuild:
 #: PyTorch's build: ``UNFUSE_FMA``, no fast math, the forward's kernel head dims (what the
 #: forward's recordings show: simulator/flash/mainloop_fwd_fa2.py, PYTORCH, KERNEL_HEAD_DIMS)
 PYTORCH_BWD = Fa2BwdBuild()
+
+#: flash-attn 2.x's own build (``--use_fast_math``: every float32 step flushes), as PyPI
+#: flash-attn-jax 0.6.2 ships it; its kernels are those of head dims 32, 64, 96, 128, 192 and
+#: 256 (simulator/data/device/fa2_jax/)
+FLASH_ATTN_BWD = Fa2BwdBuild(exp=FLASH_ATTN, ftz=True)
 
 
 @dataclass(frozen=True)
@@ -375,6 +380,6 @@ def deterministic_dq(parts: np.ndarray, ns: np.ndarray, grid_cols: int, ftz: boo
     return acc
 
 
-__all__ = ["KERNEL_HEAD_DIMS_257", "PYTORCH_BWD", "BwdLaunch", "Fa2BwdBuild", "Fa2BwdTile",
+__all__ = ["FLASH_ATTN_BWD", "KERNEL_HEAD_DIMS_257", "PYTORCH_BWD", "BwdLaunch", "Fa2BwdBuild", "Fa2BwdTile",
            "MainloopOut", "bwd_tile", "convert_relu", "deterministic_dq", "dot_do_o",
            "kernel_head_dim", "m_block_range", "mainloop", "recompute_p"]

@@ -85,6 +85,14 @@ class Fa2Build:
 #: them apart.
 PYTORCH = Fa2Build("pytorch")
 
+#: flash-attn 2.x's own build (``setup.py``: ``--use_fast_math``, no ``UNFUSE_FMA``), as PyPI
+#: flash-attn-jax 0.6.2 ships it (sm_80 PTX that the driver compiles for sm_90): its PTX has
+#: ``mul.ftz`` then ``sub.ftz`` for the exp2 argument (contractible: one FFMA.FTZ, which the
+#: recorded bits show), ``ex2.approx.ftz``, ``rcp.approx.ftz`` for ``1.f / sum`` and
+#: ``lg2.approx.ftz`` for ``__logf``. Measured on the H100 (simulator/data/device/fa2_jax/).
+FLASH_ATTN = Fa2Build("flash-attn", unfuse_fma=False, fmul_ftz=True, fsub_ftz=True, ex2_ftz=True,
+                      rcp_approx=True, fast_math=True)
+
 
 @dataclass(frozen=True)
 class Fa2Dropout:
@@ -306,5 +314,5 @@ def splitkv_tile(head_dim: int) -> tuple[int, int, int]:
     return 64, 256 if hd <= 64 else 128 if hd <= 128 else 64, 4
 
 
-__all__ = ["KERNEL_HEAD_DIMS", "PYTORCH", "Fa2Build", "Fa2Dropout", "Fa2Softmax", "fa2_tile",
+__all__ = ["FLASH_ATTN", "KERNEL_HEAD_DIMS", "PYTORCH", "Fa2Build", "Fa2Dropout", "Fa2Softmax", "fa2_tile",
            "kernel_head_dim", "mainloop", "masking_checks", "run_group", "split_ranges", "splitkv_tile"]
