@@ -1,4 +1,4 @@
-"""Replay the recorded H200 outputs against the emulator: ``python -m simulator verify``.
+"""Replay the recorded device outputs (H200, H100) against the emulator: ``python -m simulator verify``.
 
 Each topic contributes rows ``{"check", "cases", "mismatches", "detail"}``; the command prints
 them as a table and exits 1 if any check has a mismatch. The recorded data and its provenance
@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from .errors import RecordedDataError
 from .replay import (
+    dew_fa3,
+    fa2_jax,
     fa3_api,
     fa3_backward,
     fa3_chunk,
@@ -46,6 +48,8 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
                                           + twin_backward.replay(quick=quick)
                                           + twin_backward.replay_traces()),
     "sdpa": lambda quick: sdpa.check_all(quick=quick) + sdpa_backward.check_all(quick=quick),
+    "fa2": lambda quick: fa2_jax.check_all(quick=quick),
+    "dew": lambda quick: dew_fa3.check_all(quick=quick),
 }
 PARALLEL = ("backward", "paged")
 

@@ -19,7 +19,8 @@ error text or digests of out / LSE / dQ / dK / dV per run, whether the runs agre
 ``dew_fa3_forward.npz`` (``f{i}_out``, ``f{i}_lse``), ``dew_fa3_dq.npz`` (``b{i}_dq``: uint16
 ``[3, ...]``, row 0 run 0's bits, rows 1-2 XOR run 0's; ``b{i}_out``, ``b{i}_lse``: the
 forward the backward ran on) and ``dew_fa3_dkdv_sample.npz`` (``b{i}_dk``, ``b{i}_dv`` run 0
-for every ``SAMPLE_EVERY``-th case; the rest by digest).
+for every ``SAMPLE_EVERY``-th case; the rest by digest; with GQA, whose dK / dV are
+reduce-added over the group in any order, ``b{i}_{dk,dv}_runs`` stacks of the three runs).
 """
 
 from __future__ import annotations
@@ -138,9 +139,11 @@ def record_forward(lib, cases, log):
     return recs, arrays
 
 
-def record_backward(lib, cases, log, deadline):
+def record_backward(lib, cases, log, deadline, only_gqa=False):
     recs, dq_arrays, sample = [], {}, {}
     for i, case in enumerate(cases):
+        if only_gqa and case["heads_kv"] == case["heads"]:
+            continue
         if time.time() > deadline:
             log(f"backward: stopped at case {i} (time budget)")
             break
@@ -159,6 +162,8 @@ def record_backward(lib, cases, log, deadline):
                 rec[f"{name}_agree"] = bool(not stack[1:].any())
                 if name == "dq":
                     dq_arrays[f"b{i}_dq"] = stack
+                elif case["heads_kv"] != case["heads"]:  # reduce-adds over the group
+                    sample[f"b{i}_{name}_runs"] = stack
                 elif i % SAMPLE_EVERY == 0:
                     sample[f"b{i}_{name}"] = runs[0][j]
         except Exception as exc:
@@ -174,6 +179,9 @@ def main(argv=None) -> int:
     ap = out_parser("dew_fa3_record", __doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=0, help="only the first N cases of each list")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop the backward after this")
+    ap.add_argument("--only-gqa", action="store_true",
+                    help="only the backward's GQA cases (dK / dV of every run in full), into "
+                         "dew_fa3_gqa_report.json / dew_fa3_gqa.npz")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -195,6 +203,12 @@ def main(argv=None) -> int:
     if args.limit:
         fwd, bwd = fwd[:args.limit], bwd[:args.limit]
     report = {"provenance": prov}
+    if args.only_gqa:
+        report["backward"], dq, sample = record_backward(lib, bwd, log, t0 + args.budget_s, True)
+        save_npz_atomic(out / "dew_fa3_gqa.npz", **dq, **sample)
+        write_json_atomic(out / "dew_fa3_gqa_report.json", report, compact=True)
+        log(f"gqa backward: {len(report['backward'])} cases")
+        return 0
     report["forward"], farr = record_forward(lib, fwd, log)
     save_npz_atomic(out / "dew_fa3_forward.npz", **farr)
     write_json_atomic(out / REPORT, report, compact=True)
