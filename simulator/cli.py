@@ -36,7 +36,7 @@ VERIFY_DESCRIPTION = (
     "row per check: the device results replayed and the mismatches. No GPU needed.")
 #: simulator.verify.TOPICS' names, written here so that --help does not import the replays
 VERIFY_TOPICS = ("numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged", "backward",
-                 "sdpa")
+                 "sdpa", "fa2", "dew")
 VERIFY_EPILOG = (
     "Exit codes: 0 every check matches; 1 the emulator and a recording differ; 2 usage error, "
     "or recorded data missing, unreadable or corrupt (a one-line message); 3 internal error; "
