@@ -2,7 +2,7 @@
 dew-flash-attn's FA3, recorded on the GPU) into the compact recordings the package ships:
 per-case digests of every output for ``verify`` and samples of full bits for CI.
 
-    python scripts/pack_jax_recordings.py RESULTS_DIR
+    python scripts/pack_jax_recordings.py RESULTS_DIR [GQA_DIR]
 
 RESULTS_DIR holds the session's npz files and ``logs.tar.gz`` (unpacked here). Writes
 ``simulator/data/device/fa2_jax/`` and ``simulator/data/device/dew_fa3/`` (each with its
@@ -20,7 +20,11 @@ MANIFEST.json):
   (``b{i}_dq_r{j}_idx`` / ``_val``: flat indices and uint16 bits);
 * ``dew_fa3_report.json`` / ``dew_fa3_sample.npz``: likewise for dew's FA3 (its backward
   has only the default mode: three runs, digests of each; full bits of every
-  ``DEW_EVERY``-th case and of dQ where runs differ).
+  ``DEW_EVERY``-th case and of dQ where runs differ). GQA_DIR, a second visit's
+  ``dew_fa3_record --only-gqa`` results (``scripts/device_h100_libraries.sh``): for the cases
+  with 3 or more query heads per KV head, whose dK / dV reduce-adds arrive in any order, its
+  three runs' digests replace the first visit's and their bits are kept
+  (``b{i}_{dk,dv}_runs``).
 
 The split-KV forward of flash-attn-jax 0.6.2 at head dims 160 and 224 is marked, not
 modelled: its glue allocates ``out_accum`` as ``[splits, batch, seqlen_q, heads,
@@ -119,8 +123,18 @@ def pack_fa2(res: Path, out: Path) -> None:
     save_npz_atomic(out / "fa2_jax_sample.npz", **sample)
 
 
-def pack_dew(res: Path, out: Path) -> None:
+def _gqa_rerecorded(gqa_dir: Path | None) -> tuple[dict, dict]:
+    """The second visit's GQA backward cases (``dew_fa3_record --only-gqa``): records by
+    index, and their arrays."""
+    if gqa_dir is None or not (gqa_dir / "dew_fa3_gqa.npz").exists():
+        return {}, {}
+    rep = json.loads((gqa_dir / "dew" / "dew_fa3_gqa_report.json").read_text())
+    return {r["index"]: r for r in rep["backward"]}, dict(np.load(gqa_dir / "dew_fa3_gqa.npz"))
+
+
+def pack_dew(res: Path, out: Path, gqa_dir: Path | None = None) -> None:
     rep = json.loads((res / "dew" / "dew_fa3_report.json").read_text())
+    gqa, gqa_arrays = _gqa_rerecorded(gqa_dir)
     fwd = np.load(res / "dew_fa3_forward.npz")
     dq = np.load(res / "dew_fa3_dq.npz")
     dkdv = np.load(res / "dew_fa3_dkdv_sample.npz")
@@ -137,6 +151,15 @@ def pack_dew(res: Path, out: Path) -> None:
         i = r["index"]
         rec = {k: r[k] for k in ("index", "case", "inputs", "error", "dq_runs", "dk_runs",
                                  "dv_runs", "dq_agree", "dk_agree", "dv_agree") if k in r}
+        again = gqa.get(i)
+        if again is not None and r["case"]["heads"] // r["case"]["heads_kv"] >= 3 \
+                and "error" not in again:
+            # a group of 3 or more query heads reduce-adds dK / dV in any order: the second
+            # visit kept every run's bits; its runs replace the first visit's digests
+            for n in ("dk", "dv"):
+                rec[f"{n}_runs"], rec[f"{n}_agree"] = again[f"{n}_runs"], again[f"{n}_agree"]
+                sample[f"b{i}_{n}_runs"] = gqa_arrays[f"b{i}_{n}_runs"]
+            rec["dk_dv_runs_from"] = gqa_provenance(gqa_dir)
         if "error" not in r:
             rec["out"] = _hex(dq[f"b{i}_out"])
             rec["lse"] = _hex(dq[f"b{i}_lse"].view(np.uint32))
@@ -156,12 +179,18 @@ def pack_dew(res: Path, out: Path) -> None:
     save_npz_atomic(out / "dew_fa3_sample.npz", **sample)
 
 
+def gqa_provenance(gqa_dir: Path) -> str:
+    prov = json.loads((gqa_dir / "dew" / "dew_fa3_gqa_report.json").read_text())["provenance"]
+    return f"dew_fa3_record --only-gqa, {prov['gpu']}, {prov['date_utc']}"
+
+
 def main() -> int:
     res = Path(sys.argv[1])
+    gqa_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else None
     if (res / "logs.tar.gz").exists() and not (res / "fa2").exists():
         subprocess.run(["tar", "-xzf", "logs.tar.gz"], cwd=res, check=True)
     pack_fa2(res, DEVICE_DATA_DIR / "fa2_jax")
-    pack_dew(res, DEVICE_DATA_DIR / "dew_fa3")
+    pack_dew(res, DEVICE_DATA_DIR / "dew_fa3", gqa_dir)
     for folder in ("fa2_jax", "dew_fa3"):
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_manifest.py"), "--folder",
                         str(DEVICE_DATA_DIR / folder)], check=True)

@@ -160,15 +160,13 @@ def check_backward(rec: dict, sample, gpu: str) -> dict:
 
 
 def _runs(sample, i: int, name: str):
-    """The three runs' bits of a gradient where the sample holds them (dQ stacks: row 0 run
-    0, rows 1-2 XOR run 0), else None."""
-    key = f"b{i}_{name}"
+    """The three runs' bits of a gradient where the sample holds them (stacks: row 0 run 0,
+    rows 1-2 XOR run 0; dK / dV only for the GQA cases re-recorded in full), else None."""
+    key = f"b{i}_dq" if name == "dq" else f"b{i}_{name}_runs"
     if key not in sample:
         return None
     x = sample[key]
-    if x.ndim >= 1 and name == "dq":
-        return [x[0]] + [x[0] ^ r for r in x[1:]]
-    return None
+    return [x[0]] + [x[0] ^ r for r in x[1:]]
 
 
 def check_all(quick: bool = False) -> list[dict]:

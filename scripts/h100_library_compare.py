@@ -1,0 +1,96 @@
+"""Set the real FA3 libraries' recordings made on another GPU (``scripts/device_h100_libraries.sh``)
+beside the H200's shipped ones (``simulator/data/device/``), case by case: the same frozen
+case (the same inputs digest) must give the same output digests. The H200's recordings are
+replayed against the emulator by ``python -m simulator verify``, so equal digests carry that
+check over to the other GPU.
+
+    python scripts/h100_library_compare.py RESULTS_DIR [--json OUT.json]
+
+RESULTS_DIR holds ``library/fa3_library_report.json`` (fa3-fwd 0.0.3's case matrix),
+``api/fa3_api_report.json`` (its Python-API calls) and ``backward/fa3_backward_report.json``
+(flash-attn3-jax 0.2.3's backward matrix: the forward's digests, the deterministic runs'
+digests of dQ / dK / dV / dpsum / LSE_log2, and whether the default runs differed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "simulator" / "data" / "device"
+
+
+def _cases(report: dict, key: str) -> list[dict]:
+    return report[key] if isinstance(report[key], list) else list(report[key].values())
+
+
+def compare_forward(new: dict, old: dict, key: str, fields: tuple[str, ...]) -> dict:
+    """Per case: the inputs digest must agree (the same frozen case) and each field's digest."""
+    a, b = _cases(new, key), _cases(old, key)
+    out = {"cases": len(a), "h200_cases": len(b), "inputs_differ": 0, "differ": 0,
+           "refused_both": 0, "compared_values": 0, "differing_cases": []}
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.get("inputs") != y.get("inputs"):
+            out["inputs_differ"] += 1
+            continue
+        if "error" in x or "error" in y:
+            out["refused_both"] += ("error" in x) and ("error" in y)
+            if ("error" in x) != ("error" in y):
+                out["differ"] += 1
+                out["differing_cases"].append(i)
+            continue
+        bad = [f for f in fields if f in y and x.get(f) != y.get(f)]
+        out["compared_values"] += sum(f in y for f in fields)
+        if bad:
+            out["differ"] += 1
+            out["differing_cases"].append(i)
+    return out
+
+
+def compare_backward(new: dict, old: dict) -> dict:
+    out = {"cases": 0, "differ": 0, "differing_cases": [], "default_runs_differed": 0}
+    old_matrix = {json.dumps(r["case"], sort_keys=True): r for r in old["matrix"]}
+    for r in new["matrix"]:
+        y = old_matrix.get(json.dumps(r["case"], sort_keys=True))
+        if y is None or "det" not in r or "det" not in y:
+            continue
+        out["cases"] += 1
+        same = r["out"] == y["out"] and r["lse"] == y["lse"] and r["det"] == y["det"]
+        if not same:
+            out["differ"] += 1
+            out["differing_cases"].append(r.get("index", out["cases"] - 1))
+        out["default_runs_differed"] += any(run[n]["differ"] for run in r["default"]
+                                            for n in run)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    load = lambda p: json.loads(Path(p).read_text())  # noqa: E731
+    res = {}
+    lib = load(args.results / "library" / "fa3_library_report.json")
+    res["gpu"] = lib["provenance"].get("gpu")
+    res["library"] = compare_forward(lib, load(H200 / "fa3_library_report.json"), "cases",
+                                     ("out", "lse"))
+    api = load(args.results / "api" / "fa3_api_report.json")
+    res["api"] = compare_forward(api, load(H200 / "fa3_api_report.json"), "cases",
+                                 ("out", "lse", "k_cache", "v_cache"))
+    bwd = load(args.results / "backward" / "fa3_backward_report.json")
+    res["backward"] = compare_backward(bwd, load(H200 / "fa3_backward_report.json"))
+    for name in ("library", "api", "backward"):
+        r = res[name]
+        print(f"{name:9s} {r['cases']:4d} cases, {r['differ']} differ from the H200's "
+              f"{'(inputs differ: ' + str(r['inputs_differ']) + ')' if r.get('inputs_differ') else ''}")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
+    return 1 if any(res[n]["differ"] for n in ("library", "api", "backward")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
