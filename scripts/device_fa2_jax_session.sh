@@ -6,6 +6,8 @@
 # .dew/libdew_flash_attn3.so.xz). Results under $OUT (elsewhere out/device_fa2_jax/): at most
 # 8 files: the npz recordings and logs.tar.gz (reports, session and worker logs).
 # Usage: bash scripts/device_fa2_jax_session.sh [RUNS (default dew,fa2)] [WORKERS (default 15)]
+# With DEW_DRAWN=N / FA2_DRAWN=N in the environment, the runs record N drawn calls instead
+# (digests; *_drawn_* files).
 set -u -o pipefail
 : "${OUT:=out/device_fa2_jax}"
 mkdir -p "$OUT"
@@ -36,14 +38,16 @@ PY
   export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}"
   export DEW_FA3_LIB="$site/lib/libdew_flash_attn3.so"
   if [[ ",$runs," == *",dew,"* ]]; then
-    timeout -k 5 240 python3 -m simulator measure dew_fa3_record --out "$res/dew" --budget-s 200
+    timeout -k 5 ${DEW_LIMIT_S:-240} python3 -m simulator measure dew_fa3_record --out "$res/dew" \
+      --budget-s $(( ${DEW_LIMIT_S:-240} - 40 )) ${DEW_DRAWN:+--drawn $DEW_DRAWN}
     echo "dew exit $? at $(( $(date +%s) - start )) s"
   fi
   if [[ ",$runs," == *",fa2,"* ]]; then
-    timeout -k 5 ${FA2_LIMIT_S:-420} python3 -m simulator measure fa2_jax_record --out "$res/fa2" --workers "$workers"
+    timeout -k 5 ${FA2_LIMIT_S:-420} python3 -m simulator measure fa2_jax_record --out "$res/fa2" \
+      --workers "$workers" ${FA2_DRAWN:+--drawn $FA2_DRAWN}
     echo "fa2 exit $? at $(( $(date +%s) - start )) s"
   fi
 } 2>&1 | tee "$res/session.log"
-for f in "$res"/dew/*.npz "$res"/fa2/*.npz; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+for f in "$res"/dew/*.npz "$res"/fa2/fa2_jax_*.npz; do [ -f "$f" ] && cp "$f" "$OUT/"; done
 (cd "$res" && tar -czf "$OUT/logs.tar.gz" session.log $(ls dew/*.json fa2/*.json fa2/*.log 2>/dev/null))
 ls -la "$OUT"

@@ -139,7 +139,10 @@ def record_forward(lib, cases, log):
     return recs, arrays
 
 
-def record_backward(lib, cases, log, deadline, only_gqa=False):
+def record_backward(lib, cases, log, deadline, only_gqa=False, drawn=False):
+    """Per case: the forward, then three backward runs. Arrays: dQ stacks (``drawn``: only
+    where the runs differ), dK / dV stacks with GQA (``drawn``: groups of 3 or more), run 0's
+    dK / dV of every ``SAMPLE_EVERY``-th case (not when ``drawn``)."""
     recs, dq_arrays, sample = [], {}, {}
     for i, case in enumerate(cases):
         if only_gqa and case["heads_kv"] == case["heads"]:
@@ -153,18 +156,22 @@ def record_backward(lib, cases, log, deadline, only_gqa=False):
         try:
             q, k, v, g = (lib.dev(x, case["dtype"]) for x in (qb, kb, vb, gb))
             o, lse = lib.forward(case, q, k, v)
-            dq_arrays[f"b{i}_out"] = jf.bits16(lib.jax, lib.jnp, o)
-            dq_arrays[f"b{i}_lse"] = jf.f32(lse)
+            ob, lb = jf.bits16(lib.jax, lib.jnp, o), jf.f32(lse)
+            rec["out"], rec["lse"] = _hex(ob), _hex(lb.view(np.uint32))
+            if not drawn:
+                dq_arrays[f"b{i}_out"], dq_arrays[f"b{i}_lse"] = ob, lb
             runs = [lib.backward(case, g, q, k, v, o, lse) for _ in range(RUNS)]
             for j, name in enumerate(("dq", "dk", "dv")):
                 stack = jf.runs_bits([r[j] for r in runs])
                 rec[f"{name}_runs"] = [_hex(r[j]) for r in runs]
                 rec[f"{name}_agree"] = bool(not stack[1:].any())
+                group = case["heads"] // case["heads_kv"]
                 if name == "dq":
-                    dq_arrays[f"b{i}_dq"] = stack
-                elif case["heads_kv"] != case["heads"]:  # reduce-adds over the group
+                    if not drawn or stack[1:].any():
+                        dq_arrays[f"b{i}_dq"] = stack
+                elif group > 1 and (not drawn or group >= 3):  # reduce-adds over the group
                     sample[f"b{i}_{name}_runs"] = stack
-                elif i % SAMPLE_EVERY == 0:
+                elif i % SAMPLE_EVERY == 0 and not drawn:
                     sample[f"b{i}_{name}"] = runs[0][j]
         except Exception as exc:
             rec["error"] = jf.first_line(exc)
@@ -179,6 +186,9 @@ def main(argv=None) -> int:
     ap = out_parser("dew_fa3_record", __doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=0, help="only the first N cases of each list")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop the backward after this")
+    ap.add_argument("--drawn", type=int, default=0,
+                    help="record N drawn backward calls instead (dew_fa3_drawn_report.json, "
+                         "dew_fa3_drawn.npz)")
     ap.add_argument("--only-gqa", action="store_true",
                     help="only the backward's GQA cases (dK / dV of every run in full), into "
                          "dew_fa3_gqa_report.json / dew_fa3_gqa.npz")
@@ -203,6 +213,16 @@ def main(argv=None) -> int:
     if args.limit:
         fwd, bwd = fwd[:args.limit], bwd[:args.limit]
     report = {"provenance": prov}
+    if args.drawn:
+        cases = dc.drawn_backward_cases(args.drawn)
+        report["backward"], dq, sample = record_backward(lib, cases, log, t0 + args.budget_s,
+                                                         drawn=True)
+        report["drawn"] = args.drawn
+        save_npz_atomic(out / "dew_fa3_drawn.npz", **dq, **sample)
+        write_json_atomic(out / "dew_fa3_drawn_report.json", report, compact=True)
+        log(f"drawn backward: {len(report['backward'])} cases, "
+            f"{sum('error' in r for r in report['backward'])} errors")
+        return 0
     if args.only_gqa:
         report["backward"], dq, sample = record_backward(lib, bwd, log, t0 + args.budget_s, True)
         save_npz_atomic(out / "dew_fa3_gqa.npz", **dq, **sample)

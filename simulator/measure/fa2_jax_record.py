@@ -53,11 +53,20 @@ def kernel_head_dim(d: int) -> int:
     return -(-d // 32) * 32 if d <= 128 else -(-d // 64) * 64
 
 
-def groups() -> list[tuple[str, int, str]]:
+def case_lists(drawn: int) -> dict[str, list[dict]]:
+    """The phases' case lists: the frozen ones, or with ``drawn`` N the drawn calls
+    (:func:`simulator.replay.fa2_jax_cases.drawn_cases`: 3N/4 forward, N/4 backward)."""
+    if drawn:
+        return {"forward": fc.drawn_cases(drawn - drawn // 4), "varlen": [],
+                "backward": fc.drawn_cases(drawn // 4, backward=True)}
+    return {"forward": fc.forward_cases(), "varlen": fc.varlen_cases(),
+            "backward": fc.backward_cases()}
+
+
+def groups(drawn: int = 0) -> list[tuple[str, int, str]]:
     """(phase, kernel head dim, dtype) of every case group, in a fixed order."""
     keys = set()
-    for phase, cases in (("forward", fc.forward_cases()), ("varlen", fc.varlen_cases()),
-                         ("backward", fc.backward_cases())):
+    for phase, cases in case_lists(drawn).items():
         for c in cases:
             keys.add((phase, kernel_head_dim(c["head_dim"]), c["dtype"]))
     return sorted(keys)
@@ -183,17 +192,28 @@ def record_backward(lib, cases, indices, log):
                                                  window_size_left=wl, window_size_right=wr)
             ob = jf.bits16(lib.jax, lib.jnp, o)
             arrays[f"b{i}_out"], arrays[f"b{i}_lse"] = ob, jf.f32(lse)
+            rec["out"], rec["lse"] = _hex(ob), _hex(jf.f32(lse).view(np.uint32))
             t0 = time.time()
-            for mode, det in (("default", False), ("det", True)):
+            det_dq = None
+            for mode, det in (("det", True), ("default", False)):
                 runs = [lib.backward(case, g, q, k, v, o, lse, det) for _ in range(RUNS)]
+                rec[mode] = [{n: _hex(r[j]) for j, n in enumerate(("dq", "dk", "dv"))}
+                             for r in runs]
                 for j, name in enumerate(("dq", "dk", "dv")):
                     stack = jf.runs_bits([r[j] for r in runs])
                     arrays[f"b{i}_{name}_{mode}"] = stack
                     rec[f"{name}_{mode}_agree"] = bool(not stack[1:].any())
+                det_dq = runs[0][0].ravel() if det else det_dq
+                if not det:
+                    for r_i, r in enumerate(runs):
+                        idx = np.flatnonzero(r[0].ravel() != det_dq).astype(np.int32)
+                        arrays[f"b{i}_dq_r{r_i}_idx"] = idx
+                        arrays[f"b{i}_dq_r{r_i}_val"] = r[0].ravel()[idx]
             rec["first_seconds"] = round(time.time() - t0, 2)
             if case["heads_kv"] != case["heads"]:
                 _, dk, dv = lib.backward_glue(case, g, q, k, v, o, lse)
                 arrays[f"b{i}_dk_glue"], arrays[f"b{i}_dv_glue"] = dk, dv
+                rec["glue"] = {"dk": _hex(dk), "dv": _hex(dv)}
         except Exception as exc:
             rec["error"] = jf.first_line(exc)
             log(f"b{i}: {rec['error'][:200]}")
@@ -201,11 +221,12 @@ def record_backward(lib, cases, indices, log):
     return recs, arrays
 
 
-def run_worker(out: Path, k: int, workers: int, log) -> int:
-    mine = set(groups()[k::workers])
+def run_worker(out: Path, k: int, workers: int, log, drawn: int = 0) -> int:
+    mine = set(groups(drawn)[k::workers])
     lib = Library()
     log(f"worker {k}: groups {sorted(mine)} sm_count {lib.sm_count}")
-    fwd, var, bwd = fc.forward_cases(), fc.varlen_cases(), fc.backward_cases()
+    lists = case_lists(drawn)
+    fwd, var, bwd = lists["forward"], lists["varlen"], lists["backward"]
 
     def pick(phase, cases):
         return [i for i, c in enumerate(cases)
@@ -219,6 +240,8 @@ def run_worker(out: Path, k: int, workers: int, log) -> int:
         t0 = time.time()
         recs, arr = fn(ix)
         records[phase] = recs
+        if drawn:  # digests only, and the default runs' dQ where it left the deterministic bits
+            arr = {n: a for n, a in arr.items() if "_dq_r" in n}
         arrays.update(arr)
         log(f"worker {k}: {phase} {len(ix)} cases in {time.time() - t0:.1f} s")
         write_json_atomic(out / f"part{k}.json", records, compact=True)
@@ -230,6 +253,9 @@ def main(argv=None) -> int:
     ap = out_parser("fa2_jax_record", __doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--worker", type=int, default=-1, help=argparse_hidden())
+    ap.add_argument("--drawn", type=int, default=0,
+                    help="record N drawn calls instead (digests; fa2_jax_drawn_report.json, "
+                         "fa2_jax_drawn_dq.npz)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +265,7 @@ def main(argv=None) -> int:
         print(f"[{time.time() - t0:7.1f} s] {msg}", flush=True)
 
     if args.worker >= 0:
-        return run_worker(out, args.worker, args.workers, log)
+        return run_worker(out, args.worker, args.workers, log, args.drawn)
     jax, _ = jf.jax_modules()
     from flash_attn_jax import util  # noqa: PLC0415
 
@@ -249,10 +275,19 @@ def main(argv=None) -> int:
         "cases_sha256": hashlib.sha256(Path(fc.__file__).read_bytes()).hexdigest(),
         "recorder_sha256": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()})
     log(json.dumps(prov))
-    codes = jf.spawn_workers("fa2_jax_record", out, args.workers, [], log)
+    extra = ["--drawn", str(args.drawn)] if args.drawn else []
+    codes = jf.spawn_workers("fa2_jax_record", out, args.workers, extra, log)
     records, arrays = jf.merge_parts(out, args.workers)
     report = {"provenance": prov, "worker_exit_codes": codes, "seconds": round(time.time() - t0),
               **records}
+    if args.drawn:
+        report["drawn"] = args.drawn
+        write_json_atomic(out / "fa2_jax_drawn_report.json", report, compact=True)
+        save_npz_atomic(out / "fa2_jax_drawn_dq.npz", **arrays)
+        for phase, recs in records.items():
+            log(f"drawn {phase}: {len(recs)} recorded, "
+                f"{sum('error' in r for r in recs)} errors")
+        return 0
     write_json_atomic(out / REPORT, report, compact=True)
     fwd = {n: a for n, a in arrays.items() if n[0] in "cv"}
     drawn = {n: fwd.pop(n) for n in list(fwd) if n[0] == "c"

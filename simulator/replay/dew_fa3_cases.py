@@ -87,3 +87,27 @@ def backward_cases() -> list[dict]:
             causal=causal, window=window,
             kind=str(rng.choice(("normal", "normal", "normal", "large"))))
     return cases
+
+
+def drawn_backward_cases(n: int, seed: int = 2029) -> list[dict]:
+    """``n`` backward calls drawn from ``numpy.random.default_rng(seed)`` (case seeds from
+    400000): head dims 40-256 (the build's classes and the ones padded to them), 1-4 heads
+    with GQA / MQA, seqlens 1-159 (at most two key blocks per dQ row at every head dim),
+    causal, windows, scales, large / tiny / equal-key inputs, bf16 / fp16. Frozen."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for j in range(n):
+        d = int(rng.choice((40, 64, 80, 96, 128, 160, 192, 256)))
+        h = int(rng.choice((1, 2, 4)))
+        hkv = h if rng.integers(0, 3) else int(rng.choice([x for x in (1, 2) if h % x == 0]))
+        causal = bool(rng.integers(0, 2))
+        window = (-1, -1)
+        if not causal and rng.integers(0, 4) == 0:
+            window = (int(rng.integers(-1, 128)), int(rng.integers(-1, 64)))
+        cases.append(_case(400000 + j, b=int(rng.integers(1, 3)), h=h, hkv=hkv,
+                           sq=int(rng.integers(1, 160)), sk=int(rng.integers(1, 160)), d=d,
+                           dtype=DTYPES[int(rng.integers(0, 2))], causal=causal, window=window,
+                           scale=None if rng.integers(0, 4) else float(rng.choice((0.1, 0.5))),
+                           kind=str(rng.choice(("normal",) * 5 + ("large", "tiny",
+                                                                  "equal_keys")))))
+    return cases

@@ -190,3 +190,33 @@ def case_digest(case: dict, backward: bool = False) -> str:
     """BLAKE2b-128 of the case and its inputs' bits (and dout for a backward case)."""
     arrays = make_input_bits(case)
     return sc.input_digest(case, *arrays, *((grad_bits(case),) if backward else ()))
+
+
+def _draw(rng, backward: bool) -> dict:
+    """One drawn call's parameters (see :func:`drawn_cases`)."""
+    d = int(rng.choice((32, 40, 64, 72, 96, 128, 192, 256) if not backward
+                       else (32, 64, 96, 128, 192, 256)))
+    h = int(rng.choice((1, 2, 4)))
+    hkv = h if rng.integers(0, 3) else int(rng.choice([x for x in (1, 2) if h % x == 0]))
+    top = 160 if backward else 300
+    sq, sk = int(rng.integers(1, top)), int(rng.integers(1, top))
+    causal = bool(rng.integers(0, 2))
+    window = (-1, -1)
+    if not causal and rng.integers(0, 4) == 0:
+        window = (int(rng.integers(-1, 160)), int(rng.integers(-1, 96)))
+    scale = None if rng.integers(0, 4) else float(rng.choice((0.05, 0.125, 0.5, 1.0)))
+    kind = str(rng.choice(("normal",) * 5 + ("large", "tiny", "equal_keys")))
+    return {"b": int(rng.integers(1, 3)), "h": h, "hkv": hkv, "sq": sq, "sk": sk, "d": d,
+            "dtype": DTYPES[int(rng.integers(0, 2))], "causal": causal, "window": window,
+            "scale": scale, "kind": kind}
+
+
+def drawn_cases(n: int, *, backward: bool = False, seed: int = 2028) -> list[dict]:
+    """``n`` calls drawn from a seeded generator (``numpy.random.default_rng(seed)``; the
+    backward's from ``seed + 1``): head dims 32-256 (40 and 72 padded by the kernel), 1-4
+    heads with GQA / MQA, seqlens 1-299 (backward 1-159), causal, one- and two-sided windows,
+    custom scales, large / tiny / equal-key inputs, bf16 / fp16. Case seeds from 200000
+    (backward 300000) on; frozen like the lists above."""
+    rng = np.random.default_rng(seed + int(backward))
+    base = 300000 if backward else 200000
+    return [_case(base + j, **_draw(rng, backward)) for j in range(n)]
