@@ -3,6 +3,7 @@ dew-flash-attn's FA3, recorded on the GPU) into the compact recordings the packa
 per-case digests of every output for ``verify`` and samples of full bits for CI.
 
     python scripts/pack_jax_recordings.py RESULTS_DIR [GQA_DIR]
+    python scripts/pack_jax_recordings.py --drawn FA2_DRAWN_RESULTS DEW_DRAWN_RESULTS
 
 RESULTS_DIR holds the session's npz files and ``logs.tar.gz`` (unpacked here). Writes
 ``simulator/data/device/fa2_jax/`` and ``simulator/data/device/dew_fa3/`` (each with its
@@ -179,12 +180,41 @@ def pack_dew(res: Path, out: Path, gqa_dir: Path | None = None) -> None:
     save_npz_atomic(out / "dew_fa3_sample.npz", **sample)
 
 
+def pack_drawn(fa2_dir: Path, dew_dir: Path) -> None:
+    """The drawn calls (``--drawn``): reports without the per-call extras, their npz as is
+    (the default runs' dQ where it left the deterministic bits; dew's dQ / dK / dV stacks
+    where runs differ or a group of 3+ query heads reduce-adds)."""
+    keep = ("index", "case", "inputs", "out", "lse", "repeat_identical", "error", "det",
+            "default", "glue", "dq_runs", "dk_runs", "dv_runs", "dq_agree", "dk_agree", "dv_agree")
+    for src, rep_name, npz_name, dst in (
+            (fa2_dir / "fa2", "fa2_jax_drawn_report.json", "fa2_jax_drawn_dq.npz", "fa2_jax"),
+            (dew_dir / "dew", "dew_fa3_drawn_report.json", "dew_fa3_drawn.npz", "dew_fa3")):
+        rep = json.loads((src / rep_name).read_text())
+        slim = {"provenance": rep["provenance"], "drawn": rep["drawn"],
+                "regenerate": "bash scripts/device_fa2_jax_session.sh with FA2_DRAWN / "
+                              "DEW_DRAWN, then python scripts/pack_jax_recordings.py --drawn "
+                              "FA2_RESULTS DEW_RESULTS"}
+        for phase in ("forward", "backward"):
+            if phase in rep:
+                slim[phase] = [{k: r[k] for k in keep if k in r} for r in rep[phase]]
+        write_json_atomic(DEVICE_DATA_DIR / dst / rep_name, slim, compact=True)
+        save_npz_atomic(DEVICE_DATA_DIR / dst / npz_name.replace("_dq.npz", ".npz")
+                        if dst == "fa2_jax" else DEVICE_DATA_DIR / dst / npz_name,
+                        **dict(np.load(src.parent / npz_name)))
+
+
 def gqa_provenance(gqa_dir: Path) -> str:
     prov = json.loads((gqa_dir / "dew" / "dew_fa3_gqa_report.json").read_text())["provenance"]
     return f"dew_fa3_record --only-gqa, {prov['gpu']}, {prov['date_utc']}"
 
 
 def main() -> int:
+    if sys.argv[1] == "--drawn":
+        pack_drawn(Path(sys.argv[2]), Path(sys.argv[3]))
+        for folder in ("fa2_jax", "dew_fa3"):
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "make_manifest.py"),
+                            "--folder", str(DEVICE_DATA_DIR / folder)], check=True)
+        return 0
     res = Path(sys.argv[1])
     gqa_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else None
     if (res / "logs.tar.gz").exists() and not (res / "fa2").exists():

@@ -32,6 +32,8 @@ from .sdpa import gpu_of
 FOLDER = DEVICE_DATA_DIR / "dew_fa3"
 REPORT = FOLDER / "dew_fa3_report.json"
 SAMPLE = FOLDER / "dew_fa3_sample.npz"
+DRAWN_REPORT = FOLDER / "dew_fa3_drawn_report.json"
+DRAWN = FOLDER / "dew_fa3_drawn.npz"
 REGENERATE = ("bash scripts/device_fa2_jax_session.sh (a Hopper GPU with jax), then python "
               "scripts/pack_jax_recordings.py RESULTS_DIR")
 #: the kernel head dims libdew_flash_attn3.so compiles (its kernel names)
@@ -169,6 +171,28 @@ def _runs(sample, i: int, name: str):
     return [x[0]] + [x[0] ^ r for r in x[1:]]
 
 
+def check_drawn(quick: bool = False) -> list[dict]:
+    """Rows for the drawn backward calls (:func:`simulator.replay.dew_fa3_cases.
+    drawn_backward_cases`, recorded with ``--drawn``; every tenth with ``quick``)."""
+    if not DRAWN_REPORT.exists():
+        return []
+    report = read_json(DRAWN_REPORT, REGENERATE)
+    arrays = read_npz(DRAWN, REGENERATE)
+    if [r["case"] for r in report["backward"]] != dc.drawn_backward_cases(report["drawn"]):
+        raise AssertionError("dew_fa3_drawn_report.json: the drawn case list changed")
+    gpu = gpu_of(report)
+    bwd = [r for r in report["backward"][:: 10 if quick else 1] if "error" not in r]
+    tot = {"values": 0, "differ": 0, "outside": 0, "spread_values": 0, "unchecked": 0}
+    for r in bwd:
+        for key, x in check_backward(r, arrays, gpu).items():
+            tot[key] += x
+    return [{"check": f"dew-flash-attn FA3 drawn backward ({len(bwd)} calls x 3 runs)",
+             "cases": tot["values"] - tot["unchecked"] + tot["spread_values"],
+             "mismatches": tot["differ"] + tot["outside"] + (tot["unchecked"] > 0),
+             "detail": f"{tot['unchecked']} values of differing runs without recorded bits"
+                       if tot["unchecked"] else ""}]
+
+
 def check_all(quick: bool = False) -> list[dict]:
     """Rows for ``verify`` (every fourth case with ``quick``)."""
     if not recorded():
@@ -198,4 +222,4 @@ def check_all(quick: bool = False) -> list[dict]:
                            "order, bits not recorded: unchecked" if tot["unchecked"] else ""})
     rows.append({"check": "dew-flash-attn FA3 backward (differing runs inside the spread)",
                  "cases": tot["spread_values"], "mismatches": tot["outside"], "detail": ""})
-    return rows
+    return rows + check_drawn(quick)

@@ -28,6 +28,8 @@ from .sdpa import gpu_of
 FOLDER = DEVICE_DATA_DIR / "fa2_jax"
 REPORT = FOLDER / "fa2_jax_report.json"
 SAMPLE = FOLDER / "fa2_jax_sample.npz"
+DRAWN_REPORT = FOLDER / "fa2_jax_drawn_report.json"
+DRAWN = FOLDER / "fa2_jax_drawn.npz"
 REGENERATE = ("bash scripts/device_fa2_jax_session.sh (a Hopper GPU with jax), then python "
               "scripts/pack_jax_recordings.py RESULTS_DIR")
 
@@ -172,6 +174,39 @@ def _recorded_forward(rec, sample, q, k, v, gpu):
     return o, lse
 
 
+def check_drawn(quick: bool = False) -> list[dict]:
+    """Rows for the drawn calls (:func:`simulator.replay.fa2_jax_cases.drawn_cases`, recorded
+    with ``--drawn``): forward digests; backward as :func:`check_backward` (every tenth call
+    with ``quick``)."""
+    if not DRAWN_REPORT.exists():
+        return []
+    report = read_json(DRAWN_REPORT, REGENERATE)
+    arrays = read_npz(DRAWN, REGENERATE)
+    gpu = gpu_of(report)
+    step = 10 if quick else 1
+    n = report["drawn"]
+    if [r["case"] for r in report["forward"]] != fc.drawn_cases(n - n // 4) or \
+            [r["case"] for r in report["backward"]] != fc.drawn_cases(n // 4, backward=True):
+        raise AssertionError("fa2_jax_drawn_report.json: the drawn case lists changed")
+    values = differ = 0
+    fwd = [r for r in report["forward"][::step] if "error" not in r]
+    for r in fwd:
+        x = check_forward(r, {}, gpu)
+        values += x["values"]
+        differ += x["differ"]
+    rows = [{"check": f"fa2 flash-attn-jax drawn forward ({len(fwd)} calls)", "cases": values,
+             "mismatches": differ, "detail": ""}]
+    bwd = [r for r in report["backward"][::step] if "error" not in r]
+    tot = {"values": 0, "differ": 0, "outside": 0, "default_values": 0}
+    for r in bwd:
+        for key, x in check_backward(r, arrays, gpu).items():
+            tot[key] += x
+    rows.append({"check": f"fa2 flash-attn-jax drawn backward ({len(bwd)} calls x 6 runs)",
+                 "cases": tot["values"] + tot["default_values"],
+                 "mismatches": tot["differ"] + tot["outside"], "detail": ""})
+    return rows
+
+
 def check_all(quick: bool = False) -> list[dict]:
     """Rows for ``verify`` (every third call of each list with ``quick``)."""
     if not recorded():
@@ -214,5 +249,5 @@ def check_all(quick: bool = False) -> list[dict]:
                  "mismatches": tot["differ"], "detail": ""})
     rows.append({"check": "fa2 flash-attn-jax backward (default runs' dQ inside the spread)",
                  "cases": tot["default_values"], "mismatches": tot["outside"], "detail": ""})
-    return rows
+    return rows + check_drawn(quick)
 
