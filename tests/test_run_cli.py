@@ -476,11 +476,13 @@ def test_ctrl_c_exits_130_without_traceback(tmp_path):
     x = np.random.default_rng(1).standard_normal((1, 4096, 4, 64)).astype(np.float32)
     np.savez(tmp_path / "long.npz", q=x, k=x, v=x)
     env = dict(os.environ, PYTHONPATH=str(REPO), SIMULATOR_ENGINE="numpy")  # compiled: a few s
+    # SIGINT back to its default in the child: a shell's background job (a CI runner started
+    # with `&`) passes SIG_IGN down, and Python then installs no KeyboardInterrupt handler
     p = subprocess.Popen([sys.executable, "-m", "simulator", "run", "--no-progress", "--workers",
                           "1", "--input",
                           str(tmp_path / "long.npz"), "--out", str(tmp_path / "res" / "o.npz")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                         env=env)
+                         env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in p.stderr:
         seen.append(line)

@@ -125,15 +125,17 @@ def test_attention_inputs_drawn_shrink_to_the_value_that_fails():
     """``attention_inputs(drawn=True)``: the kernel-level case with hypothesis-drawn arrays
     shrinks too (the default, seeded arrays, keeps the device campaigns' draws). Seeded
     (``random=``): derandomize's seed is a digest of the condition's source as inspect finds it,
-    which differs between processes, and from another first failure the shrinker may stop at a
-    bf16 edge value or a filled array (seeds 0-3 checked: three give one 5.0, one a fill)."""
+    which differs between processes. Where it stops is not fixed even so: hypothesis also draws
+    from constants it collects from the modules the process has imported, so the one value left
+    is 5.0 in this module alone and bf16's max after other test modules (seen under xdist);
+    the property is the shape of the result: one failing value in zeros."""
     case = find(sst.attention_inputs(dtype="bf16", drawn=True),
                 lambda c: bool((np.abs(c.v.astype(np.float32)) > 4).any()),
                 settings=settings(_FIND, derandomize=False), random=random.Random(0))
     assert case.q.shape == (1, 1, 1, 32) and case.v.shape == (1, 1, 1, 32)
     assert not case.q.astype(np.float32).any() and not case.k.astype(np.float32).any()
     v = case.v.astype(np.float32)
-    assert np.count_nonzero(v) == 1 and 4 < abs(v[v != 0][0]) <= 8
+    assert np.count_nonzero(v) == 1 and 4 < abs(v[v != 0][0]) < np.inf
     assert repr(case).startswith("AttentionCase(q=bf16[1, 1, 1, 32](zeros), k=bf16[1, 1, 1, 32]"
                                  "(zeros), v=bf16[1, 1, 1, 32](zeros, [0, 0, 0, ")
 

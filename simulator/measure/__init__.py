@@ -35,8 +35,8 @@ RUNS = {
     "reduce_add_probe": "the backward's float32 reduce-adds (red, atom, TMA bulk) on subnormals",
     "regressions": "the twin forward on the public regression cases",
     "sdpa_record": "PyTorch SDPA's flash backend (FA2, sm_90): forward, dropout, backward bits",
-    "fa2_jax_record": "flash-attn 2.x's kernels (PyPI flash-attn-jax, sm_80 PTX JIT'd): fwd, varlen, bwd",
-    "dew_fa3_record": "FA3 as dew-flash-attn builds it (sm_90a): forward and backward at head dims 64-256",
+    "fa2_jax_record": "flash-attn 2.x's kernels (flash-attn-jax): forward, varlen, backward",
+    "dew_fa3_record": "FA3 as dew-flash-attn builds it: forward, backward at head dims 64-256",
     "twin_backward_record": "the twin backward's dq, dk, dv on its cases (digests; small ones in full)",
 }
 
