@@ -9,7 +9,9 @@ check over to the other GPU.
 RESULTS_DIR holds ``library/fa3_library_report.json`` (fa3-fwd 0.0.3's case matrix),
 ``api/fa3_api_report.json`` (its Python-API calls) and ``backward/fa3_backward_report.json``
 (flash-attn3-jax 0.2.3's backward matrix: the forward's digests, the deterministic runs'
-digests of dQ / dK / dV / dpsum / LSE_log2, and whether the default runs differed).
+digests of dQ / dK / dV / dpsum / LSE_log2, and whether the default runs differed), and
+optionally ``backward_hyp/fa3_backward_hyp_report.json`` (the H200's drawn backward cases
+re-recorded, ``scripts/device_h100_drawn.sh``).
 """
 
 from __future__ import annotations
@@ -67,10 +69,44 @@ def compare_backward(new: dict, old: dict) -> dict:
     return out
 
 
+def slim_hyp(report: dict) -> dict:
+    """The drawn backward report (``fa3_backward_record --hyp``) cut to what the comparison
+    reads: per case its name, the forward's out / LSE digests and the deterministic run's."""
+    return {"provenance": report["provenance"],
+            "cases": [{"name": r["case"]["name"], "varlen": _varlen(r["case"]), "out": r["out"],
+                       "lse": r["lse"], "det": r["det"]} for r in report["hyp"] if "det" in r]}
+
+
+def _varlen(case: dict) -> bool:
+    return any(case.get(k) is not None for k in ("seqlens_q", "seqused_q", "seqused_k"))
+
+
+def compare_hyp(slim: dict, old: dict) -> dict:
+    """The drawn backward cases against the H200's (``fa3_backward_hyp_report.json``) by case
+    name: out, LSE, dQ, dK, dV everywhere; dpsum and LSE_log2 (the backward's scratch buffers)
+    only without varlen / seqused, where every row of them is written (with them the rows
+    past a sequence hold whatever the buffer held)."""
+    by_name = {r["case"]["name"]: r for r in old["hyp"] if "det" in r}
+    out = {"cases": 0, "differ": 0, "differing_cases": [], "scratch_compared": 0}
+    for r in slim["cases"]:
+        y = by_name.get(r["name"])
+        if y is None:
+            continue
+        out["cases"] += 1
+        names = ("dq", "dk", "dv") + (() if r["varlen"] else ("dpsum", "lse_log2"))
+        out["scratch_compared"] += not r["varlen"]
+        if r["out"] != y["out"] or r["lse"] != y["lse"] or \
+                any(r["det"][n] != y["det"][n] for n in names):
+            out["differ"] += 1
+            out["differing_cases"].append(r["name"])
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--slim-hyp", type=Path, help="write the drawn backward digests here")
     args = ap.parse_args(argv)
     load = lambda p: json.loads(Path(p).read_text())  # noqa: E731
     res = {}
@@ -83,13 +119,20 @@ def main(argv=None) -> int:
                                  ("out", "lse", "k_cache", "v_cache"))
     bwd = load(args.results / "backward" / "fa3_backward_report.json")
     res["backward"] = compare_backward(bwd, load(H200 / "fa3_backward_report.json"))
-    for name in ("library", "api", "backward"):
+    hyp_path = args.results / "backward_hyp" / "fa3_backward_hyp_report.json"
+    if hyp_path.exists():
+        slim = slim_hyp(load(hyp_path))
+        res["backward_hyp"] = compare_hyp(slim, load(H200 / "fa3_backward_hyp_report.json"))
+        if args.slim_hyp:
+            args.slim_hyp.write_text(json.dumps(slim, separators=(",", ":")) + "\n")
+    for name in [n for n in ("library", "api", "backward", "backward_hyp") if n in res]:
         r = res[name]
         print(f"{name:9s} {r['cases']:4d} cases, {r['differ']} differ from the H200's "
               f"{'(inputs differ: ' + str(r['inputs_differ']) + ')' if r.get('inputs_differ') else ''}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")
-    return 1 if any(res[n]["differ"] for n in ("library", "api", "backward")) else 0
+    return 1 if any(res[n]["differ"] for n in ("library", "api", "backward", "backward_hyp")
+                    if n in res) else 0
 
 
 if __name__ == "__main__":

@@ -74,3 +74,26 @@ def test_the_comparison_can_fail(reports):
     changed["cases"][3]["out"] = "0" * 32
     r = cmp.compare_forward(changed, h200["fa3_library_report.json"], "cases", ("out", "lse"))
     assert r["differ"] == 1 and r["differing_cases"] == [3]
+
+
+def test_drawn_backward_cases_give_the_h200_digests():
+    """The H200's 2,200 hypothesis-drawn backward calls re-recorded on the H100: out, LSE and
+    the deterministic dQ / dK / dV equal everywhere; the scratch buffers (dpsum, LSE_log2) where
+    every row is written (no varlen / seqused)."""
+    cmp = _compare_module()
+    slim = read_json(H100 / "fa3_backward_hyp_digests.json", REGEN)
+    old = read_json(DEVICE_DATA_DIR / "fa3_backward_hyp_report.json", REGEN)
+    assert slim["provenance"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    r = cmp.compare_hyp(slim, old)
+    assert r["cases"] == 2200 and r["differ"] == 0 and r["scratch_compared"] > 1000
+    broken = {**slim, "cases": [dict(c) for c in slim["cases"]]}
+    broken["cases"][5] = {**broken["cases"][5], "det": {**broken["cases"][5]["det"], "dq": "0" * 32}}
+    assert cmp.compare_hyp(broken, old)["differ"] == 1
+
+
+def test_drawn_api_calls_ran_live_on_the_h100():
+    """``fa3_api_replay`` on the H100: hypothesis-drawn API calls, simulator.fa3 beside the real
+    library on the device, no disagreement."""
+    rep = read_json(H100 / "fa3_api_replay_report.json", REGEN)
+    assert rep["provenance"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert rep["cases"] >= 1000 and rep["disagreements"] == 0 and not rep["stopped"]
