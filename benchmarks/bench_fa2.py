@@ -50,9 +50,9 @@ def main(argv=None) -> int:
             q, k, v = _inputs(b, sq, sk, h)
             t = lambda x: np.ascontiguousarray(np.swapaxes(x, 1, 2))  # noqa: E731
             qt, kt, vt = t(q), t(k), t(v)
-            fns = [lambda: fa3.flash_attn_func(q, k, v, causal=causal),
-                   lambda: fa2.flash_attn_func(q, k, v, causal=causal),
-                   lambda: sdpa.flash_attention_forward(qt, kt, vt, 0.0, causal)]
+            fns = [lambda q=q, k=k, v=v, c=causal: fa3.flash_attn_func(q, k, v, causal=c),
+                   lambda q=q, k=k, v=v, c=causal: fa2.flash_attn_func(q, k, v, causal=c),
+                   lambda q=qt, k=kt, v=vt, c=causal: sdpa.flash_attention_forward(q, k, v, 0.0, c)]
             t3, t2, ts = interleaved_medians(fns, args.rounds)
             print(f"| {name} | {t3:.3f} | {t2:.3f} | {ts:.3f} | {t2 / t3:.2f} | {ts / t3:.2f} |")
             for label, x in (("fa2", t2), ("sdpa", ts)):
