@@ -29,6 +29,7 @@ from .replay import (
     numerics,
     sdpa,
     sdpa_backward,
+    sdpa_drawn,
     twin_backward,
 )
 
@@ -47,7 +48,8 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
     "backward": lambda quick, workers=1: (fa3_backward.replay(quick=quick, workers=workers)
                                           + twin_backward.replay(quick=quick)
                                           + twin_backward.replay_traces()),
-    "sdpa": lambda quick: sdpa.check_all(quick=quick) + sdpa_backward.check_all(quick=quick),
+    "sdpa": lambda quick: (sdpa.check_all(quick=quick) + sdpa_backward.check_all(quick=quick)
+                           + sdpa_drawn.check_all(quick=quick)),
     "fa2": lambda quick: fa2_jax.check_all(quick=quick),
     "dew": lambda quick: dew_fa3.check_all(quick=quick),
 }

@@ -80,3 +80,22 @@ def test_the_phases_write_matching_digests(tmp_path, monkeypatch):
         runs = bwd[f"b{r['index']}_dq_runs"]
         assert runs.shape[0] == 6 and not runs[1:].any()  # the stand-in is deterministic
         assert r["dq_det_agree"] and r["dq_default_equals_det"]
+
+
+def test_drawn_mode_writes_digests_of_the_drawn_cases(tmp_path, monkeypatch):
+    """``--drawn N``: the drawn cases in order, digests of each output, the default runs' dq
+    differences (none from the deterministic stand-in); ``--time-limit`` stops between calls."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr(rec, "_ops", _stand_ins)
+    original = sc.drawn_cases  # its cases, shrunk for the CPU stand-ins
+    monkeypatch.setattr(sc, "drawn_cases", lambda n, backward=False, seed=0: [
+        dict(c, seqlen_q=min(c["seqlen_q"], 9), seqlen_k=min(c["seqlen_k"], 11), batch=1)
+        for c in original(n, backward=backward)])
+    assert rec.main(["--out", str(tmp_path), "--device", "cpu", "--no-profile", "--drawn", "8"]) == 0
+    report = json.loads((tmp_path / "sdpa_drawn_report.json").read_text())
+    assert len(report["forward"]) == 6 and len(report["backward"]) == 2 and report["drawn_asked"] == 8
+    arrays = np.load(tmp_path / "sdpa_drawn.npz")
+    for r in report["backward"]:
+        assert len(r["dq"]) == 6 and len(set(r["dq"])) == 1
+        assert arrays[f"b{r['index']}_dq_r0_idx"].size == 0
+    assert all("out" in r and "lse" in r for r in report["forward"])

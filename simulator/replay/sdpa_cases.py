@@ -274,3 +274,25 @@ def case_digest(case: dict, backward: bool = False) -> str:
     """:func:`input_digest` of a case's q, k, v (and dout for a backward case)."""
     arrays = make_input_bits(case)
     return input_digest(case, *arrays, *((grad_bits(case),) if backward else ()))
+
+
+def drawn_cases(n: int, *, backward: bool = False, seed: int = 2030) -> list[dict]:
+    """``n`` calls drawn from ``numpy.random.default_rng(seed)`` (the backward's from
+    ``seed + 1``; case seeds from 500000, backward 600000), frozen like the lists above: head
+    dims 8-256 in multiples of 8, 1-4 heads with GQA / MQA, batch 1-2, seqlens 1-255 (backward
+    1-127), causal, custom scales, large / tiny / equal-key inputs, bf16 / fp16; no dropout."""
+    rng = np.random.default_rng(seed + int(backward))
+    top = 128 if backward else 256
+    cases = []
+    for j in range(n):
+        h = int(rng.choice((1, 2, 3, 4)))
+        hkv = h if rng.integers(0, 3) else int(rng.choice([x for x in (1, 2, 4) if h % x == 0]))
+        kind = str(rng.choice(("normal",) * 5 + ("large", "tiny", "equal_keys")))
+        extra = {"dropout_p": 0.0} if backward else {}
+        cases.append(_case((600000 if backward else 500000) + j, b=int(rng.integers(1, 3)), h=h,
+                           hkv=hkv, sq=int(rng.integers(1, top)), sk=int(rng.integers(1, top)),
+                           d=8 * int(rng.integers(1, 33)), dtype=DTYPES[int(rng.integers(0, 2))],
+                           causal=bool(rng.integers(0, 2)),
+                           scale=None if rng.integers(0, 4) else float(rng.choice((0.05, 0.5, 2.0))),
+                           kind=kind, **extra))
+    return cases
