@@ -195,3 +195,19 @@ def test_fa2_api_refuses_bad_shapes_and_offsets():
         fa2.flash_attn_varlen_func(p, p, p, np.array([0, 4], np.int64), np.array([0, 5], np.int32), 5, 5)
     with pytest.raises(ValueError, match="max_seqlen_k"):
         fa2.flash_attn_varlen_func(p, p, p, np.array([0, 5], np.int32), np.array([0, 5], np.int32), 5, 3)
+
+
+def test_packed_entry_points_are_flash_attn_func(fa2_data):
+    """flash_attn_qkvpacked_func / kvpacked_func on a recorded call's inputs, stacked: the
+    recorded bits."""
+    rep, sample = fa2_data
+    rec = _rec(rep, "forward", 0)
+    (q, k, v), _ = fa2_jax._inputs(rec["case"])
+    out = fa2.flash_attn_kvpacked_func(q, np.stack([k, v], axis=2), gpu="h100")
+    assert np.array_equal(out.view(np.uint16), sample["c0_out"])
+    rec48 = _rec(rep, "forward", 48)  # seqlen_q == seqlen_k, one head
+    qkv = np.stack(fa2_jax._inputs(rec48["case"])[0], axis=2)
+    both = fa2.flash_attn_qkvpacked_func(qkv, causal=rec48["case"]["causal"], gpu="h100")
+    assert np.array_equal(both.view(np.uint16), sample["c48_out"])
+    with pytest.raises(ValueError, match="qkv: expected a 5-d"):
+        fa2.flash_attn_qkvpacked_func(q)

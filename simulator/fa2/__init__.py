@@ -8,7 +8,15 @@ head dim, and the split-KV count from the GPU's SM count. :mod:`simulator.sdpa` 
 
 from .combine import combine_partials
 from .host import Fa2Launch, num_splits_heuristic, plan_forward
-from .interface import backward_spread, flash_attn_backward, flash_attn_func, flash_attn_varlen_func
+from .interface import (
+    backward_spread,
+    flash_attn_backward,
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+)
 
 __all__ = ["Fa2Launch", "backward_spread", "combine_partials", "flash_attn_backward",
-           "flash_attn_func", "flash_attn_varlen_func", "num_splits_heuristic", "plan_forward"]
+           "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
+           "flash_attn_varlen_func", "num_splits_heuristic", "plan_forward"]

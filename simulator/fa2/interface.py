@@ -30,7 +30,8 @@ from ..numerics import format_of
 from .combine import combine_partials
 from .host import plan_forward
 
-__all__ = ["backward_spread", "flash_attn_backward", "flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["backward_spread", "flash_attn_backward", "flash_attn_func", "flash_attn_kvpacked_func",
+           "flash_attn_qkvpacked_func", "flash_attn_varlen_func"]
 
 
 def _check_qkv(q, k, v, rank: int) -> None:
@@ -132,6 +133,54 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                             alibi_slopes, philox)
     out, lse = _forward(q, k, v, dropout_p, softmax_scale, causal, window, philox, gpu)
     return (out, lse, None) if return_attn_probs else out
+
+
+def _unpack(x, name: str, count: int, axis: int) -> tuple[np.ndarray, ...]:
+    """The ``count`` arrays stacked along ``axis`` of a packed input (copies: the kernels read
+    contiguous operands)."""
+    if type(x) is not np.ndarray or x.ndim != 5 or x.shape[axis] != count:
+        raise ValueError(f"{name}: expected a 5-d numpy array with {count} stacked along axis "
+                         f"{axis}, got {getattr(x, 'shape', type(x).__name__)}")
+    return tuple(np.ascontiguousarray(np.take(x, i, axis=axis)) for i in range(count))
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False, *, philox=None,
+                              gpu=DEFAULT_GPU):
+    """flash-attn 2.x's ``flash_attn_qkvpacked_func``: :func:`flash_attn_func` of
+    ``qkv[:, :, 0]``, ``qkv[:, :, 1]``, ``qkv[:, :, 2]`` (the same kernel: packing changes only
+    how the backward writes its gradients).
+
+    Args:
+        qkv: [batch, seqlen, 3, heads, head_dim], bf16 / fp16; the rest as
+            :func:`flash_attn_func`.
+    Raises:
+        ValueError: ``qkv`` not so stacked, and what :func:`flash_attn_func` refuses.
+    Source: flash_attn/flash_attn_interface.py (flash_attn_qkvpacked_func).
+    """
+    q, k, v = _unpack(qkv, "qkv", 3, 2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs, philox=philox, gpu=gpu)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False, *, philox=None,
+                             gpu=DEFAULT_GPU):
+    """flash-attn 2.x's ``flash_attn_kvpacked_func``: :func:`flash_attn_func` of ``q``,
+    ``kv[:, :, 0]``, ``kv[:, :, 1]`` (GQA / MQA: fewer KV heads than query heads).
+
+    Args:
+        q: [batch, seqlen_q, heads, head_dim]; kv: [batch, seqlen_k, 2, heads_kv, head_dim];
+            the rest as :func:`flash_attn_func`.
+    Raises:
+        ValueError: ``kv`` not so stacked, and what :func:`flash_attn_func` refuses.
+    Source: flash_attn/flash_attn_interface.py (flash_attn_kvpacked_func).
+    """
+    k, v = _unpack(kv, "kv", 2, 2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs, philox=philox, gpu=gpu)
 
 
 def _offsets(cu, name: str, total: int) -> np.ndarray:
