@@ -190,3 +190,6 @@ assert any(differ(row, alone[gpu]) > 0 for b, gpu, s, row in seen if b > 1)
 # launch. `scripts/fa2_split_counts.py` prints the counts for decode and prefill shapes;
 # `python -m simulator run --kernel fa2` (or `sdpa`) runs the main job through these kernels
 # and says how far their bits are from FA3's.
+
+# %%
+print(NB.finish())
