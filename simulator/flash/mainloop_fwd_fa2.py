@@ -150,15 +150,22 @@ class Fa2Softmax(Softmax):
     with FA2's exp2 form, its ``scale_apply_exp2`` and ``normalize_softmax_lse``."""
 
     def __init__(self, batch_shape, nrow, scale_log2, softmax_scale, build: Fa2Build, mufu: str,
-                 split: bool = False):
-        super().__init__(batch_shape, nrow, scale_log2, 0, mufu)
+                 split: bool = False, *, evaluator=None):
+        super().__init__(batch_shape, nrow, scale_log2, 0, mufu, evaluator=evaluator)
         self.softmax_scale = np.float32(softmax_scale)
         self.build = build
         self.split = split  # the split-KV kernel's: an empty row's LSE is -inf
 
     def fusable(self) -> bool:
-        """FA2's exp2 form has no compiled block step: always the NumPy steps."""
-        return False
+        """Whether the compiled block step (FA3's: :meth:`.softmax.Softmax.block_step`) gives
+        this build's bits: the exp2 argument as one FFMA.FTZ and every step flushing, as
+        flash-attn's fast-math build compiles it (not PyTorch's ``UNFUSE_FMA``). One difference
+        remains, the -inf guard of ``max_scaled`` (FA2 applies it whatever ``Check_inf``):
+        the mainloop redoes a block in NumPy where it matters (a row max of -inf on a block
+        without ``Check_inf``)."""
+        b = self.build
+        return (not b.unfuse_fma and b.fmul_ftz and b.fsub_ftz and b.ex2_ftz
+                and super().fusable())
 
     def online_softmax(self, scores, is_first, check_inf=True):
         """``scale_apply_exp2`` then the thread-local ``reduce_sum``: ``max_scaled`` is 0 for a
@@ -236,37 +243,63 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
         return _finish(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse)
     c = cfg.consts
     soft = Fa2Softmax((G, W), 2, np.float32(c["scale_log2"]), c["softmax_scale"], build, cfg.mufu,
-                      split)
+                      split, evaluator=ev)
     view = rowcol_view(f"m64n{N}k16")
     flat = view.row[:, :, None] * N + view.col[:, None, :]
+    flat.setflags(write=False)  # the compiled block step checks read-only positions once
     to_rowcol = np.argsort(flat.reshape(-1))
     ins = mma.parse("mma_sync", f"m16n8k16.f32.{cfg.fmt}.{cfg.fmt}.f32", cfg.gpu)
     kv_pairs, kv_of = np.unique(b * cfg.heads_kv + hkv, return_inverse=True)
     bu, hu = kv_pairs // cfg.heads_kv, kv_pairs % cfg.heads_kv
     qt = qp[b[:, None], rows, heads].reshape(G, W, 64, d)
+    # operands decoded once where the evaluator has them: Q per group, each K/V block per
+    # distinct (batch, kv head) (the same bits as decoding in every GEMM)
+    decoded = ev.decodes(ins.params, ins.k)
+    if decoded:
+        qt = ev.decode(qt.reshape(G, W * 64, d), ins.params)
+    fused = decoded and dropout is None and soft.fusable()
     acc_o = np.zeros((G, W, 64, dv), np.float32)
     blocks = list(range(n_max - 1, n_min - 1, -1))
     for step, (n, check_inf) in enumerate(zip(blocks, masking_checks(cfg, len(blocks)), strict=True)):
         keys = n * N + np.arange(N)
-        kt = _kv_block(kp, bu, hu, keys, kv_of, None, transpose=True)
-        vt = _kv_block(vp, bu, hu, keys, kv_of, None)
+        kt = _kv_block(kp, bu, hu, keys, kv_of, ins if decoded else None, transpose=True,
+                       evaluator=ev)
+        vt = _kv_block(vp, bu, hu, keys, kv_of, ins if decoded else None, evaluator=ev)
         s = _gemm_wg(qt, kt, np.zeros((G, W, 64, N), np.float32), ins, ev)
         ok = allowed(grow[..., None], keys[None, None, None, :], cfg.seqlen_q,
                      cfg.seqlens_k[b][:, None, None, None], cfg.window, cfg.chunk)
         s = np.where(ok, s, _NEG_INF)
-        scores = np.take(s.reshape(G, W, -1), flat, axis=-1)
         first = step == 0
-        scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=check_inf)
+        scores_scale, p_cvt = _softmax_step(soft, s, flat, to_rowcol, first, check_inf, cfg.fmt,
+                                            ins.params.emin, fused)
         if not first:
             acc_o = rescale_o(acc_o, view.row_values(scores_scale))
-        p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
-        p_cvt = np.take(convert(p, cfg.fmt).reshape(G, W, -1), to_rowcol, axis=-1).reshape(s.shape)
         if dropout is not None:
             p_cvt = _drop(p_cvt, dropout.keep, b, heads.reshape(G, W, 64), grow, keys)
         acc_o = _gemm_wg(p_cvt, vt, acc_o, ins, ev)
     final = soft.finalize(1.0 if dropout is None else dropout.rp_dropout)
     acc_o = rescale_o(acc_o, view.row_values(final))
     return _finish(cfg, ctas, rows, heads, acc_o, view.row_values(soft.lse), out, lse)
+
+
+def _softmax_step(soft: Fa2Softmax, s, flat, to_rowcol, first: bool, check_inf: bool, fmt: str,
+                  emin: int, fused: bool):
+    """One block's ``max_get_scale``, ``online_softmax`` and P's conversion: ``(scores_scale,
+    P)``, P in matrix order (decoded for the P V GEMM when ``fused``). The compiled step
+    (``fused``) guards ``max_scaled`` only under ``Check_inf``, FA2 always: a block without
+    ``Check_inf`` that leaves a row max of -inf is redone from the saved state in NumPy."""
+    if fused:
+        saved = (soft.row_max.copy(), soft.row_sum.copy(), soft._row_sum_scale)
+        scores_scale, p = soft.block_step(s, flat, first, check_inf, fmt, emin)
+        if check_inf or not np.isneginf(soft.row_max).any():
+            return scores_scale, p
+        soft.row_max, soft.row_sum, soft._row_sum_scale = saved
+    g, w = s.shape[:2]
+    scores = np.take(s.reshape(g, w, -1), flat, axis=-1)
+    scores_scale = soft.max_get_scale(scores, is_first=first, check_inf=check_inf)
+    p = soft.online_softmax(scores, is_first=first, check_inf=check_inf)
+    return scores_scale, np.take(convert(p, fmt).reshape(g, w, -1), to_rowcol,
+                                 axis=-1).reshape(s.shape)
 
 
 def _drop(p, keep, b, heads, rows, keys):

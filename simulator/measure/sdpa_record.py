@@ -416,54 +416,6 @@ def record_backward(r: Recorder, cases: list[dict], log) -> tuple[list[dict], di
     return records, arrays
 
 
-def record_drawn(r: Recorder, n: int, log, deadline: float) -> tuple[dict, dict]:
-    """``n`` drawn calls (:func:`simulator.replay.sdpa_cases.drawn_cases`: 3n/4 forward, n/4
-    backward): digests of out / LSE, and of each of the backward's six runs (three
-    deterministic, three default); arrays: the default runs' dQ where it left the first
-    deterministic run (``b{i}_dq_r{j}_idx`` / ``_val``, j = 0-2)."""
-    fwd, bwd = sc.drawn_cases(n - n // 4), sc.drawn_cases(n // 4, backward=True)
-    rep, arrays = {"forward": [], "backward": []}, {}
-    for i, case in enumerate(fwd):
-        if time.time() > deadline:
-            log(f"drawn forward: stopped at {i} (time budget)")
-            break
-        rec = {"index": i, "case": case}
-        try:
-            q, k, v = (r.tensor(x, case["dtype"]) for x in sc.make_input_bits(case))
-            res = r.flash(q, k, v, case)
-            rec.update(out=_hex(r.bits16(res[0])), lse=_hex(r.f32(res[1]).view(np.uint32)))
-        except Exception as exc:
-            rec["error"] = _first_line(exc)
-        rep["forward"].append(rec)
-    for i, case in enumerate(bwd):
-        if time.time() > deadline:
-            log(f"drawn backward: stopped at {i} (time budget)")
-            break
-        rec = {"index": i, "case": case}
-        try:
-            q, k, v, dout = (r.tensor(x, case["dtype"]) for x in
-                             (*sc.make_input_bits(case), sc.grad_bits(case)))
-            fwd_res = r.flash(q, k, v, case)
-            rec.update(out=_hex(r.bits16(fwd_res[0])),
-                       lse=_hex(r.f32(fwd_res[1]).view(np.uint32)))
-            args = (dout, q, k, v, fwd_res[0], fwd_res[1], fwd_res[2], fwd_res[3], fwd_res[4],
-                    fwd_res[5], 0.0, case["causal"], fwd_res[6], fwd_res[7])
-            runs, _ = _backward_runs(r, args, case)
-            for j, name in enumerate(("dq", "dk", "dv")):
-                rec[name] = [_hex(run[j]) for run in runs]
-            det0 = runs[0][0].ravel()
-            for j, run in enumerate(runs[3:]):
-                idx = np.flatnonzero(run[0].ravel() != det0).astype(np.int32)
-                arrays[f"b{i}_dq_r{j}_idx"], arrays[f"b{i}_dq_r{j}_val"] = idx, run[0].ravel()[idx]
-        except Exception as exc:
-            rec["error"] = _first_line(exc)
-            r.torch.use_deterministic_algorithms(False)
-        rep["backward"].append(rec)
-    log(f"drawn: {len(rep['forward'])} forward, {len(rep['backward'])} backward calls, "
-        f"{sum('error' in x for x in rep['forward'] + rep['backward'])} refused")
-    return rep, arrays
-
-
 def _det_call(r: Recorder, args: tuple, case: dict, det: bool):
     r.torch.use_deterministic_algorithms(det)
     try:
@@ -581,7 +533,9 @@ def main(argv=None) -> int:
     report = {"provenance": provenance(torch, rec.ops), "regenerate": REGEN}
     if args.drawn:
         limit = t0 + args.time_limit if args.time_limit else float("inf")
-        drawn, arrays = record_drawn(rec, args.drawn, log, limit)
+        from .sdpa_drawn import record_drawn  # noqa: PLC0415
+
+        drawn, arrays = record_drawn(rec, args.drawn, log, limit, _backward_runs)
         report.update(drawn, drawn_asked=args.drawn)
         save_npz_atomic(out / "sdpa_drawn.npz", **arrays)
         write_json_atomic(out / "sdpa_drawn_report.json", report, compact=True)
