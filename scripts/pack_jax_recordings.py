@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from simulator.io import DEVICE_DATA_DIR, save_npz_atomic, write_json_atomic  # noqa: E402
 from simulator.replay.common import digest  # noqa: E402
+from simulator.replay.sdpa import gpu_of  # noqa: E402
 
 FWD_EVERY, BWD_EVERY, DEW_EVERY = 8, 6, 10
 
@@ -55,19 +56,22 @@ def _hex(x) -> str:
     return digest(np.ascontiguousarray(x)).hex()
 
 
-def _defect(case: dict) -> bool:
+def _defect(case: dict, gpu: str) -> bool:
+    """Whether flash-attn-jax ran ``case`` as a split-KV launch at head dim 160 / 224 on
+    ``gpu`` (the recording's: the split count reads its SM count)."""
     from simulator.fa2 import plan_forward  # noqa: PLC0415
 
     if case["head_dim"] not in (160, 224):
         return False
     launch = plan_forward(case["batch"], case["seqlen_q"], case["seqlen_k"], case["heads"],
                           case["heads_kv"], case["head_dim"], causal=case["causal"],
-                          window=case["window"], gpu="h100")
+                          window=case["window"], gpu=gpu)
     return launch.num_splits > 1
 
 
 def pack_fa2(res: Path, out: Path) -> None:
     rep = json.loads((res / "fa2" / "fa2_jax_report.json").read_text())
+    gpu = gpu_of(rep)
     fwd = dict(np.load(res / "fa2_jax_forward.npz"))
     fwd.update(np.load(res / "fa2_jax_drawn.npz"))
     bwd = dict(np.load(res / "fa2_jax_backward.npz"))
@@ -76,7 +80,7 @@ def pack_fa2(res: Path, out: Path) -> None:
     forward = []
     for r in rep["forward"]:
         rec = {k: r[k] for k in keep if k in r}
-        if _defect(r["case"]):
+        if _defect(r["case"], gpu):
             rec["library_defect"] = "split-KV out_accum sized by round_multiple(d, 32)"
         i = r["index"]
         if i % FWD_EVERY == 0:
@@ -110,7 +114,7 @@ def pack_fa2(res: Path, out: Path) -> None:
                         sample[f"b{i}_dq_r{k}_val"] = run.ravel()[idx]
             if f"b{i}_dk_glue" in bwd:
                 rec["glue"] = {n: _hex(bwd[f"b{i}_{n}_glue"]) for n in ("dk", "dv")}
-            if _defect(r["case"]):  # the backward ran on a forward the glue corrupted
+            if _defect(r["case"], gpu):  # the backward ran on a forward the glue corrupted
                 rec["library_defect"] = "its forward: split-KV out_accum sized by round_multiple(d, 32)"
             if i % BWD_EVERY == 0 or "library_defect" in rec:
                 sample[f"b{i}_out"], sample[f"b{i}_lse"] = bwd[f"b{i}_out"], bwd[f"b{i}_lse"]

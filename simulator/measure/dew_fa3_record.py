@@ -193,12 +193,8 @@ def main(argv=None) -> int:
                     help="only the backward's GQA cases (dK / dV of every run in full), into "
                          "dew_fa3_gqa_report.json / dew_fa3_gqa.npz")
     args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, log = jf.start(args.out)
     t0 = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - t0:7.1f} s] {msg}", flush=True)
 
     path = os.environ.get("DEW_FA3_LIB", "libdew_flash_attn3.so")
     lib = Library(path)

@@ -257,12 +257,8 @@ def main(argv=None) -> int:
                     help="record N drawn calls instead (digests; fa2_jax_drawn_report.json, "
                          "fa2_jax_drawn_dq.npz)")
     args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, log = jf.start(args.out)
     t0 = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - t0:7.1f} s] {msg}", flush=True)
 
     if args.worker >= 0:
         return run_worker(out, args.worker, args.workers, log, args.drawn)

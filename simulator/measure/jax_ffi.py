@@ -22,6 +22,19 @@ from pathlib import Path
 import numpy as np
 
 
+def start(out: str) -> tuple[Path, object]:
+    """A recorder's output folder (made) and its ``log(msg)``: lines stamped with the seconds
+    since this call, flushed."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+
+    def log(msg: str) -> None:
+        print(f"[{time.time() - t0:7.1f} s] {msg}", flush=True)
+
+    return folder, log
+
+
 def jax_modules():
     """``(jax, jax.numpy)`` with 64-bit off and preallocation off (several processes share
     the GPU)."""
