@@ -37,6 +37,7 @@ RUNS = {
     "sdpa_record": "PyTorch SDPA's flash backend (FA2, sm_90): forward, dropout, backward bits",
     "fa2_jax_record": "flash-attn 2.x's kernels (flash-attn-jax): forward, varlen, backward",
     "dew_fa3_record": "FA3 as dew-flash-attn builds it: forward, backward at head dims 64-256",
+    "fa4_record": "FlashAttention-4's sm90 kernels (flash_attn.cute): forward, backward bits",
     "twin_backward_record": "the twin backward's dq, dk, dv on its cases (digests; small ones in full)",
 }
 
