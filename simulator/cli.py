@@ -31,12 +31,12 @@ from .errors import (
 )
 
 VERIFY_DESCRIPTION = (
-    "Replay the device outputs (H200; H100 for sdpa) recorded in simulator/data/device/ (each "
+    "Replay the device outputs (H200; H100 for sdpa, fa2, dew, fa4) recorded in simulator/data/device/ (each "
     "file checked against its SHA-256 in MANIFEST.json) through the emulator and print one "
     "row per check: the device results replayed and the mismatches. No GPU needed.")
 #: simulator.verify.TOPICS' names, written here so that --help does not import the replays
 VERIFY_TOPICS = ("numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged", "backward",
-                 "sdpa", "fa2", "dew")
+                 "sdpa", "fa2", "dew", "fa4")
 VERIFY_EPILOG = (
     "Exit codes: 0 every check matches; 1 the emulator and a recording differ; 2 usage error, "
     "or recorded data missing, unreadable or corrupt (a one-line message); 3 internal error; "

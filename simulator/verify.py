@@ -21,6 +21,7 @@ from .replay import (
     fa3_library,
     fa3_paged,
     fa3_rotary,
+    fa4,
     forward_goldens,
     hw,
     hypothesis,
@@ -52,6 +53,7 @@ TOPICS: dict[str, Callable[[bool], list[dict]]] = {
                            + sdpa_drawn.check_all(quick=quick)),
     "fa2": lambda quick: fa2_jax.check_all(quick=quick),
     "dew": lambda quick: dew_fa3.check_all(quick=quick),
+    "fa4": lambda quick: fa4.check_all(quick=quick),
 }
 PARALLEL = ("backward", "paged")
 

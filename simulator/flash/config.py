@@ -93,6 +93,12 @@ class Config:
     #: the GPU whose arithmetic runs (its tensor-core parameters; ``mufu`` names its MUFU model
     #: or "ideal"): a :class:`simulator.gpus.GPU`, None for the default one
     gpu: GPU | None = None
+    #: the kernel family whose sm90 forward runs on this mainloop: "fa3" (hopper/), or "fa4"
+    #: (flash_attn/cute/flash_fwd_sm90.py: FA4's softmax arithmetic, softcap as a score_mod,
+    #: learnable sinks; :mod:`simulator.flash.softmax_fa4`)
+    family: str = "fa3"
+    #: FA4's learnable sink logits, float32 [heads] (natural log units), or None
+    sink: np.ndarray | None = None
 
     def __post_init__(self):
         if self.gpu is None:

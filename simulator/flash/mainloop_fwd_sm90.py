@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import mma
 from ..hw import accumulator_layout, rowcol_view
-from ..numerics import convert, fmul, format_of
+from ..numerics import convert, fdiv, fmul, format_of
 from ..numerics.mufu import tanh
 from . import exact as _exact
 from .config import Config
@@ -27,6 +27,7 @@ from .grid import pad_rows
 from .masks import allowed
 from .scheduler import ForwardMainloop
 from .softmax import Softmax, rescale_o
+from .softmax_fa4 import Fa4Softmax, empty_row_lse, rescale_o_fa4
 
 _NEG_INF = np.float32(-np.inf)
 _NEG_ZERO = np.float32(-0.0)
@@ -64,14 +65,17 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
     b = ctas[:, 0]
     W, N, d, dv = cfg.kblock_m // 64, cfg.kblock_n, cfg.kernel_head_dim, cfg.kernel_head_dim_v
     rows, heads, hkv = tile_rows(cfg, ctas)                      # positions, heads: [G, kBlockM]
+    fa4 = cfg.family == "fa4"
     if n_max <= n_min:  # nothing to attend: O = 0, LSE = -inf (already in place)
+        if fa4 and cfg.sink is not None:
+            return _fa4_empty(cfg, ctas, rows, heads, out, lse)
         return
     qt = qp[b[:, None], rows, heads].reshape(len(ctas), W, 64, d)                  # [G, W, 64, d]
     qvt = None if qvp is None else qvp[b[:, None], rows, heads].reshape(len(ctas), W, 64, dv)
     scale_log2, softcap_val, final_scale = (_exact.cta_scales(cfg, b, hkv) if exact is not None
                                             and exact.ffma else cta_scales(cfg, b, hkv))
-    soft = Softmax((len(ctas), W), 2, scale_log2[:, None, None, None],
-                   MAX_OFFSET[cfg.fmt], cfg.mufu, evaluator=ev)
+    soft = (Fa4Softmax if fa4 else Softmax)((len(ctas), W), 2, scale_log2[:, None, None, None],
+                                            MAX_OFFSET[cfg.fmt], cfg.mufu, evaluator=ev)
     view = rowcol_view(f"m64n{N}k16")
     # each thread-row element's flat position in a warpgroup's 64 x N tile: a take along one
     # axis gives the [G, W, 128, 2, N/4] scores C-ordered (the kernels read rows in place)
@@ -107,7 +111,8 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
             s = _gemm_wg(qvt, np.swapaxes(vt, -1, -2), s, qk, ev)
             tracer.frag("qv_gemm", n, acc_s=s)
         if cfg.softcap > 0:
-            s = _softcap(ev, s, softcap_val[:, None, None, None], cfg.mufu)
+            s = (_softcap_fa4(cfg, s) if fa4 else
+                 _softcap(ev, s, softcap_val[:, None, None, None], cfg.mufu))
             tracer.frag("softcap", n, acc_s=s)
         first, check_inf = step == 0, masked[step]
         if check_inf:  # the blocks between the masking steps run without a mask function
@@ -120,30 +125,32 @@ def run_group(cfg: Config, n_range, masked, ctas, padded, out, lse, wanted, reco
                                                   pv.params.emin)
         else:
             scores_scale, p_cvt = _softmax(cfg, soft, tracer, n, s, flat, to_rowcol, first,
-                                           check_inf, ev)
+                                           check_inf or fa4, ev)
         scale_rows = view.row_values(scores_scale)
         if cfg.schedule == "plain":
-            acc_o = _rescale(tracer, n, acc_o, scale_rows, ev)
+            acc_o = _rescale(tracer, n, acc_o, scale_rows, ev, fa4)
             acc_o = _pv(tracer, n, acc_o, p_cvt, vt, pv, ev)
         elif first:
             pending = (p_cvt, vt)
         elif cfg.rescale_before_gemm:
-            acc_o = _rescale(tracer, n, acc_o, prev_scale, ev)
+            acc_o = _rescale(tracer, n, acc_o, prev_scale, ev, fa4)
             acc_o = _pv(tracer, n + 1, acc_o, *pending, pv, ev)
             pending = (p_cvt, vt)
         else:
             acc_o = _pv(tracer, n + 1, acc_o, *pending, pv, ev)
-            acc_o = _rescale(tracer, n, acc_o, scale_rows, ev)
+            acc_o = _rescale(tracer, n, acc_o, scale_rows, ev, fa4)
             pending = (p_cvt, vt)
         prev_scale = scale_rows
     if cfg.schedule == "intra_wg_overlap":
         if cfg.rescale_before_gemm and n_max - n_min > 1:
-            acc_o = _rescale(tracer, n_min, acc_o, prev_scale, ev)
+            acc_o = _rescale(tracer, n_min, acc_o, prev_scale, ev, fa4)
         acc_o = _pv(tracer, n_min, acc_o, *pending, pv, ev)
-    final = soft.finalize(final_scale[:, None, None, None])
+    final = (soft.finalize(final_scale[:, None, None, None], _sink_rows(cfg, heads, view))
+             if fa4 else soft.finalize(final_scale[:, None, None, None]))
     tracer.rows("finalize", None, row_sum=soft.row_sum, scores_scale=final, lse=soft.lse,
                 row_max=soft.row_max)
-    acc_o = rescale_o(acc_o, view.row_values(final), evaluator=ev)
+    acc_o = (rescale_o_fa4(acc_o, view.row_values(final)) if fa4 else
+             rescale_o(acc_o, view.row_values(final), evaluator=ev))
     tracer.frag("epilogue", None, acc_o=acc_o)
     lse_rows = view.row_values(soft.lse)
     if out is None:  # an executor task: the caller stores
@@ -178,6 +185,35 @@ def _softcap(ev, s, softcap_val, mufu: str):
     return own if own is not None else tanh(fmul(s, softcap_val, ftz=True), model=mufu)
 
 
+def _softcap_fa4(cfg: Config, s):
+    """FA4's softcap score_mod (``utils.create_softcap_scoremod``, after the softmax scale):
+    ``softcap * tanh((s * softmax_scale) / softcap)``: ``mul.f32``, ``div.rn.f32``,
+    ``tanh.approx.f32``, ``mul.f32`` (the kernel's PTX); its scale_log2 is log2(e)."""
+    c = cfg.consts
+    t = tanh(fdiv(fmul(s, c["softmax_scale"]), c["softcap32"]), model=cfg.mufu)
+    return fmul(t, c["softcap32"])
+
+
+def _sink_rows(cfg: Config, heads, view):
+    """FA4's learnable sink of every thread-row: ``[G, W, 128, 2]`` float32, or None."""
+    if cfg.sink is None:
+        return None
+    g, m = heads.shape
+    per_row = cfg.sink[heads].reshape(g, m // 64, 64)
+    return per_row[:, :, view.row]
+
+
+def _fa4_empty(cfg: Config, ctas, rows, heads, out, lse):
+    """CTAs with no K/V block: FA4 still runs its first (fully masked) block, so O = 0 and,
+    with a learnable sink, ``lse = (sink * log2(e) + lg2(1)) * ln2`` (``finalize``)."""
+    g = len(ctas)
+    acc_o = np.zeros((g, cfg.kblock_m // 64, 64, cfg.kernel_head_dim_v), dtype=np.float32)
+    lse_rows = empty_row_lse(cfg.sink[heads], cfg.mufu).reshape(g, cfg.kblock_m // 64, 64)
+    if out is None:
+        return acc_o, lse_rows
+    store(cfg, ctas, rows, heads, acc_o, lse_rows, out, lse)
+
+
 def cta_scales(cfg: Config, b, hkv):
     """The float32 ``(scale_log2, softcap_val, final_scale)`` of each CTA, arrays [n] for the
     CTAs of batch ``b`` [n] and KV head ``hkv`` [n]: the host constants, with e4m3's
@@ -196,8 +232,8 @@ def cta_scales(cfg: Config, b, hkv):
     return scale_log2, softcap_val, cfg.v_descale[b, hkv].astype(np.float32)
 
 
-def _rescale(tracer, n, acc_o, scale_rows, ev):
-    acc_o = rescale_o(acc_o, scale_rows, evaluator=ev)
+def _rescale(tracer, n, acc_o, scale_rows, ev, fa4=False):
+    acc_o = rescale_o_fa4(acc_o, scale_rows) if fa4 else rescale_o(acc_o, scale_rows, evaluator=ev)
     tracer.frag("rescale_o", n, acc_o=acc_o)
     return acc_o
 

@@ -19,7 +19,7 @@ from .bits import (
     to_bits,
 )
 from .cvt import FORMATS, convert, convert_x2, format_of, to_float32
-from .float32 import fadd, ffma, fmax, fmin, fmul, fsub
+from .float32 import fadd, fdiv, ffma, fmax, fmin, fmul, fsub
 from .mufu import MufuDataError, ex2, exp2f_fast, expf_fast, lg2, logf_fast, rcp, recip_fast, tanh
 from .mufu import model_names as mufu_model_names
 
@@ -46,6 +46,7 @@ __all__ = [
     "fmax",
     "fmin",
     "fmul",
+    "fdiv",
     "from_bits",
     "fsub",
     "hexbits",

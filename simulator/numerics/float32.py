@@ -127,6 +127,16 @@ def fmul(a, b, *, ftz: bool = False) -> np.ndarray:
     return _finish(_round64(p), ftz, _tiny64(p) if ftz else None)
 
 
+def fdiv(a, b, *, ftz: bool = False) -> np.ndarray:
+    """``div.rn{.ftz}.f32``: a / b correctly rounded to nearest-even (IEEE 754 division; the
+    float64 quotient rounded again to float32 is exact to the bit: 53 >= 2 * 24 + 2, so the
+    double rounding is innocuous). See :func:`fadd`."""
+    a, b = _prepare(ftz, a=a, b=b)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
+        q = a.astype(np.float64) / b.astype(np.float64)
+    return _finish(_round64(q), ftz, _tiny64(q) if ftz else None)
+
+
 def ffma(a, b, c, *, ftz: bool = False) -> np.ndarray:
     """``fma.rn{.ftz}.f32`` (SASS FFMA): a * b + c with a single rounding to nearest-even.
 

@@ -1,0 +1,123 @@
+"""Replay of FlashAttention-4's sm90 forward as PyPI flash-attn-4 4.0.0b36 (CuTe DSL 4.8.1)
+computes it, recorded on a Hopper GPU (``python -m simulator measure fa4_record``, run by
+``scripts/device_fa4_session.sh``; ``simulator/data/device/fa4/``), through
+:mod:`simulator.fa4`.
+
+* forward: every chosen call's out and LSE against the recorded bits (``fa4_forward.npz``),
+  varlen calls included;
+* the forward of every backward case (its out and LSE, ``fa4_backward.npz``);
+* drawn: the hypothesis-style drawn calls (:func:`simulator.replay.fa4_cases.drawn_cases`)
+  against the recorded digests.
+
+Each record's input digest is checked first: a changed case list or generator is an error,
+not a mismatch. The backward's recorded runs (dq, dk, dv, six per case) are kept for the FA4
+backward model; they are not replayed here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..io import DEVICE_DATA_DIR, read_json, read_npz
+from . import fa4_cases as fc
+from .common import digest
+from .sdpa import gpu_of
+
+FOLDER = DEVICE_DATA_DIR / "fa4"
+REPORT = FOLDER / "fa4_report.json"
+FORWARD = FOLDER / "fa4_forward.npz"
+BACKWARD = FOLDER / "fa4_backward.npz"
+REGENERATE = ("bash scripts/device_fa4_session.sh prepare, then on a Hopper GPU stage1 and "
+              "record (two calls while the machine is held); copy the results into "
+              "simulator/data/device/fa4/ and run python scripts/make_manifest.py")
+
+__all__ = ["FOLDER", "check_all", "check_call", "load", "recorded"]
+
+
+def recorded() -> bool:
+    return REPORT.exists()
+
+
+def load():
+    """``(report, forward sample, backward sample)``."""
+    return (read_json(REPORT, REGENERATE), read_npz(FORWARD, REGENERATE),
+            read_npz(BACKWARD, REGENERATE))
+
+
+def _hex(x: np.ndarray) -> str:
+    return digest(np.ascontiguousarray(x)).hex()
+
+
+def run_case(case: dict, gpu: str):
+    """``(out uint16 bits, lse float32)`` of :mod:`simulator.fa4` on a recorded case."""
+    import ml_dtypes  # noqa: PLC0415
+
+    from .. import fa4  # noqa: PLC0415
+
+    dt = ml_dtypes.bfloat16 if case["dtype"] == "bf16" else np.float16
+    q, k, v = (x.view(dt) for x in fc.make_input_bits(case))
+    kw = dict(softmax_scale=case["scale"], causal=case["causal"],
+              window_size=fc.window_args(case), softcap=case["softcap"],
+              learnable_sink=fc.sink_logits(case) if case.get("sink") else None,
+              pack_gqa=case["pack_gqa"], return_lse=True, gpu=gpu)
+    if "seqlens_q" in case:
+        out, lse = fa4.flash_attn_varlen_func(q, k, v, fc.cu_seqlens(case["seqlens_q"]),
+                                              fc.cu_seqlens(case["seqlens_k"]), **kw)
+    else:
+        out, lse = fa4.flash_attn_func(q, k, v, **kw)
+    return np.ascontiguousarray(out).view(np.uint16), lse
+
+
+def check_call(rec: dict, case: dict, sample, prefix: str, gpu: str, backward=False) -> dict:
+    """One recorded call: ``{"values", "differ"}`` against the sample's full bits
+    (``{prefix}{index}_out`` / ``_lse``) where it has them, else the recorded digests."""
+    if fc.case_digest(case, backward) != rec["input_digest"]:
+        raise AssertionError(f"fa4 recording {prefix}{rec['index']}: the case's inputs changed "
+                             "since it was recorded (replay/fa4_cases.py is frozen)")
+    out, lse = run_case(case, gpu)
+    lse_bits = lse.view(np.uint32)
+    values = out.size + lse.size
+    key = f"{prefix}{rec['index']}"
+    if f"{key}_out" in sample:
+        differ = int((out != sample[f"{key}_out"]).sum())
+        differ += int((lse_bits != sample[f"{key}_lse"].view(np.uint32)).sum())
+        return {"values": values, "differ": differ}
+    differ = (out.size if _hex(out) != rec["out"] else 0) + \
+        (lse.size if _hex(lse_bits) != rec["lse"] else 0)
+    return {"values": values, "differ": differ}
+
+
+def _phase_row(name: str, recs, cases, sample, prefix, gpu, backward=False) -> dict:
+    done = [r for r in recs if "out" in r]
+    values = differ = calls_differ = 0
+    for r in done:
+        res = check_call(r, cases[r["index"]], sample, prefix, gpu, backward)
+        values += res["values"]
+        differ += res["differ"]
+        calls_differ += res["differ"] > 0
+    errors = sum("error" in r for r in recs)
+    unstable = sum(not r.get("repeat_same", True) for r in done)
+    return {"check": f"fa4 {name} ({len(done)} calls)", "cases": values, "mismatches": differ,
+            "detail": ", ".join(x for x in (
+                f"{calls_differ} calls differ" if calls_differ else "",
+                f"{errors} refused by the library" if errors else "",
+                f"{unstable} calls not repeatable on the device" if unstable else "") if x)}
+
+
+def check_all(quick: bool = False) -> list[dict]:
+    """Rows for ``verify`` (every fourth call of each list with ``quick``)."""
+    if not recorded():
+        return [{"check": "fa4 (no recordings in the package)", "cases": 0, "mismatches": 0,
+                 "detail": REGENERATE}]
+    report, fwd_sample, bwd_sample = load()
+    gpu = gpu_of(report)
+    step = 4 if quick else 1
+    drawn = report["drawn_forward"]
+    gpu_name = report["provenance"]["gpu"].removeprefix("NVIDIA ")
+    return [
+        _phase_row(f"forward, {gpu_name}", report["forward"][::step], fc.forward_cases(),
+                   fwd_sample, "c", gpu),
+        _phase_row("forward of the backward cases", report["backward"][::step],
+                   fc.backward_cases(), bwd_sample, "b", gpu, backward=True),
+        _phase_row("drawn forward", drawn[::step], fc.drawn_cases(len(drawn)), {}, "d", gpu),
+    ]
