@@ -13,7 +13,8 @@
 #   calls (the recorders never read it).
 # Device call 1 (carry .fa4a):  bash scripts/device_fa4_session.sh stage1
 #   keeps the first part in /tmp/fa4parts (the machine's /tmp stays while it is held).
-# Device call 2 (carry .fa4b):  bash scripts/device_fa4_session.sh record [DRAWN] [DRAWN_BWD]
+# Device call 2 (carry .fa4b):  bash scripts/device_fa4_session.sh record [DRAWN] [DRAWN_BWD] [ARGS]
+#   (ARGS pass on to fa4_record, e.g. --no-chosen --drawn-from 737 for a drawn-only visit)
 #   unpacks the tree, installs the wheels into a private folder on PYTHONPATH and runs
 #   `python -m simulator measure fa4_record` (8 workers); results under $OUT (at most 8 files).
 set -u -o pipefail
@@ -52,6 +53,7 @@ stage1() {
 
 record() {
   local drawn=${1:-0} drawn_bwd=${2:-0} site res=/tmp/fa4res
+  shift 2 2>/dev/null || true
   site=$(mktemp -d /tmp/fa4site.XXXX)
   mkdir -p "$OUT" "$res"
   cp .fa4b/cu13.tar.xz.part* /tmp/fa4parts/
@@ -68,7 +70,7 @@ record() {
   python3 -c "import flash_attn.cute, cutlass; print('flash_attn.cute', flash_attn.cute.__file__)" || exit 5
   timeout -k 10 "${FA4_LIMIT_S:-500}" python3 -m simulator measure fa4_record --out "$res" \
     --workers "${FA4_WORKERS:-8}" --drawn "$drawn" --drawn-backward "$drawn_bwd" \
-    --time-limit "$(( ${FA4_LIMIT_S:-500} - 60 ))" 2>&1 | tee "$res/session.log"
+    --time-limit "$(( ${FA4_LIMIT_S:-500} - 60 ))" "$@" 2>&1 | tee "$res/session.log"
   for f in fa4_report.json fa4_forward.npz fa4_backward.npz fa4_ptx.tar.xz; do
     [ -f "$res/$f" ] && cp "$res/$f" "$OUT/"
   done

@@ -166,10 +166,10 @@ def record_backward(lib: Library, cases: list[dict], indices, keep: bool, deadli
 
 
 def run_worker(out: Path, k: int, workers: int, drawn: int, drawn_bwd: int, limit_s: float,
-               log) -> int:
+               log, drawn_from: int = 0, chosen: bool = True) -> int:
     deadline = time.time() + limit_s
     lib = Library()
-    fwd, bwd = fc.forward_cases(), fc.backward_cases()
+    fwd, bwd = (fc.forward_cases(), fc.backward_cases()) if chosen else ([], [])
     dfwd, dbwd = fc.drawn_cases(drawn), fc.drawn_cases(drawn_bwd, backward=True)
     records, arrays = {}, {}
     for phase, cases, fn, keep in (("forward", fwd, record_forward, True),
@@ -177,7 +177,8 @@ def run_worker(out: Path, k: int, workers: int, drawn: int, drawn_bwd: int, limi
                                    ("drawn_forward", dfwd, record_forward, False),
                                    ("drawn_backward", dbwd, record_backward, False)):
         t0 = time.time()
-        ix = range(k, len(cases), workers)
+        first = drawn_from if phase == "drawn_forward" else 0
+        ix = range(first + k, len(cases), workers)
         records[phase], arr = fn(lib, cases, ix, keep, deadline, log)
         arrays.update(arr)
         log(f"worker {k}: {phase} {len(ix)} cases in {time.time() - t0:.1f} s")
@@ -248,6 +249,10 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", type=int, default=-1, help=_hidden())
     ap.add_argument("--drawn", type=int, default=0, help="drawn forward calls (digests)")
     ap.add_argument("--drawn-backward", type=int, default=0, help="drawn backward calls")
+    ap.add_argument("--drawn-from", type=int, default=0,
+                    help="record the drawn forward calls from this index on")
+    ap.add_argument("--no-chosen", action="store_true",
+                    help="skip the chosen forward and backward cases (a drawn-only visit)")
     ap.add_argument("--time-limit", type=float, default=480.0,
                     help="seconds after which a worker records no further case")
     args = ap.parse_args(argv)
@@ -255,11 +260,12 @@ def main(argv=None) -> int:
     t0 = time.time()
     if args.worker >= 0:
         return run_worker(out, args.worker, args.workers, args.drawn, args.drawn_backward,
-                          args.time_limit, log)
+                          args.time_limit, log, args.drawn_from, not args.no_chosen)
     prov = provenance()
     log(json.dumps(prov))
     extra = ["--drawn", str(args.drawn), "--drawn-backward", str(args.drawn_backward),
-             "--time-limit", str(args.time_limit)]
+             "--drawn-from", str(args.drawn_from), "--time-limit", str(args.time_limit),
+             *(["--no-chosen"] if args.no_chosen else [])]
     codes = _spawn(out, args.workers, extra, log)
     records, arrays = jf.merge_parts(out, args.workers)
     report = {"provenance": prov, "worker_exit_codes": codes,
@@ -280,6 +286,7 @@ def _spawn(out: Path, workers: int, extra: list[str], log) -> list[int]:
     """The workers, each with its own PTX dump folder (CuTe DSL reads it at import)."""
     procs = []
     for k in range(workers):
+        (out / f"ptx{k}").mkdir(parents=True, exist_ok=True)  # CuTe DSL dumps only into a folder that exists
         env = dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out / f"ptx{k}"))
         f = open(out / f"worker{k}.log", "w")  # noqa: SIM115  (closed below)
         cmd = [sys.executable, "-m", "simulator", "measure", "fa4_record", "--out", str(out),
