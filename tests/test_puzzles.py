@@ -246,3 +246,46 @@ def test_list_prints_one_numbered_line_per_puzzle():
         assert main(["list"]) == 0
     starts = [line.split(".")[0] for line in out.getvalue().splitlines() if line[:1].isdigit()]
     assert starts == [str(n) for n in exercises.PUZZLES]
+
+
+# ---- pictures ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "attempt"), [("quad_sum", 0), ("fma", 0), ("backward_ds", 0),
+                                                ("to_bf16", 0)])
+def test_the_picture_marks_exactly_the_differing_elements(name, attempt, tmp_path):
+    from simulator.exercises.picture import draw
+
+    r = exercises.check(name, WRONG[name][attempt][0])
+    got, want, _ = r.tile
+    png = tmp_path / "fail.png"
+    pic = draw(r, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert np.array_equal(pic.marked, np.argwhere(got != want))
+    assert pic.first == tuple(pic.marked[0])
+    assert np.all(pic.ulps[got != want] >= 1) and np.all(pic.ulps[got == want] == 0)
+
+
+def test_the_picture_circles_the_first_divergence_of_the_text():
+    from simulator.exercises.picture import draw
+
+    r = exercises.check("quad_sum", WRONG["quad_sum"][0][0])   # offsets 1 then 2
+    pic = draw(r)
+    assert pic.first == (0, 0, 0) and len(pic.marked) == 76     # row_sum[warpgroup 0, thread 0, mi 0]
+    assert pic.ulps[0, 0, 0] == 1                              # 0x3faaa23e vs 0x3faaa23d
+    assert r.where["a"].startswith("0x3faaa23e") and r.where["b"].startswith("0x3faaa23d")
+
+
+def test_ulp_distance_of_bit_patterns():
+    from simulator.exercises.picture import ulp_distance_bits
+
+    a = np.array([0x00000000, 0x80000000, 0x3F800000, 0x00000001, 0x7FC00000], np.uint32)
+    b = np.array([0x80000000, 0x00000001, 0x3F800002, 0x80000001, 0x3F800000], np.uint32)
+    assert ulp_distance_bits(a, b, 32).tolist() == [0, 1, 2, 2, np.inf]
+    with pytest.raises(ValueError, match="width"):
+        ulp_distance_bits(a, b, 64)
+
+
+def test_a_passing_result_has_no_picture():
+    from simulator.exercises.picture import draw
+
+    with pytest.raises(ValueError, match="it passed"):
+        draw(exercises.check("quad_sum", S.quad_sum))

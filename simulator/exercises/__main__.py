@@ -5,6 +5,7 @@
     python -m simulator.exercises check N FILE.py --hint [K]   # and show the first K hints
     python -m simulator.exercises check N --hint [K]    # only the hints
     python -m simulator.exercises check N --solution    # the reference solution
+    python -m simulator.exercises check N FILE.py --picture OUT.png   # on FAIL, a picture
 
 N is the puzzle's number on the ladder or its name (``reduce_max``).
 
@@ -119,6 +120,8 @@ def main(argv=None) -> int:
                      help="a Python file defining the stub's function under its name "
                           "(fma for 1, to_bf16 for 2, ...)")
     chk.add_argument("--solution", action="store_true", help="check the reference solution")
+    chk.add_argument("--picture", metavar="PNG",
+                     help="on FAIL, draw the differing elements (ulps, first circled) into PNG")
     chk.add_argument("--hint", nargs="?", type=int, const=1, default=0, metavar="K",
                      help="show the puzzle's first K hints (default 1), one more each time")
     args = parser.parse_args(argv)
@@ -162,6 +165,15 @@ def main(argv=None) -> int:
         if code is None:
             raise
         return code
+    if not result.passed and args.picture and result.tile is not None:
+        import matplotlib  # noqa: PLC0415 - only for a picture
+
+        matplotlib.use("Agg")
+        from .picture import draw  # noqa: PLC0415
+
+        pic = draw(result, args.picture)
+        print(f"picture: {args.picture} ({len(pic.marked):,} elements marked, first circled at "
+              f"{pic.first})")
     return EXIT_OK if result.passed else EXIT_MISMATCH
 
 
