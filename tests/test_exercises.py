@@ -32,27 +32,28 @@ from simulator.numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2, rcp
 
 ROOT = Path(__file__).resolve().parents[1]
 NEG_INF = np.float32(-np.inf)
-EXPECTED_CASES = {1: 11, 2: 5, 3: 2, 4: 29, 5: 7}
+EXPECTED_CASES = {"reduce_max": 11, "online_rescale": 5, "fp8_exp2": 2, "combine": 29, "finalize": 7}
+LEGACY = tuple(EXPECTED_CASES)
 
 
 # ---- the reference solutions pass, the stubs say what to do ---------------------------------------
-@pytest.mark.parametrize("number", sorted(exercises.EXERCISES))
-def test_reference_solution_passes(number):
-    ex = exercises.EXERCISES[number]
-    result = exercises.check(number, getattr(solutions, ex.name))
+@pytest.mark.parametrize("name", LEGACY)
+def test_reference_solution_passes(name):
+    ex = exercises.puzzle(name)
+    result = exercises.check(name, getattr(solutions, ex.name))
     assert result.passed, str(result)
     assert result.failing == 0 and result.where is None
-    assert result.cases == EXPECTED_CASES[number] and result.compared > 5000
-    assert str(result).startswith(f"exercise {number} ({ex.name}): PASS")
+    assert result.cases == EXPECTED_CASES[name] and result.compared > 5000
+    assert str(result).startswith(f"puzzle {ex.number} ({ex.name}): PASS")
 
 
-@pytest.mark.parametrize("number", sorted(exercises.EXERCISES))
-def test_stub_raises_a_clear_error(number):
-    ex = exercises.EXERCISES[number]
-    with pytest.raises(NotImplementedError, match=rf"exercise {number} \({ex.name}\) is a stub"
-                                                  rf".*check\({number}, your_function\)"):
-        exercises.check(number, ex.stub)
-    assert getattr(puzzles, ex.name) is ex.stub and ex.stub.__doc__.startswith(f"Exercise {number}: ")
+@pytest.mark.parametrize("name", LEGACY)
+def test_stub_raises_a_clear_error(name):
+    ex = exercises.puzzle(name)
+    with pytest.raises(NotImplementedError, match=rf"puzzle {name} is a stub"
+                                                  rf".*check\('{name}', your_function\)"):
+        exercises.check(name, ex.stub)
+    assert getattr(puzzles, ex.name) is ex.stub and ex.stub.__doc__.startswith(f"Puzzle {name} ")
 
 
 def test_solutions_are_kept_apart():
@@ -66,18 +67,18 @@ def test_solutions_are_kept_apart():
 
 
 def test_check_arguments():
-    with pytest.raises(ValueError, match="number: expected an exercise number in"):
-        exercises.check(6, solutions.reduce_max)
+    with pytest.raises(ValueError, match="number: expected a puzzle number in"):
+        exercises.check(99, solutions.reduce_max)
     with pytest.raises(TypeError, match="fn: expected a function"):
-        exercises.check(1, "reduce_max")
+        exercises.check("reduce_max", "reduce_max")
 
 
 def test_wrong_return_type_or_shape_is_a_failure_saying_so():
-    r = exercises.check(1, lambda s, m: solutions.reduce_max(s, m).astype(np.float64))
+    r = exercises.check("reduce_max", lambda s, m: solutions.reduce_max(s, m).astype(np.float64))
     assert not r.passed and "expected float32" in str(r) and "float64" in str(r)
-    r = exercises.check(5, lambda *a: solutions.finalize(*a)[:2])
+    r = exercises.check("finalize", lambda *a: solutions.finalize(*a)[:2])
     assert not r.passed and "expected a tuple of 3 arrays" in str(r)
-    r = exercises.check(3, lambda s, m, c: solutions.fp8_exp2(s, m, c)[..., :1])
+    r = exercises.check("fp8_exp2", lambda s, m, c: solutions.fp8_exp2(s, m, c)[..., :1])
     assert not r.passed and "expected shape" in str(r)
 
 
@@ -94,7 +95,7 @@ def _reduce_max(*, ftz=True, lane_masks=(2, 1), shuffle=shfl_xor, keep_prev=True
 
 
 def test_reduce_max_with_one_butterfly_round_diverges_at_the_first_max_get_scale():
-    r = exercises.check(1, _reduce_max(lane_masks=(1,)))
+    r = exercises.check("reduce_max", _reduce_max(lane_masks=(1,)))
     assert not r.passed and r.failing == 11
     w = r.where
     assert (w["case"], w["event_index"], w["step"], w["array"]) == (
@@ -105,18 +106,18 @@ def test_reduce_max_with_one_butterfly_round_diverges_at_the_first_max_get_scale
 
 
 def test_reduce_max_with_shfl_down_reads_another_quad():
-    r = exercises.check(1, _reduce_max(shuffle=shfl_down))
+    r = exercises.check("reduce_max", _reduce_max(shuffle=shfl_down))
     assert not r.passed and r.where["step"] == "max_get_scale" and r.where["lane"] == 1
 
 
 def test_reduce_max_without_the_running_max_diverges_on_the_second_block():
-    r = exercises.check(1, _reduce_max(keep_prev=False))
+    r = exercises.check("reduce_max", _reduce_max(keep_prev=False))
     assert not r.passed and (r.where["event_index"], r.where["n_block"]) == (8, 0)
 
 
 def test_reduce_max_without_ftz_is_caught_by_the_probe_only():
     """The traces hold no subnormal score; the probe's do, and max.ftz flushes them."""
-    r = exercises.check(1, _reduce_max(ftz=False))
+    r = exercises.check("reduce_max", _reduce_max(ftz=False))
     assert not r.passed and r.failing == 2
     assert r.where["case"] == "reduction probe 'hw_reduce n40 zero_init'"
     assert (r.where["block"], r.where["thread"], r.where["mi"]) == (8, 68, 0)
@@ -127,7 +128,7 @@ def test_reduce_max_without_ftz_is_caught_by_the_probe_only():
 def test_max_butterfly_order_does_not_change_bits():
     """max is exact: the rounds in the other order (1 then 2) give the H200's bits everywhere
     (exercise 5 shows that the order of the sum's rounds does change them)."""
-    assert exercises.check(1, _reduce_max(lane_masks=(1, 2))).passed
+    assert exercises.check("reduce_max", _reduce_max(lane_masks=(1, 2))).passed
 
 
 # ---- exercise 2: the online rescale ------------------------------------------------------------------
@@ -149,7 +150,7 @@ def _online_rescale(*, p_unfused=False, row_sum_unfused=False, scale_ffma=False,
 
 
 def test_online_rescale_with_fmul_fadd_instead_of_ffma_diverges_in_p():
-    r = exercises.check(2, _online_rescale(p_unfused=True))
+    r = exercises.check("online_rescale", _online_rescale(p_unfused=True))
     w = r.where
     assert not r.passed and r.failing == 5
     assert (w["event_index"], w["step"], w["n_block"], w["array"]) == (9, "online_softmax", 0, "acc_s")
@@ -159,17 +160,17 @@ def test_online_rescale_with_fmul_fadd_instead_of_ffma_diverges_in_p():
 
 
 def test_online_rescale_with_the_row_sum_rescale_unfused_diverges_in_row_sum():
-    r = exercises.check(2, _online_rescale(row_sum_unfused=True))
+    r = exercises.check("online_rescale", _online_rescale(row_sum_unfused=True))
     assert not r.passed and (r.where["step"], r.where["array"]) == ("online_softmax", "row_sum")
 
 
 def test_online_rescale_with_an_ffma_scale_diverges_in_scores_scale():
-    r = exercises.check(2, _online_rescale(scale_ffma=True))
+    r = exercises.check("online_rescale", _online_rescale(scale_ffma=True))
     assert not r.passed and (r.where["step"], r.where["array"]) == ("max_get_scale", "scores_scale")
 
 
 def test_online_rescale_without_rescaling_o_diverges_at_rescale_o():
-    r = exercises.check(2, _online_rescale(rescale_o=False))
+    r = exercises.check("online_rescale", _online_rescale(rescale_o=False))
     assert not r.passed and (r.where["step"], r.where["array"]) == ("rescale_o", "acc_o")
     assert "column 0 of the head dim" in str(r)
 
@@ -184,7 +185,7 @@ def _fp8_exp2(offset):
 
 
 def test_max_offset_zero_is_256_times_too_small_at_the_first_block():
-    r = exercises.check(3, _fp8_exp2(0))
+    r = exercises.check("fp8_exp2", _fp8_exp2(0))
     w = r.where
     assert not r.passed and r.failing == 2
     assert (w["case"], w["event_index"], w["step"], w["array"]) == (
@@ -225,7 +226,7 @@ def _combine(*, subtract_max=True, fused_lse=True, tree=True):
 
 
 def test_combine_without_the_max_subtraction_fails_every_call():
-    r = exercises.check(4, _combine(subtract_max=False))
+    r = exercises.check("combine", _combine(subtract_max=False))
     assert not r.passed and r.failing == 29
     assert r.where["case"].startswith("fa3_api call 160") and r.where["array"] == "lse"
     assert r.where["position"] == (0,) and r.where["b"] == "0x41051245 (8.31696033)"
@@ -241,9 +242,9 @@ def test_combine_without_the_max_subtraction_fails_every_call():
 
 
 def test_combine_with_lse_unfused_or_a_sequential_sum_diverges_in_the_lse():
-    r = exercises.check(4, _combine(fused_lse=False))
+    r = exercises.check("combine", _combine(fused_lse=False))
     assert not r.passed and r.where["array"] == "lse" and r.where["position"] == (5,)
-    r = exercises.check(4, _combine(tree=False))
+    r = exercises.check("combine", _combine(tree=False))
     assert not r.passed and r.where["case"].startswith("fa3_api call 192")
 
 
@@ -257,7 +258,7 @@ def test_combine_divergence_in_a_digest_only_call_is_located():
             out[3, 7] = np.float32(0.5)
         return out, lse_out
 
-    r = exercises.check(4, wrong_at_100_splits)
+    r = exercises.check("combine", wrong_at_100_splits)
     assert not r.passed and r.failing == 2 and r.where["case"].startswith("fa3_api call 343")
     assert r.where["array"] == "out" and r.where["position"] == (3, 7)
     assert r.where["a"] == "0x3f000000 (0.5)"
@@ -288,13 +289,13 @@ def _finalize(*, lane_masks=(2, 1), offset=True):
 
 
 def test_finalize_with_the_butterfly_in_the_wrong_order_diverges_in_row_sum():
-    r = exercises.check(5, _finalize(lane_masks=(1, 2)))
+    r = exercises.check("finalize", _finalize(lane_masks=(1, 2)))
     assert not r.passed and r.failing == 7
     assert (r.where["event_index"], r.where["step"], r.where["array"]) == (12, "finalize", "row_sum")
 
 
 def test_finalize_without_the_fp8_sum_correction_is_8_ln2_off():
-    r = exercises.check(5, _finalize(offset=False))
+    r = exercises.check("finalize", _finalize(offset=False))
     assert not r.passed and r.failing == 2 and "e4m3" in r.where["case"]
     assert r.where["array"] == "lse"
     got, want = (float(x.split("(")[1].rstrip(")")) for x in (r.where["a"], r.where["b"]))
@@ -309,13 +310,13 @@ def test_command_line(tmp_path):
                        "    return _s(scores, row_max, scale_log2) * 2\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = [sys.executable, "-m", "simulator.exercises"]
-    ok = subprocess.run([*run, "check", "3", "--solution"], capture_output=True, text=True, env=env,
+    ok = subprocess.run([*run, "check", "fp8_exp2", "--solution"], capture_output=True, text=True, env=env,
                         cwd=ROOT, timeout=300)
     assert ok.returncode == 0 and "PASS" in ok.stdout, ok.stderr
-    bad = subprocess.run([*run, "check", "3", str(attempt)], capture_output=True, text=True,
+    bad = subprocess.run([*run, "check", "fp8_exp2", str(attempt)], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=300)
     assert bad.returncode == 1 and "FAIL" in bad.stdout and "online_softmax" in bad.stdout
-    missing = subprocess.run([*run, "check", "3", str(tmp_path / "none.py")], capture_output=True,
+    missing = subprocess.run([*run, "check", "fp8_exp2", str(tmp_path / "none.py")], capture_output=True,
                              text=True, env=env, cwd=ROOT, timeout=300)
     assert missing.returncode == 2 and "no such file" in missing.stderr
 
@@ -354,7 +355,7 @@ def test_command_line_file_that_fails(tmp_path, capsys, body, code, says):
 
     attempt = tmp_path / "syn.py"
     attempt.write_text(body)
-    assert main(["check", "1", str(attempt)]) == code
+    assert main(["check", "reduce_max", str(attempt)]) == code
     out, err = capsys.readouterr()
     assert says in out + err
     if code == 2:
@@ -367,14 +368,14 @@ def test_command_line_usage_error_names_the_module(capsys):
     from simulator.exercises.__main__ import main
 
     with pytest.raises(SystemExit) as exit_:
-        main(["check", "9", "--solution"])
+        main(["check", "99", "--solution"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2
-    assert err.startswith("error: simulator.exercises check: argument number: invalid choice: 9")
+    assert err.startswith("error: simulator.exercises check: argument number: invalid choice: 99")
 
 
 def test_a_wrong_return_of_finalize_names_it_like_the_other_exercises():
-    r = exercises.check(5, lambda *a: (*solutions.finalize(*a)[:2], None))
+    r = exercises.check("finalize", lambda *a: (*solutions.finalize(*a)[:2], None))
     assert not r.passed
     assert "lse (3rd returned): expected a float32 array of shape (1, 128, 2), got NoneType" in str(r)
 
@@ -389,6 +390,7 @@ def test_the_list_says_how_to_start_and_fits_100_columns():
         assert main([]) == 0
     text = out.getvalue()
     assert max(len(line) for line in text.splitlines()) < 100
-    assert all(f"{n}. {ex.name}: checked on" in text for n, ex in EXERCISES.items())
+    assert all(f"{n}. {ex.name} (~" in text and "checked on" in text for n, ex in EXERCISES.items())
     assert "simulator/exercises/puzzles.py" in text
     assert "python -m simulator.exercises check N FILE.py" in text
+    assert "simulator/exercises/stubs.py" in text

@@ -122,7 +122,7 @@ def test_a_full_disk_is_one_line_and_exit_2_not_an_internal_error():
 def _exercise(tmp_path, name, source, *extra, stdout=subprocess.PIPE):
     path = tmp_path / name
     path.write_text(source, encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "simulator.exercises", "check", "1", str(path),
+    return subprocess.run([sys.executable, "-m", "simulator.exercises", "check", "reduce_max", str(path),
                            *extra], cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True)
 
 

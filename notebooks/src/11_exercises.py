@@ -16,7 +16,8 @@
 # %% [markdown]
 # # 11. Exercises: write a step of FA3's forward, checked against the H200
 #
-# Five puzzles in the style of GPU-Puzzles. Each asks for one step of the FlashAttention-3
+# A ladder of fifteen puzzles in the style of GPU-Puzzles; this notebook works through the
+# expert rungs. Each asks for one step of the FlashAttention-3
 # forward as a small NumPy function in the emulator's lockstep model: a thread axis of 128
 # (a warpgroup), float32 instructions from `simulator.numerics` (`fadd fsub fmul ffma fmax`,
 # each with `ftz=`; `ex2 lg2 rcp` for MUFU), shuffles from `simulator.hw`. The checker
@@ -26,18 +27,18 @@
 # the H200's: which recorded case, which step and K/V block, which warpgroup / warp / lane /
 # quad, which tile row and column, and both values in hex and decimal.
 #
-# | # | step | checked on |
+# | rung | step | checked on |
 # | --- | --- | --- |
-# | 1 | `reduce_max`: a quad's row max, `shfl_xor` | 7 step traces (`max_get_scale`), the reduction probe |
-# | 2 | the online rescale: `scores_scale`, P, `row_sum`, O | later K/V blocks of 5 bf16 / f16 traces |
-# | 3 | FP8's `Max_offset = 8` | every block of the 2 e4m3 traces |
-# | 4 | the split-KV combine | 29 calls of the real FA3 library (2-100 splits) |
-# | 5 | `finalize`: the quad sum, `1 / sum`, the LSE (with FP8's sum correction) | the 7 traces |
+# | 7 `reduce_max` | a quad's row max, `shfl_xor` | 7 step traces (`max_get_scale`), the reduction probe |
+# | 11 `online_rescale` | `scores_scale`, P, `row_sum`, O | later K/V blocks of 5 bf16 / f16 traces |
+# | 12 `fp8_exp2` | FP8's `Max_offset = 8` | every block of the 2 e4m3 traces |
+# | 13 `finalize` | the quad sum, `1 / sum`, the LSE (with FP8's sum correction) | the 7 traces |
+# | 14 `combine` | the split-KV combine | 29 calls of the real FA3 library (2-100 splits) |
 #
 # The stubs, with their inputs, outputs, shapes and hints, are `simulator/exercises/puzzles.py`
 # (shown below); the reference solutions are kept apart in `simulator/exercises/solutions.py`,
 # and this notebook imports them only in its last section. From a shell:
-# `python -m simulator.exercises check N my_file.py`.
+# `python -m simulator.exercises check N my_file.py` (N: the rung's number or name).
 
 # %%
 import inspect
@@ -65,11 +66,45 @@ def try_check(number, fn):
     return result
 
 
-for ex in exercises.EXERCISES.values():
-    print(f"{ex.number}. {ex.name}: checked on {ex.checked_on}")
+for p in exercises.PUZZLES.values():
+    print(f"{p.number}. {p.name} (~{p.lines} lines)")
+
 
 # %% [markdown]
-# ## Exercise 1: the quad max with shuffles
+# ## The ladder
+#
+# `python -m simulator.exercises list` prints the whole ladder: fifteen rungs from one FFMA
+# (rung 1) through conversions, MUFU.EX2, the quad shuffles and each softmax step to the
+# split-KV combine and one key block of the backward's dS. The first rungs' stubs are in
+# `simulator/exercises/stubs.py` and say what to compute, not how; `exercises.hints(N, K)` (or
+# `check N FILE --hint K`) reveals the first K hints. The sections below are the expert rungs.
+# A failed rung draws where its bits part from the device's: here FMUL then FADD in place of
+# the FFMA of rung 1, and a quad sum with its butterfly offsets swapped (rung 8).
+
+# %%
+import matplotlib.pyplot as plt
+
+from simulator.exercises.picture import draw
+
+print(exercises.hints("fma", 1)[0])
+unfused = exercises.check("fma", lambda a, b, c: fadd(fmul(a, b, ftz=True), c, ftz=True))
+print(unfused)
+assert not unfused.passed and unfused.where["position"] == (57,)
+
+
+def swapped_quad_sum(s):
+    for offset in (1, 2):
+        s = fadd(s, shfl_xor(s, offset, axis=-2), ftz=True)
+    return s
+
+
+swapped = exercises.check("quad_sum", swapped_quad_sum)
+picture = draw(swapped)
+assert picture.first == (0, 0, 0) and len(picture.marked) == 76
+plt.show()
+
+# %% [markdown]
+# ## Rung 7 (reduce_max): the quad max with shuffles
 #
 # softmax.h's `reduce_max`: each thread folds its own columns of a row in order
 # (`thread_reduce_`), then the four threads of the quad that owns the row exchange values in a
@@ -87,7 +122,7 @@ def my_reduce_max(scores, row_max):
     raise NotImplementedError(puzzles.NOT_WRITTEN.format(n=1, name="reduce_max", func="reduce_max"))
 
 
-try_check(1, my_reduce_max)
+try_check("reduce_max", my_reduce_max)
 
 # %% [markdown]
 # A deliberately wrong attempt: one butterfly round (lane mask 1) only. Each thread then holds
@@ -102,14 +137,14 @@ def one_round(scores, row_max):
     return fmax(m, shfl_xor(m, 1, axis=-2), ftz=True)
 
 
-wrong = try_check(1, one_round)
+wrong = try_check("reduce_max", one_round)
 assert not wrong.passed and wrong.where["step"] == "max_get_scale" and wrong.where["array"] == "row_max"
 
 # %% [markdown]
 # Forgetting `ftz` is subtler: no score in the traces is subnormal, so they all pass; the
 # reduction probe's fragments hold subnormals, which `max.ftz` reads as zero. Two rounds in
 # the other order (1 then 2), on the other hand, give the H200's bits everywhere: each `max` is
-# exact, so the order cannot matter. It does for a sum (exercise 5).
+# exact, so the order cannot matter. It does for a sum (rung 8, quad_sum).
 
 # %%
 def no_ftz(scores, row_max):
@@ -121,11 +156,11 @@ def no_ftz(scores, row_max):
     return m
 
 
-wrong = try_check(1, no_ftz)
+wrong = try_check("reduce_max", no_ftz)
 assert not wrong.passed and wrong.where["case"].startswith("reduction probe")
 
 # %% [markdown]
-# ## Exercise 2: the online rescale
+# ## Rung 11 (online_rescale): the online rescale
 #
 # When a later K/V block raises a row's max, the old sum and the old O were computed against a
 # smaller max and must shrink by `2^((old - new) * scale_log2)`. FA3 folds the softmax scale
@@ -142,7 +177,7 @@ def my_online_rescale(scores, row_max_prev, row_max, row_sum_prev, acc_o, scale_
                                                          func="online_rescale"))
 
 
-try_check(2, my_online_rescale)
+try_check("online_rescale", my_online_rescale)
 
 # %% [markdown]
 # A deliberately wrong attempt: the exponent's argument as FMUL then FADD (two roundings)
@@ -160,7 +195,7 @@ def unfused(scores, row_max_prev, row_max, row_sum_prev, acc_o, scale_log2):
     return scale, p, row_sum, fmul(acc_o, scale[..., None])
 
 
-wrong = try_check(2, unfused)
+wrong = try_check("online_rescale", unfused)
 assert not wrong.passed and (wrong.where["step"], wrong.where["array"]) == ("online_softmax", "acc_s")
 
 # %% [markdown]
@@ -209,7 +244,7 @@ ax.set_title(f"P of CTA {cta}, '{case.name}': FMUL + FADD against the H200's FFM
 fig.tight_layout()
 
 # %% [markdown]
-# ## Exercise 3: FP8's Max_offset
+# ## Rung 12 (fp8_exp2): FP8's Max_offset
 #
 # With e4m3 inputs, P is converted to e4m3 (3 mantissa bits, nothing below `2^-9`) before the
 # PV GEMM. FA3 shifts the exponent by `Max_offset = 8` inside the FFMA that subtracts the max,
@@ -223,7 +258,7 @@ def my_fp8_exp2(scores, row_max, scale_log2):
     raise NotImplementedError(puzzles.NOT_WRITTEN.format(n=3, name="fp8_exp2", func="fp8_exp2"))
 
 
-try_check(3, my_fp8_exp2)
+try_check("fp8_exp2", my_fp8_exp2)
 
 # %% [markdown]
 # A deliberately wrong attempt: `Max_offset = 0`, the bf16 kernel's P. Every P is 256 times
@@ -235,13 +270,13 @@ def offset_zero(scores, row_max, scale_log2):
     return ex2(ffma(scores, scale_log2, -max_scaled[..., None]))
 
 
-wrong = try_check(3, offset_zero)
+wrong = try_check("fp8_exp2", offset_zero)
 assert not wrong.passed and wrong.where["step"] == "online_softmax"
 got, want = (int(wrong.where[k][2:10], 16) for k in ("a", "b"))
 assert want - got == 8 << 23            # the same sign and mantissa, the exponent 8 higher
 
 # %% [markdown]
-# ## Exercise 4: the split-KV combine
+# ## Rung 14 (combine): the split-KV combine
 #
 # With `num_splits > 1`, every split runs the forward over its own range of K/V blocks and
 # stores its O (divided by its own row sum) and its LSE; FA3's combine kernel then merges the
@@ -258,7 +293,7 @@ def my_combine(lse, o, allreduce):
     raise NotImplementedError(puzzles.NOT_WRITTEN.format(n=4, name="combine", func="combine"))
 
 
-try_check(4, my_combine)
+try_check("combine", my_combine)
 
 # %% [markdown]
 # A deliberately wrong attempt: `LSE = log(sum_s exp(LSE_s))` and weights `exp(LSE_s) / sum`
@@ -280,7 +315,7 @@ def without_max(lse, o, allreduce):
     return out, lse_out
 
 
-wrong = try_check(4, without_max)
+wrong = try_check("combine", without_max)
 assert not wrong.passed and wrong.failing == wrong.cases == 29
 
 big = np.array([[100.0], [99.0]], np.float32)            # two splits of one row, LSE 100 and 99
@@ -289,12 +324,12 @@ print(f"LSE of splits 100 and 99 without the max: {lse[0]}, O {out[0]}")
 assert lse[0] == np.inf and not out.any()
 
 # %% [markdown]
-# ## Exercise 5: finalize
+# ## Rung 13 (finalize): finalize
 #
 # After the last block, each thread's partial `row_sum` is summed over the quad (the same
-# butterfly as exercise 1, with `add.ftz`), inverted for O, and turned into the natural-log LSE
+# butterfly as rung 7, with `add.ftz`), inverted for O, and turned into the natural-log LSE
 # that the backward reads; in an FP8 kernel the sum is first multiplied by `2^-8` to undo
-# exercise 3's offset (docs/forward.md "finalize").
+# rung 12's offset (docs/forward.md "finalize").
 
 # %%
 print(inspect.getdoc(puzzles.finalize))
@@ -304,11 +339,11 @@ def my_finalize(row_max, row_sum, scale_log2, max_offset, final_scale):
     raise NotImplementedError(puzzles.NOT_WRITTEN.format(n=5, name="finalize", func="finalize"))
 
 
-try_check(5, my_finalize)
+try_check("finalize", my_finalize)
 
 # %% [markdown]
 # A deliberately wrong attempt: the butterfly in the other order (lane mask 1, then 2). For
-# the max of exercise 1 that gave the same bits; for a float32 sum,
+# the max of rung 7 that gave the same bits; for a float32 sum,
 # `(p0 + p1) + (p2 + p3)` is not `(p0 + p2) + (p1 + p3)`.
 
 # %%
@@ -325,7 +360,7 @@ def reversed_butterfly(row_max, row_sum, scale_log2, max_offset, final_scale):
     return total, fmul(inv, final_scale), np.where(empty, NEG_INF, lse).astype(np.float32)
 
 
-wrong = try_check(5, reversed_butterfly)
+wrong = try_check("finalize", reversed_butterfly)
 assert not wrong.passed and (wrong.where["step"], wrong.where["array"]) == ("finalize", "row_sum")
 
 # %% [markdown]
@@ -337,8 +372,8 @@ assert not wrong.passed and (wrong.where["step"], wrong.where["array"]) == ("fin
 # %%
 from simulator.exercises import solutions
 
-for ex in exercises.EXERCISES.values():
-    result = exercises.check(ex.number, getattr(solutions, ex.name))
+for p in exercises.PUZZLES.values():
+    result = exercises.check(p.number, getattr(solutions, p.name))
     print(result)
     assert result.passed and result.compared > 0
 

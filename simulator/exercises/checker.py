@@ -47,6 +47,9 @@ class CheckResult:
         compared: output values compared.
         message: ``PASS ...`` or the first divergence, readable (also ``str()``).
         where: the first divergence as a dict (case, step, position, expected and got), or None.
+        tile: for a failed check of a ladder rung, ``(got, want, dtype)``: the bits of the
+            array holding the first divergence (uint views, the same shape), for
+            :func:`simulator.exercises.picture.draw`; None otherwise.
     """
 
     exercise: int
@@ -57,6 +60,7 @@ class CheckResult:
     compared: int
     message: str
     where: dict | None = None
+    tile: tuple | None = None
 
     def __str__(self) -> str:
         return self.message
@@ -372,8 +376,9 @@ def _combine_reference(case) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---- the entry point ------------------------------------------------------------------------------
-def run(number: int, name: str, fn) -> CheckResult:
-    """Run exercise ``number``'s cases on ``fn`` (see :func:`simulator.exercises.check`)."""
+def run(number: int, name: str, fn, shown: int | None = None) -> CheckResult:
+    """Run exercise ``number``'s cases on ``fn`` (see :func:`simulator.exercises.check`);
+    ``shown``: the number the result names (the puzzle's place on the ladder)."""
     cases = recorded.trace_cases()
     try:
         if number == 1:
@@ -391,14 +396,26 @@ def run(number: int, name: str, fn) -> CheckResult:
             failures, compared = _run_traces(picked, outputs)
             total = len(picked)
     except _BadReturn as exc:
-        return CheckResult(number, name, False, 0, 0, 0,
-                           f"exercise {number} ({name}): FAIL, your function returned the wrong "
-                           f"thing: {exc}")
+        return bad_return(shown or number, name, exc)
+    return result(shown or number, name, failures, total, compared)
+
+
+def bad_return(number: int, name: str, exc: Exception) -> CheckResult:
+    """The failed result of a function that returned the wrong type or shape."""
+    return CheckResult(number, name, False, 0, 0, 0,
+                       f"puzzle {number} ({name}): FAIL, your function returned the wrong "
+                       f"thing: {exc}")
+
+
+def result(number: int, name: str, failures: list, total: int, compared: int) -> CheckResult:
+    """PASS, or the first of ``failures`` ``[(case label, text, where)]``, as a result."""
     if not failures:
         return CheckResult(number, name, True, total, 0, compared,
-                           f"exercise {number} ({name}): PASS: {compared:,} values of {total} "
+                           f"puzzle {number} ({name}): PASS: {compared:,} values of {total} "
                            "recorded H200 cases, 0 differing bits")
     label, text, where = failures[0]
+    where = dict(where)
+    tile = where.pop("tile", None)
     return CheckResult(number, name, False, total, len(failures), compared,
-                       f"exercise {number} ({name}): FAIL on {label} ({len(failures)} of {total} "
-                       f"recorded cases diverge)\n{text}", {"case": label, **where})
+                       f"puzzle {number} ({name}): FAIL on {label} ({len(failures)} of {total} "
+                       f"recorded cases diverge)\n{text}", {"case": label, **where}, tile)

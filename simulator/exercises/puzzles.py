@@ -1,4 +1,4 @@
-"""Five exercises: write one step of FlashAttention-3's forward as the H200 computes it.
+"""The expert rungs of the ladder: one step of FlashAttention-3's forward as the H200 computes it.
 
 Each function below is a stub: copy it, fill it in with the float32 instructions of
 :mod:`simulator.numerics` (``fadd fsub fmul ffma fmax``, each with ``ftz=``; ``ex2 lg2 rcp``
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-NOT_WRITTEN = ("exercise {n} ({name}) is a stub: copy simulator.exercises.puzzles.{func}, fill it "
-               "in, then run simulator.exercises.check({n}, your_function)")
+NOT_WRITTEN = ("puzzle {name} is a stub: copy simulator.exercises.puzzles.{func}, fill it "
+               "in, then run simulator.exercises.check('{name}', your_function)")
 
 
 def reduce_max(scores: np.ndarray, row_max: np.ndarray | None) -> np.ndarray:
-    """Exercise 1: softmax.h's ``reduce_max``: the row maximum over a quad, with shuffles.
+    """Puzzle reduce_max (expert rung): softmax.h's ``reduce_max``: a row's maximum, with shuffles.
 
     Args:
         scores: float32 ``[..., 128, 2, ncol]``: the masked scores of one K/V block, each
@@ -59,7 +59,7 @@ def reduce_max(scores: np.ndarray, row_max: np.ndarray | None) -> np.ndarray:
 
 def online_rescale(scores: np.ndarray, row_max_prev: np.ndarray, row_max: np.ndarray,
                    row_sum_prev: np.ndarray, acc_o: np.ndarray, scale_log2: np.float32):
-    """Exercise 2: the online rescale of a later K/V block (not a CTA's first).
+    """Puzzle online_rescale (expert rung): the online rescale of a later K/V block (not a CTA's first).
 
     Args:
         scores: float32 ``[..., 128, 2, ncol]``: this block's masked scores (row/column view).
@@ -96,7 +96,7 @@ def online_rescale(scores: np.ndarray, row_max_prev: np.ndarray, row_max: np.nda
 
 
 def fp8_exp2(scores: np.ndarray, row_max: np.ndarray, scale_log2: np.float32) -> np.ndarray:
-    """Exercise 3: P in an FP8 (e4m3) kernel, with softmax.h's ``Max_offset = 8``.
+    """Puzzle fp8_exp2 (expert rung): P in an FP8 (e4m3) kernel, with softmax.h's ``Max_offset = 8``.
 
     Args:
         scores: float32 ``[..., 128, 2, ncol]``: one block's masked scores (row/column view).
@@ -110,7 +110,7 @@ def fp8_exp2(scores: np.ndarray, row_max: np.ndarray, scale_log2: np.float32) ->
     already subtracts the maximum: ``max_scaled = FFMA(row_max, scale_log2, -8)`` (0 where the
     row max is -inf), then ``P' = MUFU.EX2(FFMA(scores, scale_log2, -max_scaled))``. The
     largest element of a row becomes 256 instead of 1 (docs/forward.md "FP8: Max_offset",
-    notebooks/05). Exercise 5 undoes the factor in the LSE.
+    notebooks/05). Puzzle finalize undoes the factor in the LSE.
 
     Hints: ``-8`` is the ``c`` operand of an FFMA, not a separate add; without the offset the
     result is 256 times too small. Checked on every block of the 2 recorded e4m3 traces.
@@ -119,7 +119,7 @@ def fp8_exp2(scores: np.ndarray, row_max: np.ndarray, scale_log2: np.float32) ->
 
 
 def combine(lse: np.ndarray, o: np.ndarray, allreduce):
-    """Exercise 4: FA3's split-KV combine kernel: merge each row's split outputs by their LSE.
+    """Puzzle combine (expert rung): the split-KV combine: merge a row's split outputs by their LSE.
 
     Args:
         lse: float32 ``[S, R]``: the LSE (natural log) of each of ``S`` splits for ``R`` query
@@ -155,7 +155,7 @@ def combine(lse: np.ndarray, o: np.ndarray, allreduce):
 
 def finalize(row_max: np.ndarray, row_sum: np.ndarray, scale_log2: np.float32, max_offset: int,
              final_scale: np.float32):
-    """Exercise 5: softmax.h's ``finalize``: the quad sum, ``1 / sum`` and the LSE.
+    """Puzzle finalize (expert rung): softmax.h's ``finalize``: the quad sum, ``1 / sum`` and the LSE.
 
     Args:
         row_max: float32 ``[..., 128, 2]``: the final row maximum (quad-uniform).

@@ -13,6 +13,7 @@ import numpy as np
 from ..hw import shfl_xor
 from ..numerics import fadd, ffma, fmax, fmul, fsub
 from ..numerics.bits import flush_subnormal
+from ..numerics.cvt import convert
 from ..numerics.mufu import LN2_F32, LOG2E_F32, ex2, lg2, rcp
 
 _NEG_INF = np.float32(-np.inf)
@@ -27,7 +28,7 @@ def _quad_butterfly(x: np.ndarray, op) -> np.ndarray:
 
 
 def reduce_max(scores, row_max):
-    """Exercise 1 (see :func:`simulator.exercises.puzzles.reduce_max`)."""
+    """Puzzle reduce_max (see :func:`simulator.exercises.puzzles.reduce_max`)."""
     m = scores[..., 0] if row_max is None else fmax(row_max, scores[..., 0], ftz=True)
     for ni in range(1, scores.shape[-1]):  # the column order is the instruction order
         m = fmax(m, scores[..., ni], ftz=True)
@@ -35,7 +36,7 @@ def reduce_max(scores, row_max):
 
 
 def online_rescale(scores, row_max_prev, row_max, row_sum_prev, acc_o, scale_log2):
-    """Exercise 2 (see :func:`simulator.exercises.puzzles.online_rescale`)."""
+    """Puzzle online_rescale (see :func:`simulator.exercises.puzzles.online_rescale`)."""
     empty = row_max == _NEG_INF
     cur = np.where(empty, _ZERO, row_max)
     scores_scale = ex2(fmul(fsub(row_max_prev, cur, ftz=True), scale_log2, ftz=True))
@@ -48,14 +49,14 @@ def online_rescale(scores, row_max_prev, row_max, row_sum_prev, acc_o, scale_log
 
 
 def fp8_exp2(scores, row_max, scale_log2):
-    """Exercise 3 (see :func:`simulator.exercises.puzzles.fp8_exp2`)."""
+    """Puzzle fp8_exp2 (see :func:`simulator.exercises.puzzles.fp8_exp2`)."""
     max_scaled = ffma(row_max, scale_log2, np.float32(-8), ftz=True)
     max_scaled = np.where(row_max == _NEG_INF, _ZERO, max_scaled)
     return ex2(ffma(scores, scale_log2, -max_scaled[..., None], ftz=True))
 
 
 def combine(lse, o, allreduce):
-    """Exercise 4 (see :func:`simulator.exercises.puzzles.combine`)."""
+    """Puzzle combine (see :func:`simulator.exercises.puzzles.combine`)."""
     m = allreduce(lse, "max")
     cur = np.where(m == _NEG_INF, _ZERO, m)
     e = ex2(fmul(fsub(lse, cur, ftz=True), LOG2E_F32, ftz=True))
@@ -72,7 +73,7 @@ def combine(lse, o, allreduce):
 
 
 def finalize(row_max, row_sum, scale_log2, max_offset, final_scale):
-    """Exercise 5 (see :func:`simulator.exercises.puzzles.finalize`)."""
+    """Puzzle finalize (see :func:`simulator.exercises.puzzles.finalize`)."""
     total = _quad_butterfly(row_sum, fadd)
     empty = (total == 0) | np.isnan(total)
     inv = np.where(empty, _ZERO, rcp(np.where(empty, np.float32(1), total)))
@@ -82,3 +83,61 @@ def finalize(row_max, row_sum, scale_log2, max_offset, final_scale):
     log_sum = fmul(lg2(np.where(empty, np.float32(1), scaled)), LN2_F32, ftz=True)
     lse = ffma(row_max, fmul(scale_log2, LN2_F32, ftz=True), log_sum, ftz=True)
     return total, scores_scale, np.where(empty, _NEG_INF, lse).astype(np.float32)
+
+
+# ---- the ladder's new rungs (see simulator.exercises.stubs) ------------------------------------------
+def fma(a, b, c):
+    """Puzzle fma: the compiler contracts ``a * b + c`` into one FFMA.FTZ (one rounding)."""
+    return ffma(a, b, c, ftz=True)
+
+
+def to_bf16(x):
+    """Puzzle to_bf16: ``cvt.rn.bf16.f32``, round to nearest even, NaN to the canonical NaN."""
+    return convert(x, "bf16")
+
+
+def to_e4m3(x):
+    """Puzzle to_e4m3: ``cvt.rn.satfinite.e4m3x2.f32``: out-of-range values clamp to +-448."""
+    return convert(x, "e4m3", satfinite=True)
+
+
+def exp2_row(x):
+    """Puzzle exp2_row: ``exp2f`` under fast math is one MUFU.EX2 with ``.ftz``."""
+    return ex2(x, ftz=True)
+
+
+def fast_expf(x):
+    """Puzzle fast_expf: FMUL.FTZ by the float32 log2(e), then MUFU.EX2."""
+    return ex2(fmul(x, LOG2E_F32, ftz=True), ftz=True)
+
+
+def quad_max(m):
+    """Puzzle quad_max: ``Allreduce<4>`` with max.ftz (lane masks 2 then 1)."""
+    return _quad_butterfly(m, fmax)
+
+
+def quad_sum(s):
+    """Puzzle quad_sum: ``Allreduce<4>`` with add.ftz, lane mask 2 first: the order sets the bits."""
+    return _quad_butterfly(s, fadd)
+
+
+def scale_apply_exp2(scores, row_max, scale_log2):
+    """Puzzle scale_apply_exp2: the max times the scale once per row (0 for -inf, Check_inf),
+    then one FFMA per element into MUFU.EX2."""
+    max_scaled = np.where(row_max == _NEG_INF, _ZERO, fmul(row_max, scale_log2, ftz=True))
+    return ex2(ffma(scores, scale_log2, -max_scaled[..., None], ftz=True))
+
+
+def max_get_scale(scores, row_max_prev, scale_log2):
+    """Puzzle max_get_scale: exercise 1's reduce_max, then (later blocks) FSUB, FMUL, MUFU.EX2."""
+    row_max = reduce_max(scores, row_max_prev)
+    if row_max_prev is None:
+        return row_max, np.ones_like(row_max)
+    cur = np.where(row_max == _NEG_INF, _ZERO, row_max)
+    return row_max, ex2(fmul(fsub(row_max_prev, cur, ftz=True), scale_log2, ftz=True))
+
+
+def backward_ds(p, dp, dpsum, dtanh):
+    """Puzzle backward_ds: FSUB then FMUL (no FFMA), then FMUL by dtanh with a softcap."""
+    ds = fmul(p, fsub(dp, dpsum[..., None], ftz=True), ftz=True)
+    return ds if dtanh is None else fmul(ds, dtanh, ftz=True)

@@ -1,0 +1,134 @@
+"""The puzzle ladder: from one float32 instruction to a key block of the backward, in order.
+
+Each :class:`Puzzle` is one rung: its stub (in :mod:`.stubs`, or :mod:`.puzzles` for the expert
+rungs), about how many lines it takes, hints revealed one at a time, and the recording it is
+checked on. ``check`` (in :mod:`simulator.exercises`) dispatches on :attr:`Puzzle.kind`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import puzzles, stubs
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    """One rung of the ladder.
+
+    Attributes:
+        number: its place on the ladder (1 = the first).
+        name: the stub's function name (the name FILE must define).
+        stub: the stub function.
+        lines: about how many lines a solution takes.
+        hints: revealed one at a time (``check N FILE --hint K`` shows the first K).
+        checked_on: the device recording it is checked against, in words.
+        kind: which check runs it: ``("legacy", n)`` for :mod:`.checker`'s exercise ``n``,
+            ``("fma",)``, ``("cvt", fmt)``, ``("mufu", form)``, ``("trace", name)``, ``("ds",)``.
+    """
+
+    number: int
+    name: str
+    stub: object
+    lines: int
+    hints: tuple[str, ...]
+    checked_on: str
+    kind: tuple
+
+
+_TRACES = "the 7 forward step traces (H200, twin kernel)"
+
+_RUNGS = (
+    ("fma", stubs.fma, 1, ("fma",), "numerics sweep: FFMA.FTZ block 0 (2^16 raw H200 results, "
+     "the digest of all 2^20)", (
+        "--use_fast_math lets the compiler contract a multiply followed by an add into one "
+        "instruction. Which one, and how many roundings does it make?",
+        "FFMA rounds once; FMUL then FADD rounds twice: simulator.numerics.ffma(a, b, c, ...).",
+        "Fast math also flushes subnormal inputs and results to zero: ftz=True.")),
+    ("to_bf16", stubs.to_bf16, 1, ("cvt", "bf16"), "numerics sweep: digests of cvt.rn.bf16.f32 "
+     "over the special 2^20-pattern chunks", (
+        "Round to nearest, ties to even; chopping the low 16 bits rounds toward zero.",
+        "A NaN becomes the canonical NaN whatever its payload.",
+        "simulator.numerics.convert(x, 'bf16').")),
+    ("to_e4m3", stubs.to_e4m3, 1, ("cvt", "e4m3"), "numerics sweep: digests of "
+     "cvt.rn.satfinite.e4m3x2.f32 over the special chunks", (
+        "e4m3 (the 'fn' variant) has no infinity: its largest value is 448 and 0x7f is NaN.",
+        "FA3 converts with the .satfinite form: values past 448, and inf, become +-448, not NaN.",
+        "simulator.numerics.convert(x, 'e4m3', satfinite=True); going through bf16 first "
+        "rounds twice.")),
+    ("exp2_row", stubs.exp2_row, 1, ("mufu", "ex2_ftz"), "MUFU calibration: 2^20 inputs of "
+     "ex2.approx.ftz.f32 with the H200's results", (
+        "Under fast math exp2f is one instruction of the special function unit (MUFU).",
+        "MUFU.EX2 is an approximation, not the correctly rounded 2^x: np.exp2 is not it.",
+        "simulator.numerics.mufu.ex2(x, ftz=True) reads the H200's calibrated tables.")),
+    ("fast_expf", stubs.fast_expf, 2, ("mufu", "expf_fast"), "MUFU calibration: 2^20 inputs "
+     "of __expf (fast math) with the H200's results", (
+        "e^x = 2^(x log2 e): fast math turns expf into puzzle 4's instruction.",
+        "x * log2(e) is one FMUL.FTZ by the float32 constant (mufu.LOG2E_F32), rounded before "
+        "MUFU.EX2 sees it.",
+        "ex2(fmul(x, LOG2E_F32, ftz=True), ftz=True).")),
+    ("quad_max", stubs.quad_max, 3, ("trace", "quad_max"), f"{_TRACES}: row_max of every "
+     "max_get_scale (thread maxima taken from the H200's scores)", (
+        "The four threads of a quad each hold part of the row; shuffles read another lane's "
+        "register.",
+        "A butterfly: x = max(x, shfl_xor(x, offset)) for two offsets; after both rounds all "
+        "four lanes hold the maximum.",
+        "Offsets 2 then 1 (Allreduce<4>), fmax(..., ftz=True); simulator.hw.shfl_xor(x, "
+        "lane_mask, axis=-2).")),
+    ("reduce_max", puzzles.reduce_max, 6, ("legacy", 1), f"{_TRACES}: max_get_scale's "
+     "row_max; the reduction probe (subnormals, +-0, inf, NaN)", (
+        "First fold each thread's own columns in order, from the running maximum when there "
+        "is one; then puzzle 6.",
+        "fmax(..., ftz=True): a subnormal counts as a zero of its sign (the probe has them).",
+        "Start from column 0, or max(row_max, column 0); then max with column 1, 2, ...")),
+    ("quad_sum", stubs.quad_sum, 3, ("trace", "quad_sum"), f"{_TRACES}: finalize's row_sum",
+     ("The same butterfly as puzzle 6, with an add.",
+      "Float32 addition is not associative: the order of the offsets changes bits.",
+      "Offsets 2 then 1: x = fadd(x, shfl_xor(x, offset, axis=-2), ftz=True).")),
+    ("scale_apply_exp2", stubs.scale_apply_exp2, 3, ("trace", "scale_apply_exp2"),
+     f"{_TRACES}, bf16 / f16: P of every online_softmax", (
+        "Scale the row maximum once per row; a row whose maximum is -inf uses 0 (Check_inf), "
+        "so its P is 0, not NaN.",
+        "The multiply by scale_log2 and the subtraction fold into one FFMA per element: "
+        "ffma(scores, scale_log2, -max_scaled).",
+        "max_scaled = fmul(row_max, scale_log2, ftz=True); then puzzle 4's MUFU.EX2.")),
+    ("max_get_scale", stubs.max_get_scale, 8, ("trace", "max_get_scale"), f"{_TRACES}: "
+     "row_max and scores_scale of every max_get_scale, first and later blocks", (
+        "The new row maximum is puzzle 7 (with the previous maximum on a later block).",
+        "The scale is 2^((prev - new) * scale_log2), with 0 for a new maximum of -inf "
+        "(Check_inf); 1 on the first block.",
+        "Here the compiler does not contract: FSUB, then FMUL, then MUFU.EX2.")),
+    ("online_rescale", puzzles.online_rescale, 10, ("legacy", 2), f"{_TRACES}, bf16 / f16: "
+     "every later block (scale, P, row_sum, rescaled O)", (
+        "Puzzle 10's scale, then puzzle 9's P.",
+        "row_sum * scale + the block's P: the multiply fuses with the first add: "
+        "ffma(scale, row_sum_prev, p[..., 0]), then fadd column by column.",
+        "rescale_o multiplies every element of a row of O by the row's scale (FMUL.FTZ).")),
+    ("fp8_exp2", puzzles.fp8_exp2, 4, ("legacy", 3), f"{_TRACES}, e4m3: P of every block", (
+        "An FP8 kernel shifts P by 2^8 so that it uses e4m3's range: Max_offset = 8.",
+        "The -8 is the c operand of the FFMA that scales the maximum.",
+        "max_scaled = ffma(row_max, scale_log2, -8) (0 for -inf), then puzzle 9.")),
+    ("finalize", puzzles.finalize, 12, ("legacy", 5), f"{_TRACES}: every finalize "
+     "(row_sum, scores_scale, lse)", (
+        "Puzzle 8's quad sum, then MUFU.RCP of it (0 where it is 0 or NaN) times final_scale.",
+        "For the LSE, undo FP8's 2^8: total * 2^-max_offset.",
+        "lse = ffma(row_max, fmul(scale_log2, LN2_F32), fmul(lg2(total), LN2_F32)); -inf "
+        "where the total is 0.")),
+    ("combine", puzzles.combine, 15, ("legacy", 4), "29 split-KV combines of the real FA3 "
+     "library (fa3-fwd 0.0.3, H200)", (
+        "Subtract the maximum LSE over the splits (allreduce 'max'; 0 for -inf) before "
+        "exponentiating with puzzle 5's expf.",
+        "total = allreduce(e, 'sum'); lse = ffma(lg2(total), LN2_F32, m).",
+        "Weights e * rcp(total); O accumulates ffma(w[s], o[s], out) in split order, skipping "
+        "splits whose weight is 0.")),
+    ("backward_ds", stubs.backward_ds, 3, ("ds",), "the twin backward's step traces (H200): dS "
+     "of every m_block of the 3 CTAs kept in full; dPsum from the preprocess, whose bits the "
+     "twin backward report's digests check", (
+        "dP - dPsum first, then the product with P.",
+        "No FFMA here: FSUB.FTZ, then FMUL.FTZ.",
+        "With a softcap, multiply the result by dtanh (one more FMUL.FTZ).")),
+)
+
+LADDER = {i: Puzzle(i, name, stub, lines, hints, checked_on, kind)
+          for i, (name, stub, lines, kind, checked_on, hints) in enumerate(_RUNGS, start=1)}
+BY_NAME = {p.name: p for p in LADDER.values()}
