@@ -2,6 +2,12 @@
 warpgroups: :func:`flash_attn_func`, :func:`flash_attn_varlen_func` (:mod:`.interface`), the
 host rules in :mod:`.host` (docs/fa4.md)."""
 
-from .interface import flash_attn_func, flash_attn_varlen_func
+from .interface import (
+    flash_attn_backward,
+    flash_attn_func,
+    flash_attn_varlen_backward,
+    flash_attn_varlen_func,
+)
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["flash_attn_backward", "flash_attn_func", "flash_attn_varlen_backward",
+           "flash_attn_varlen_func"]

@@ -24,7 +24,8 @@ from ..flash.mainloop_fwd_sm90 import MAINLOOP
 from ..gpus import DEFAULT_GPU
 from .host import make_fa4_config
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["flash_attn_backward", "flash_attn_func", "flash_attn_varlen_backward",
+           "flash_attn_varlen_func"]
 
 _SINK_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -180,3 +181,71 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
                            bool(causal), _window(window_size), float(softcap), sink, pack_gqa, gpu)
         out[q0:q1], lse[:, q0:q1] = o[0], lse_i[0]
     return out, (lse if return_lse else None)
+
+
+def _backward_one(dout, q, k, v, out, lse, softmax_scale, causal, window, softcap, deterministic,
+                  spread, gpu):
+    from ..flash import backward  # noqa: PLC0415  (the backward's modules load on first use)
+
+    return backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
+                    window=window, softcap=softcap, deterministic=deterministic, spread=spread,
+                    gpu=gpu, family="fa4")
+
+
+def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
+                        window_size=(None, None), softcap=0.0, deterministic=False, *,
+                        gpu=DEFAULT_GPU, spread=False):
+    """FA4's sm90 backward (``_flash_attn_bwd``: preprocess, ``FlashAttentionBackwardSm90``,
+    postprocess), what ``out.backward(dout)`` runs after :func:`flash_attn_func`.
+
+    Args:
+        dout, q, out: ``[batch, seqlen_q, heads, head_dim]``; k, v: ``[batch, seqlen_k,
+            heads_kv, head_dim]``, bf16 / fp16, head dims 64, 96, 128, 192 or 256 (the recorded
+            kernels); lse: the forward's float32 ``[batch, heads, seqlen_q]`` (a learnable
+            sink is already in it: dq, dk, dv need nothing else).
+        softmax_scale, causal, window_size: as the forward's. softcap: 0 only (FA4's softcap
+            score_mod backward is not emulated). deterministic: FA4's flag: dQ's float32
+            reduce-adds in its fixed order; without it the library's order varies.
+        gpu: keyword-only GPU record. spread: also return, per value, the smallest and largest
+            result any arrival order of the reduce-adds gives.
+    Returns:
+        ``(dq, dk, dv)`` in q's dtype; with ``spread`` ``(dq, dk, dv, spread)``, spread a dict
+        ``{"dq": (lo, hi), "dk": ..., "dv": ...}``.
+    Raises:
+        ValueError: naming the argument (shapes, dtypes, head dims, softcap).
+    """
+    _check_qkv(q, k, v, 4)
+    if softcap:
+        raise ValueError(f"softcap: FA4's softcap backward (its score_mod_bwd) is not emulated, "
+                         f"got {softcap!r}")
+    res = _backward_one(dout, q, k, v, out, lse, softmax_scale, bool(causal),
+                        _window(window_size), 0.0, bool(deterministic), spread, gpu)
+    return (res.dq, res.dk, res.dv) + ((res.spread,) if spread else ())
+
+
+def flash_attn_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                               softmax_scale=None, causal=False, window_size=(None, None),
+                               softcap=0.0, deterministic=False, *, gpu=DEFAULT_GPU):
+    """:func:`flash_attn_backward` for :func:`flash_attn_varlen_func`'s packed layout
+    (``[total, heads, head_dim]``, lse ``[heads, total_q]``): each sequence's CTAs are its own,
+    so the sequences run one at a time. Returns ``(dq, dk, dv)``; empty sequences give zeros.
+
+    Raises:
+        ValueError: as :func:`flash_attn_backward`, and for the offsets.
+    """
+    _check_qkv(q, k, v, 3)
+    if softcap:
+        raise ValueError(f"softcap: FA4's softcap backward is not emulated, got {softcap!r}")
+    cq = _offsets(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
+    ck = _offsets(cu_seqlens_k, "cu_seqlens_k", k.shape[0], len(cq) - 1)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for i in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        if q1 == q0 or k1 == k0:
+            continue
+        res = _backward_one(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
+                            out[None, q0:q1], np.ascontiguousarray(lse[None, :, q0:q1]),
+                            softmax_scale, bool(causal), _window(window_size), 0.0,
+                            bool(deterministic), False, gpu)
+        dq[q0:q1], dk[k0:k1], dv[k0:k1] = res.dq[0], res.dk[0], res.dv[0]
+    return dq, dk, dv

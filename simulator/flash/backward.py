@@ -32,7 +32,7 @@ import numpy as np
 
 from ..gpus import DEFAULT_GPU, GPU, get_gpu, mufu_model_name
 from ..numerics import convert, fadd, ffma, fmul
-from . import chunks, evaluator
+from . import backward_fa4, chunks, evaluator
 from .backward_trace import make_tracer
 from .block_info import m_block_range
 from .config import input_format
@@ -170,6 +170,7 @@ class BackwardConfig:
     deterministic: bool
     mufu: str                        # the MUFU model: the GPU's key, or "ideal"
     gpu: GPU                         # the GPU whose arithmetic runs
+    family: str = "fa3"              # "fa3", or "fa4": FA4's rules (backward_fa4.py)
 
     @property
     def m_blocks(self) -> int:
@@ -182,7 +183,8 @@ class BackwardConfig:
 
 def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False,
                          window=(-1, -1), softcap=0.0, deterministic=False, max_seqlen_q=None,
-                         max_seqlen_k=None, gpu=DEFAULT_GPU, mufu=None) -> BackwardConfig:
+                         max_seqlen_k=None, gpu=DEFAULT_GPU, mufu=None,
+                         family="fa3") -> BackwardConfig:
     """Check a backward call's arguments as ``mha_bwd`` does and resolve FA3's choices.
 
     Raises:
@@ -235,6 +237,14 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
         win = (win[0], 0)
     is_causal, is_local = kernel_flags(win)
     tiles = bwd_tiles(d, is_causal, is_local, consts["softcap_val"] > 0)
+    if family == "fa4":
+        if d not in backward_fa4.HEAD_DIMS or softcap:
+            raise ValueError(f"q: FA4's backward is emulated at head dims {backward_fa4.HEAD_DIMS} "
+                             f"without softcap, got head_dim {d}, softcap {softcap}")
+        # FA4 keeps a window that covers every key local (its tile is the local kernel's)
+        tiles = BackwardTiles(*backward_fa4.bwd_tiles(
+            d, *kernel_flags(normalize_window(bool(causal), window))), True)
+        consts = dict(consts, scale_log2=fmul(consts["softmax_scale"], backward_fa4.LOG2E_F32))
     if deterministic and not tiles.deterministic_supported:
         raise ValueError("deterministic: FA3's backward has no deterministic kernel for head dim "
                          f"{tiles.kernel_head_dim} (mha_bwd: 'Deterministic backward not supported "
@@ -242,7 +252,7 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
     kwin = (msk - 1 if win[0] < 0 else win[0], msq - 1 if win[1] < 0 else win[1])
     return BackwardConfig(fmt, b, sq, sk, h, hk, d, win, kwin, is_causal, is_local,
                           tiles, consts["softmax_scale"], consts["scale_log2"],
-                          consts["softcap_val"], bool(deterministic), mufu, gpu)
+                          consts["softcap_val"], bool(deterministic), mufu, gpu, family)
 
 
 def max_dq_partials(cfg: BackwardConfig) -> int:
@@ -258,7 +268,7 @@ def max_dq_partials(cfg: BackwardConfig) -> int:
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window=(-1, -1),
              softcap=0.0, deterministic=False, max_seqlen_q=None, max_seqlen_k=None,
              gpu=DEFAULT_GPU, mufu=None, spread=False, memory_budget=None, progress=None,
-             trace=None, executor=None) -> BackwardResult:
+             trace=None, executor=None, family="fa3") -> BackwardResult:
     """FlashAttention-3's backward, emulated bit for bit on Hopper warpgroups.
 
     Args:
@@ -286,6 +296,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         trace: None or ``(batch, head, n_block)``: record that CTA's steps
             (:class:`~simulator.flash.backward_trace.CtaTrace`, ``result.trace``: a dict of
             float32 arrays).
+        family: keyword: "fa3" (FA3's kernels), or "fa4": FlashAttention-4's sm90 backward
+            (:mod:`simulator.flash.backward_fa4`; head dims 64, 96, 128, 192, 256).
         executor: None (serial), or a ``concurrent.futures.Executor`` (a
             ``ProcessPoolExecutor``, ``dask.distributed.Client.get_executor()``): chunks of
             whole (batch, head) rows of CTAs run as its tasks: a ``ThreadPoolExecutor``'s
@@ -314,7 +326,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     cfg = make_backward_config(dout, q, k, v, out, lse, softmax_scale=softmax_scale,
                                causal=causal, window=window, softcap=softcap,
                                deterministic=deterministic, max_seqlen_q=max_seqlen_q,
-                               max_seqlen_k=max_seqlen_k, gpu=gpu, mufu=mufu)
+                               max_seqlen_k=max_seqlen_k, gpu=gpu, mufu=mufu, family=family)
     want = spread and not cfg.deterministic
     tracer = make_tracer(cfg, trace)
     post = _post_rows(cfg, budget, want)  # its MemoryError before the long part
@@ -355,8 +367,9 @@ def _postprocess_dq(cfg: BackwardConfig, dq_accum, size: int):
     query heads' rows at a time (:func:`_post_rows`)."""
     flat = dq_accum.reshape(cfg.batch * cfg.heads, *dq_accum.shape[2:])
     x = flat[:, : cfg.seqlen_q, : cfg.head_dim]
+    ftz = cfg.family == "fa3"
     return _by_rows(cfg.batch, cfg.heads, size, lambda r0, r1: (
-        convert(fmul(x[r0:r1], cfg.softmax_scale, ftz=True), cfg.fmt),))[0]
+        convert(fmul(x[r0:r1], cfg.softmax_scale, ftz=ftz), cfg.fmt),))[0]
 
 
 def _preprocess(cfg: BackwardConfig, out, dout, lse):
@@ -364,9 +377,11 @@ def _preprocess(cfg: BackwardConfig, out, dout, lse):
     rows = cfg.m_blocks * cfg.tiles.kblock_m
     dpsum = np.zeros((cfg.batch, cfg.heads, rows), np.float32)
     lse_log2 = np.full((cfg.batch, cfg.heads, rows), np.inf, np.float32)
-    dpsum[..., : cfg.seqlen_q] = preprocess_dpsum(np.swapaxes(out, 1, 2), np.swapaxes(dout, 1, 2),
-                                                  cfg.tiles.kernel_head_dim)
-    lse_log2[..., : cfg.seqlen_q] = preprocess_lse_log2(lse)
+    fa4 = cfg.family == "fa4"
+    dpsum[..., : cfg.seqlen_q] = (backward_fa4.preprocess_dpsum if fa4 else preprocess_dpsum)(
+        np.swapaxes(out, 1, 2), np.swapaxes(dout, 1, 2), cfg.tiles.kernel_head_dim)
+    lse_log2[..., : cfg.seqlen_q] = (backward_fa4.preprocess_lse_log2 if fa4 else
+                                     preprocess_lse_log2)(lse)
     return dpsum, lse_log2
 
 
@@ -382,14 +397,15 @@ def _postprocess_kv(cfg: BackwardConfig, dk, dv, spread: bool, size: int):
     for name, x in (("dk", dk), ("dv", dv)):
         x = x.reshape(cfg.batch * cfg.heads_kv, g, *x.shape[2:])[:, :, : cfg.seqlen_k,
                                                                    : cfg.head_dim]
-        got = _by_rows(cfg.batch, cfg.heads_kv, size, lambda r0, r1, x=x: _reduce_kv(cfg, x[r0:r1], spread))
+        got = _by_rows(cfg.batch, cfg.heads_kv, size, lambda r0, r1, x=x, n=name: _reduce_kv(
+            cfg, x[r0:r1], spread, n == "dk"))
         res.append(got[0])
         if spread:
             bounds[name] = got[1:] if g > 1 else (got[0].copy(), got[0].copy())
     return res, bounds
 
 
-def _reduce_kv(cfg: BackwardConfig, x, spread: bool):
+def _reduce_kv(cfg: BackwardConfig, x, spread: bool, scale_after_sum: bool = False):
     """(sum,) or with ``spread`` and GQA (sum, lo, hi), [R, Sk, d] in the input type, of the
     float32 accumulators ``x`` [R, g, Sk, d] of R kv heads' query heads (see
     :func:`_postprocess_kv`)."""
@@ -397,7 +413,9 @@ def _reduce_kv(cfg: BackwardConfig, x, spread: bool):
         return (convert(x[:, 0], cfg.fmt),)
     parts = np.moveaxis(x, 1, 0)
     sums = [ordered_sum(parts, ftz=False)] + (list(sum_bounds(parts, ftz=False)) if spread else [])
-    return tuple(convert(fmul(y, np.float32(1.0), ftz=True), cfg.fmt) for y in sums)
+    # FA4's postprocess scales the summed dK (its CTAs leave GQA's dK unscaled), FA3's by 1.0
+    scale = cfg.softmax_scale if cfg.family == "fa4" and scale_after_sum else np.float32(1.0)
+    return tuple(convert(fmul(y, scale, ftz=cfg.family == "fa3"), cfg.fmt) for y in sums)
 
 
 def _by_rows(batch: int, heads: int, size: int, piece):

@@ -255,7 +255,10 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, ev,
             bar.update(int(act.size))
     if tracer is not None:
         tracer.finish(dk, dv, job[0] * cfg.n_blocks)
-    dk[...] = fmul(dk, cfg.softmax_scale, ftz=True)  # after the loop, each CTA's own (FMUL.FTZ)
+    if cfg.family == "fa3":
+        dk[...] = fmul(dk, cfg.softmax_scale, ftz=True)  # after the loop, each CTA's own (FMUL.FTZ)
+    elif cfg.heads == cfg.heads_kv:  # FA4: mul.f32 per CTA; with GQA after the heads' sum
+        dk[...] = fmul(dk, cfg.softmax_scale)
     return dq_accum, dk, dv, bounds
 
 

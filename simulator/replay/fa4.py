@@ -7,11 +7,14 @@ computes it, recorded on a Hopper GPU (``python -m simulator measure fa4_record`
   varlen calls included;
 * the forward of every backward case (its out and LSE, ``fa4_backward.npz``);
 * drawn: the hypothesis-style drawn calls (:func:`simulator.replay.fa4_cases.drawn_cases`)
-  against the recorded digests.
+  against the recorded digests;
+* backward: on the recorded forward's out and LSE, :func:`simulator.fa4.flash_attn_backward`
+  with ``deterministic=True`` against the three deterministic runs' dq, dk, dv bits, and every
+  default run's values inside the spread of the reduce-add orders. The softcap cases are
+  counted apart (FA4's softcap backward is not emulated), as are the learnable sinks' dsink.
 
 Each record's input digest is checked first: a changed case list or generator is an error,
-not a mismatch. The backward's recorded runs (dq, dk, dv, six per case) are kept for the FA4
-backward model; they are not replayed here.
+not a mismatch.
 """
 
 from __future__ import annotations
@@ -87,6 +90,62 @@ def check_call(rec: dict, case: dict, sample, prefix: str, gpu: str, backward=Fa
     return {"values": values, "differ": differ}
 
 
+def check_backward(rec: dict, case: dict, sample, gpu: str) -> dict:
+    """One backward case: ``{"values", "differ", "outside"}`` (deterministic bits against
+    runs 0-2; default runs 3-5 against the spread)."""
+    import ml_dtypes  # noqa: PLC0415
+
+    from .. import fa4  # noqa: PLC0415
+
+    if fc.case_digest(case, True) != rec["input_digest"]:
+        raise AssertionError(f"fa4 backward recording {rec['index']}: the case's inputs changed")
+    i = rec["index"]
+    dt = ml_dtypes.bfloat16 if case["dtype"] == "bf16" else np.float16
+    q, k, v = (x.view(dt) for x in fc.make_input_bits(case))
+    o, lse = sample[f"b{i}_out"].view(dt), sample[f"b{i}_lse"]
+    kw = dict(softmax_scale=case["scale"], causal=case["causal"],
+              window_size=fc.window_args(case), gpu=gpu)
+    if "seqlens_q" in case:
+        g = fc.grad_bits(dict(case, batch=1))[0].view(dt)
+        cq, ck = fc.cu_seqlens(case["seqlens_q"]), fc.cu_seqlens(case["seqlens_k"])
+        det = fa4.flash_attn_varlen_backward(g, q, k, v, o, lse, cq, ck, deterministic=True, **kw)
+        spread = None  # varlen: the deterministic bits only
+    else:
+        g = fc.grad_bits(case).view(dt)
+        det = fa4.flash_attn_backward(g, q, k, v, o, lse, deterministic=True, **kw)
+        *_, spread = fa4.flash_attn_backward(g, q, k, v, o, lse, spread=True, **kw)
+    res = {"values": 0, "differ": 0, "outside": 0}
+    for name, mine in zip(("dq", "dk", "dv"), det, strict=True):
+        runs = sample[f"b{i}_{name}_runs"]
+        bits = np.ascontiguousarray(mine).view(np.uint16)
+        res["values"] += bits.size * 3
+        res["differ"] += sum(int((bits != (runs[0] ^ runs[r] if r else runs[0])).sum())
+                             for r in range(3))
+        if spread is not None:
+            lo, hi = (np.asarray(x, np.float32) for x in spread[name])
+            for r in range(3, 6):
+                run = (runs[0] ^ runs[r]).view(dt).astype(np.float32)
+                res["outside"] += int(((run < lo) | (run > hi)).sum())
+    return res
+
+
+def _backward_row(report, sample, gpu, step) -> dict:
+    cases = fc.backward_cases()
+    recs = [r for r in report["backward"][::step] if "runs" in r]
+    done = [r for r in recs if not cases[r["index"]]["softcap"]]
+    total = {"values": 0, "differ": 0, "outside": 0}
+    for r in done:
+        for key, val in check_backward(r, cases[r["index"]], sample, gpu).items():
+            total[key] += val
+    sinks = sum(bool(cases[r["index"]].get("sink")) for r in done)
+    return {"check": f"fa4 backward ({len(done)} calls x 3 deterministic runs; default runs "
+                     "inside the spread)",
+            "cases": total["values"], "mismatches": total["differ"] + total["outside"],
+            "detail": f"{len(recs) - len(done)} softcap calls not emulated; dsink of {sinks} "
+                      "sink calls not checked" + (f"; {total['outside']} default-run values "
+                                                  "outside the spread" if total["outside"] else "")}
+
+
 def _phase_row(name: str, recs, cases, sample, prefix, gpu, backward=False) -> dict:
     done = [r for r in recs if "out" in r]
     values = differ = calls_differ = 0
@@ -120,4 +179,5 @@ def check_all(quick: bool = False) -> list[dict]:
         _phase_row("forward of the backward cases", report["backward"][::step],
                    fc.backward_cases(), bwd_sample, "b", gpu, backward=True),
         _phase_row("drawn forward", drawn[::step], fc.drawn_cases(len(drawn)), {}, "d", gpu),
+        _backward_row(report, bwd_sample, gpu, step),
     ]
