@@ -209,14 +209,25 @@ def test_stubs_say_what_to_do():
             exercises.check(p.number, p.stub)
 
 
-def test_stubs_of_the_new_rungs_do_not_name_the_instructions():
-    """The task is what to compute; the instructions are for the hints."""
+def test_no_stub_names_the_instructions():
+    """The task is what to compute; the instructions, their order and ftz are for the hints."""
     for p in exercises.PUZZLES.values():
-        if p.kind[0] != "legacy":
-            doc = p.stub.__doc__
-            assert "lines" in doc or "line)" in doc, p.name
-            for word in ("shfl_xor", "ffma(", "FFMA", "FSUB", "FMUL", "ftz=True", "satfinite"):
-                assert word not in doc, (p.name, word)
+        doc = p.stub.__doc__
+        assert "lines" in doc or "line)" in doc, p.name
+        for word in ("shfl_xor", "ffma(", "fmul(", "fadd(", "fsub(", "fmax(", "ex2(", "lg2(", "rcp(",
+                     "FFMA", "FADD", "FSUB", "FMUL", "ftz=True", "satfinite", "MUFU.", "lane mask"):
+            assert word not in doc, (p.name, word)
+
+
+def test_the_expert_rungs_sequences_are_in_their_hints():
+    """What the expert stubs used to spell out is revealed one hint at a time instead."""
+    last = {"reduce_max": "lane mask 1", "online_rescale": "fmul(acc_o, scores_scale",
+            "fp8_exp2": "ffma(scores, scale_log2", "finalize": "lse = ffma(row_max",
+            "combine": "out = ffma(w[s], o[s], out)"}
+    for name, text in last.items():
+        hints = exercises.hints(name)
+        assert len(hints) >= 3 and text in hints[-1], (name, hints[-1])
+        assert all(text not in h for h in hints[:-1]), name
 
 
 def test_hints_come_one_at_a_time():
