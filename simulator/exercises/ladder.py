@@ -24,7 +24,8 @@ class Puzzle:
         hints: revealed one at a time (``check N FILE --hint K`` shows the first K).
         checked_on: the device recording it is checked against, in words.
         kind: which check runs it: ``("legacy", n)`` for :mod:`.checker`'s exercise ``n``,
-            ``("fma",)``, ``("cvt", fmt)``, ``("mufu", form)``, ``("trace", name)``, ``("ds",)``.
+            ``("fma",)``, ``("cvt", fmt)``, ``("mufu", form)``, ``("trace", name)``,
+            ``("wgmma",)``, ``("mainloop",)``, ``("ds",)``.
     """
 
     number: int
@@ -102,6 +103,12 @@ _RUNGS = (
         "The scale is 2^((prev - new) * scale_log2), with 0 for a new maximum of -inf "
         "(Check_inf); 1 on the first block.",
         "Here the compiler does not contract: FSUB, then FMUL, then MUFU.EX2.")),
+    ("rescale_o", stubs.rescale_o, 1, ("trace", "rescale_o"), f"{_TRACES}: O of every "
+     "rescale_o (both schedules, bf16, f16, e4m3)", (
+        "Each row of O has one factor, held by the four threads of the quad that own the row: "
+        "broadcast it over the row's columns.",
+        "One multiply per element and nothing to add: FMUL, with fast math's ftz.",
+        "fmul(acc_o, scores_scale[..., None], ftz=True).")),
     ("online_rescale", puzzles.online_rescale, 10, ("legacy", 2), f"{_TRACES}, bf16 / f16: "
      "every later block (scale, P, row_sum, rescaled O)", (
         "Puzzle 10's scale, then puzzle 9's P, then the row sum, then O.",
@@ -114,6 +121,14 @@ _RUNGS = (
         "p[..., ni] for ni = 1, 2, ... in order.",
         "rescale_o multiplies every element of a row of O by the row's scale: "
         "fmul(acc_o, scores_scale[..., None]). Every instruction is .ftz.")),
+    ("online_softmax", stubs.online_softmax, 10, ("trace", "online_softmax"), f"{_TRACES}, "
+     "bf16 / f16: row_max, scores_scale, P and row_sum of each CTA's first two blocks", (
+        "First block: puzzle 10 without a previous maximum, puzzle 9, then the thread's "
+        "columns of P added in order, starting from column 0 (no quad sum yet).",
+        "Second block: puzzle 10 with the first block's maximum, puzzle 9, and the sum of "
+        "puzzle 12: the old sum rescaled, the multiply fused with the first add.",
+        "row_sum = ffma(scores_scale, row_sum_prev, p[..., 0], ftz=True), then fadd "
+        "p[..., ni] for ni = 1, 2, ...; stack each result over the two blocks.")),
     ("fp8_exp2", puzzles.fp8_exp2, 4, ("legacy", 3), f"{_TRACES}, e4m3: P of every block", (
         "An FP8 kernel shifts P by 2^8 so that it uses e4m3's range: Max_offset = 8, "
         "subtracted from the scaled maximum.",
@@ -130,6 +145,32 @@ _RUNGS = (
         "With max_offset, undo FP8's 2^8 before the log: total = fmul(total, 2^-max_offset).",
         "lse = ffma(row_max, fmul(scale_log2, LN2_F32), fmul(lg2(total), LN2_F32)), -inf where "
         "the (scaled) total is 0 or NaN; LN2_F32 is simulator.numerics.mufu's float32 ln 2.")),
+    ("wgmma_dot_add", stubs.wgmma_dot_add, 15, ("wgmma",), "tensor-core probe: wgmma "
+     "m64n8k16 bf16, block 0 (512 instructions; the first 8,192 raw H200 outputs, the "
+     "block's digest)", (
+        "Every product of two bf16 values is exact in float64 (8-bit significands), and so is "
+        "C: the question is only how the tensor core adds the 17 terms.",
+        "The sum is fused: the products and C are aligned to the largest exponent E among "
+        "them, each term keeps only 25 bits below 2^E (truncated toward zero), and the kept "
+        "parts add exactly.",
+        "A product's exponent is the sum of its operands' exponents, floor(log2|a|) + "
+        "floor(log2|b|), a subnormal bf16 counting as -126: not the exponent of the product.",
+        "The exact sum is truncated toward zero to float32's 24 bits (below 2^-126 in steps "
+        "of 2^-149); inf and NaN terms give IEEE's sum, every NaN 0x7fffffff; -0 only when "
+        "every term is -0. simulator/mma/spec.py writes the model out.")),
+    ("cta_mainloop", stubs.cta_mainloop, 25, ("mainloop",), f"{_TRACES}: O and the LSE of "
+     "the 4 traced bf16 CTAs without softcap (both schedules, head dims 64 and 192)", (
+        "Scores: simulator.mma.gemm(q, k_block.T, C, instruction='wgmma.m64n{N}k16.f32.bf16."
+        "bf16') with C all -0.0 (the kernel's zero-initialised accumulator); then -inf where "
+        "keep is False.",
+        "view = simulator.hw.rowcol_view(f'm64n{N}k16'): view.apply(view.layout.from_matrix("
+        "tile)) gives each thread's rows and columns, view.layout.to_matrix(view.unapply(x)) "
+        "goes back, view.row_values(state) gives one value per row.",
+        "Per block: puzzle 10, puzzle 9, the carried sum of puzzle 13; O times the block's "
+        "scale by row (puzzle 11), then O = gemm(P converted to q's format, v_block, O).",
+        "After the last block, puzzle 15 (max_offset 0, final_scale 1): O times its "
+        "scores_scale, row by row; the LSE one value per row. The schedule (plain or "
+        "overlapped) does not change these bits.")),
     ("combine", puzzles.combine, 15, ("legacy", 4), "29 split-KV combines of the real FA3 "
      "library (fa3-fwd 0.0.3, H200)", (
         "Subtract the maximum LSE over the splits (allreduce(lse, 'max'); cur = 0 where it is "
