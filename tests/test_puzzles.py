@@ -102,6 +102,63 @@ def _combine(exp, tree=True):
     return fn
 
 
+def _two_blocks(rescale=True, restart=False, quad=False):
+    def fn(blocks, scale_log2):
+        row_max, row_sum, out = None, None, []
+        for scores in blocks:
+            row_max, scale = S.max_get_scale(scores, None if restart else row_max, scale_log2)
+            p = S.scale_apply_exp2(scores, row_max, scale_log2)
+            row_sum = S._row_sum(p, scale if rescale else np.ones_like(scale), row_sum)
+            row_sum = S.quad_sum(row_sum) if quad else row_sum
+            out.append((row_max, scale, p, row_sum))
+        return tuple(np.stack(x) for x in zip(*out, strict=True))
+    return fn
+
+
+def _dot_add_by_product_exponent():
+    """The fused dot-add with the alignment taken from each product's own exponent."""
+    def fn(a, b, c):
+        a64, b64 = a.astype(np.float64), np.swapaxes(b.astype(np.float64), -1, -2)
+        with np.errstate(invalid="ignore"):
+            terms = np.concatenate([a64[..., :, None, :] * b64[..., None, :, :],
+                                    c.astype(np.float64)[..., None]], -1)
+        live = np.isfinite(terms) & (terms != 0)
+        e = np.frexp(np.where(live, terms, 1.0))[1] - 1
+        big = np.where(live, e, -(1 << 20)).max(axis=-1, keepdims=True)
+        q = np.ldexp(1.0, np.where(big < -(1 << 19), 0, big - 25))
+        total = np.trunc(np.where(live, terms, 0.0) / q).sum(axis=-1) * q[..., 0]
+        d = (total.view(np.uint64) & ~np.uint64((1 << 29) - 1)).view(np.float64).astype(np.float32)
+        return np.where(np.isfinite(terms).all(axis=-1), d, S.wgmma_dot_add(a, b, c))
+    return fn
+
+
+def _mainloop(divide=False, sum_converted=False):
+    def fn(q, k_blocks, v_blocks, keep, scale_log2):
+        from simulator.hw import rowcol_view
+        from simulator.mma import gemm
+
+        n, dv = k_blocks.shape[1], v_blocks.shape[-1]
+        view = rowcol_view(f"m64n{n}k16")
+        acc_o = np.zeros(q.shape[:-1] + (dv,), np.float32)
+        row_max = row_sum = None
+        for kb, vb, ok in zip(k_blocks, v_blocks, keep, strict=True):
+            s = gemm(q, kb.T, np.full(q.shape[:-1] + (n,), -0.0, np.float32),
+                     instruction=f"wgmma.m64n{n}k16.f32.bf16.bf16")
+            scores = view.apply(view.layout.from_matrix(np.where(ok, s, NEG_INF)))
+            row_max, scale = S.max_get_scale(scores, row_max, scale_log2)
+            p = S.scale_apply_exp2(scores, row_max, scale_log2)
+            p16 = convert(p, "bf16").astype(np.float32)
+            row_sum = S._row_sum(p16 if sum_converted else p, scale, row_sum)
+            acc_o = fmul(acc_o, view.row_values(scale)[..., None], ftz=True)
+            acc_o = gemm(convert(view.layout.to_matrix(view.unapply(p)), "bf16"), vb, acc_o,
+                         instruction=f"wgmma.m64n{dv}k16.f32.bf16.bf16")
+        total, final, lse = S.finalize(row_max, row_sum, scale_log2, 0, np.float32(1))
+        if divide:
+            return (acc_o / view.row_values(total)[..., None]).astype(np.float32), view.row_values(lse)
+        return fmul(acc_o, view.row_values(final)[..., None], ftz=True), view.row_values(lse)
+    return fn
+
+
 #: per rung: (wrong attempt, what it is, the array where the check must find it)
 WRONG = {
     "fma": [
@@ -151,6 +208,26 @@ WRONG = {
     "online_rescale": [
         (_online_rescale(True), "row_sum rescale unfused", "row_sum"),
         (lambda *a: (*S.online_rescale(*a)[:3], a[4]), "O not rescaled", "acc_o")],
+    "rescale_o": [
+        (lambda o, s: (o / (np.float32(1) / s)[..., None]).astype(np.float32),
+         "divided by the reciprocal", "acc_o"),
+        (lambda o, s: fmul(o, s[..., :1, None], ftz=True), "row mi 0's scale for both rows",
+         "acc_o")],
+    "online_softmax": [
+        (_two_blocks(rescale=False), "earlier sum not rescaled", "row_sum"),
+        (_two_blocks(restart=True), "maximum restarted each block", "row_max"),
+        (_two_blocks(quad=True), "sum reduced over the quad each block", "row_sum")],
+    "wgmma_dot_add": [
+        (lambda a, b, c: (np.matmul(a.astype(np.float32), b.astype(np.float32)) + c),
+         "float32 matmul, then + C", "D"),
+        (lambda a, b, c: (np.matmul(a.astype(np.float64), b.astype(np.float64))
+                          + c).astype(np.float32), "exact, rounded to nearest", "D"),
+        (_dot_add_by_product_exponent(), "aligned to each product's own exponent", "D")],
+    "cta_mainloop": [
+        (lambda q, k, v, m, c: S.cta_mainloop(q, k[::-1], v[::-1], m[::-1], c),
+         "blocks visited first to last", None),
+        (_mainloop(divide=True), "O divided by the row sum", "O"),
+        (_mainloop(sum_converted=True), "row sum of the bf16 P", "lse")],
     "fp8_exp2": [
         (_fp8(0), "Max_offset forgotten", "acc_s"),
         (_fp8(8, fused=False), "offset as a separate FSUB", "acc_s")],
@@ -209,14 +286,25 @@ def test_stubs_say_what_to_do():
             exercises.check(p.number, p.stub)
 
 
-def test_stubs_of_the_new_rungs_do_not_name_the_instructions():
-    """The task is what to compute; the instructions are for the hints."""
+def test_no_stub_names_the_instructions():
+    """The task is what to compute; the instructions, their order and ftz are for the hints."""
     for p in exercises.PUZZLES.values():
-        if p.kind[0] != "legacy":
-            doc = p.stub.__doc__
-            assert "lines" in doc or "line)" in doc, p.name
-            for word in ("shfl_xor", "ffma(", "FFMA", "FSUB", "FMUL", "ftz=True", "satfinite"):
-                assert word not in doc, (p.name, word)
+        doc = p.stub.__doc__
+        assert "lines" in doc or "line)" in doc, p.name
+        for word in ("shfl_xor", "ffma(", "fmul(", "fadd(", "fsub(", "fmax(", "ex2(", "lg2(", "rcp(",
+                     "FFMA", "FADD", "FSUB", "FMUL", "ftz=True", "satfinite", "MUFU.", "lane mask"):
+            assert word not in doc, (p.name, word)
+
+
+def test_the_expert_rungs_sequences_are_in_their_hints():
+    """What the expert stubs used to spell out is revealed one hint at a time instead."""
+    last = {"reduce_max": "lane mask 1", "online_rescale": "fmul(acc_o, scores_scale",
+            "fp8_exp2": "ffma(scores, scale_log2", "finalize": "lse = ffma(row_max",
+            "combine": "out = ffma(w[s], o[s], out)"}
+    for name, text in last.items():
+        hints = exercises.hints(name)
+        assert len(hints) >= 3 and text in hints[-1], (name, hints[-1])
+        assert all(text not in h for h in hints[:-1]), name
 
 
 def test_hints_come_one_at_a_time():

@@ -268,17 +268,18 @@ def draw_event(i, ax=None, events=mini_events):
     ax.set_title(f"event {i}: {e.step}, n_block={e.n_block}", fontsize=9)
     return ax
 
+# the static grid is always drawn (and saved with the notebook); the slider comes on top of it
+wanted = [("qk_gemm", 1), ("mask", 1), ("online_softmax", 1), ("max_get_scale", 0),
+          ("pv_gemm", 0), ("epilogue", None)]
+index = {(e.step, e.n_block): i for i, e in enumerate(mini_events)}
+fig, axes = plt.subplots(2, 3, figsize=(15, 6))
+for key, ax in zip(wanted, axes.ravel(), strict=True):
+    draw_event(index[key], ax)
+fig.tight_layout()
+plt.show()
 if NB.widgets is not None:
     NB.widgets.interact(lambda i: (draw_event(i), plt.show()),
                         i=NB.widgets.IntSlider(min=0, max=len(mini_events) - 1, value=0))
-else:
-    wanted = [("qk_gemm", 1), ("mask", 1), ("online_softmax", 1), ("max_get_scale", 0),
-              ("pv_gemm", 0), ("epilogue", None)]
-    index = {(e.step, e.n_block): i for i, e in enumerate(mini_events)}
-    fig, axes = plt.subplots(2, 3, figsize=(15, 6))
-    for key, ax in zip(wanted, axes.ravel(), strict=True):
-        draw_event(index[key], ax)
-    fig.tight_layout()
 
 # %%
 print(NB.finish())

@@ -515,14 +515,15 @@ def draw_step(i, axes=None):
     axes[1].set_title(f"bits that differ from the emulator: {n_bad}", fontsize=9)
     return n_bad
 
+# the static grid is always drawn (and saved with the notebook); the slider comes on top of it
+picks = [1, 2, p_i, o_i]
+fig, axes = plt.subplots(len(picks), 2, figsize=(11, 2.6 * len(picks)))
+assert sum(draw_step(i, ax_row) for i, ax_row in zip(picks, axes, strict=True)) == 0
+fig.tight_layout()
+plt.show()
 if NB.widgets is not None:
     NB.widgets.interact(lambda i: (draw_step(i), plt.show()),
                         i=NB.widgets.IntSlider(min=0, max=len(dev_events) - 1, value=0))
-else:
-    picks = [1, 2, p_i, o_i]
-    fig, axes = plt.subplots(len(picks), 2, figsize=(11, 2.6 * len(picks)))
-    assert sum(draw_step(i, ax_row) for i, ax_row in zip(picks, axes, strict=True)) == 0
-    fig.tight_layout()
 
 # %%
 print(NB.finish())

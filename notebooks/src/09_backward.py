@@ -97,10 +97,11 @@ print("largest difference from the float64 sum:", np.abs(res.dpsum[0, head, : cf
 # %% [markdown]
 # ## One key block's dS, by hand
 #
-# CTA (n_block 1, head 0) at m_block 2: S = Q K^T and dP = dO V^T on the tensor cores (k16
-# steps, zero-initialised), the causal mask, P through FFMA + MUFU.EX2, dS = P (dP - dPsum),
-# both rounded to fp16 for the next GEMMs. Its dQ partial dS K is what it reduce-adds into
-# dQaccum.
+# The CTA of key block n_block 2 (head 0) at m_block 2, the key block on that m_block's causal
+# edge (n_block 1 lies wholly below the diagonal: nothing of it is masked): S = Q K^T and
+# dP = dO V^T on the tensor cores (k16 steps, zero-initialised), the causal mask, P through
+# FFMA + MUFU.EX2, dS = P (dP - dPsum), both rounded to fp16 for the next GEMMs. Its dQ
+# partial dS K is what it reduce-adds into dQaccum.
 
 # %%
 ins = mma.parse("wgmma", f"m64n{N}k16.f32.f16.f16")
@@ -132,7 +133,9 @@ def masked_count(m_block, n_block):
 
 # the causal edge of m_block 2: the key block its mask cuts partly
 edge = next(n for n in range(cfg.n_blocks) if 0 < masked_count(2, n) < M * N)
+assert edge == 2 and masked_count(2, 1) == 0 and 0 < masked_count(2, edge) < M * N
 p, ds16, part = tile(2, edge)
+assert np.count_nonzero(p.view(np.uint32) == 0) >= masked_count(2, edge)  # a masked score gives P = +0
 fig, axes = plt.subplots(1, 2, figsize=(11, 3))
 axes[0].imshow(p, aspect="auto", cmap="viridis")
 axes[0].set(title=f"P of CTA n_block {edge} at m_block 2 (causal edge: "

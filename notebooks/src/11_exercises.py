@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 11. Exercises: write a step of FA3's forward, checked against the H200
 #
-# A ladder of fifteen puzzles in the style of GPU-Puzzles; this notebook works through the
+# A ladder of nineteen puzzles in the style of GPU-Puzzles; this notebook works through the
 # expert rungs. Each asks for one step of the FlashAttention-3
 # forward as a small NumPy function in the emulator's lockstep model: a thread axis of 128
 # (a warpgroup), float32 instructions from `simulator.numerics` (`fadd fsub fmul ffma fmax`,
@@ -30,10 +30,10 @@
 # | rung | step | checked on |
 # | --- | --- | --- |
 # | 7 `reduce_max` | a quad's row max, `shfl_xor` | 7 step traces (`max_get_scale`), the reduction probe |
-# | 11 `online_rescale` | `scores_scale`, P, `row_sum`, O | later K/V blocks of 5 bf16 / f16 traces |
-# | 12 `fp8_exp2` | FP8's `Max_offset = 8` | every block of the 2 e4m3 traces |
-# | 13 `finalize` | the quad sum, `1 / sum`, the LSE (with FP8's sum correction) | the 7 traces |
-# | 14 `combine` | the split-KV combine | 29 calls of the real FA3 library (2-100 splits) |
+# | 12 `online_rescale` | `scores_scale`, P, `row_sum`, O | later K/V blocks of 5 bf16 / f16 traces |
+# | 14 `fp8_exp2` | FP8's `Max_offset = 8` | every block of the 2 e4m3 traces |
+# | 15 `finalize` | the quad sum, `1 / sum`, the LSE (with FP8's sum correction) | the 7 traces |
+# | 18 `combine` | the split-KV combine | 29 calls of the real FA3 library (2-100 splits) |
 #
 # The stubs, with their inputs, outputs, shapes and hints, are `simulator/exercises/puzzles.py`
 # (shown below); the reference solutions are kept apart in `simulator/exercises/solutions.py`,
@@ -73,9 +73,10 @@ for p in exercises.PUZZLES.values():
 # %% [markdown]
 # ## The ladder
 #
-# `python -m simulator.exercises list` prints the whole ladder: fifteen rungs from one FFMA
-# (rung 1) through conversions, MUFU.EX2, the quad shuffles and each softmax step to the
-# split-KV combine and one key block of the backward's dS. The first rungs' stubs are in
+# `python -m simulator.exercises list` prints the whole ladder: nineteen rungs from one FFMA
+# (rung 1) through conversions, MUFU.EX2, the quad shuffles, each softmax step, one wgmma
+# and one CTA's whole mainloop to the split-KV combine and one key block of the backward's dS.
+# The first rungs' stubs are in
 # `simulator/exercises/stubs.py` and say what to compute, not how; `exercises.hints(N, K)` (or
 # `check N FILE --hint K`) reveals the first K hints. The sections below are the expert rungs.
 # A failed rung draws where its bits part from the device's: here FMUL then FADD in place of
@@ -160,7 +161,7 @@ wrong = try_check("reduce_max", no_ftz)
 assert not wrong.passed and wrong.where["case"].startswith("reduction probe")
 
 # %% [markdown]
-# ## Rung 11 (online_rescale): the online rescale
+# ## Rung 12 (online_rescale): the online rescale
 #
 # When a later K/V block raises a row's max, the old sum and the old O were computed against a
 # smaller max and must shrink by `2^((old - new) * scale_log2)`. FA3 folds the softmax scale
@@ -244,7 +245,7 @@ ax.set_title(f"P of CTA {cta}, '{case.name}': FMUL + FADD against the H200's FFM
 fig.tight_layout()
 
 # %% [markdown]
-# ## Rung 12 (fp8_exp2): FP8's Max_offset
+# ## Rung 14 (fp8_exp2): FP8's Max_offset
 #
 # With e4m3 inputs, P is converted to e4m3 (3 mantissa bits, nothing below `2^-9`) before the
 # PV GEMM. FA3 shifts the exponent by `Max_offset = 8` inside the FFMA that subtracts the max,
@@ -276,7 +277,7 @@ got, want = (int(wrong.where[k][2:10], 16) for k in ("a", "b"))
 assert want - got == 8 << 23            # the same sign and mantissa, the exponent 8 higher
 
 # %% [markdown]
-# ## Rung 14 (combine): the split-KV combine
+# ## Rung 18 (combine): the split-KV combine
 #
 # With `num_splits > 1`, every split runs the forward over its own range of K/V blocks and
 # stores its O (divided by its own row sum) and its LSE; FA3's combine kernel then merges the
@@ -324,12 +325,12 @@ print(f"LSE of splits 100 and 99 without the max: {lse[0]}, O {out[0]}")
 assert lse[0] == np.inf and not out.any()
 
 # %% [markdown]
-# ## Rung 13 (finalize): finalize
+# ## Rung 15 (finalize): finalize
 #
 # After the last block, each thread's partial `row_sum` is summed over the quad (the same
 # butterfly as rung 7, with `add.ftz`), inverted for O, and turned into the natural-log LSE
 # that the backward reads; in an FP8 kernel the sum is first multiplied by `2^-8` to undo
-# rung 12's offset (docs/forward.md "finalize").
+# rung 14's offset (docs/forward.md "finalize").
 
 # %%
 print(inspect.getdoc(puzzles.finalize))

@@ -24,17 +24,21 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import RecordedDataError
 from ..flash.backward import make_backward_config, preprocess_dpsum
-from ..hw import thread_reduce
+from ..hw import accumulator_layout, rowcol_view, thread_reduce
 from ..io import read_json, read_npz
+from ..mma import wgmma as mma_wgmma
 from ..numerics import FORMATS, ffma
+from ..replay import mma as mma_replay
 from ..replay import mufu as mufu_replay
 from ..replay import numerics as num_replay
 from ..replay import twin_backward as tb
 from ..replay.common import digest
+from ..replay.mma_cases import mma_block
 from ..replay.numerics_cases import arith_block
 from . import recorded
 from .checker import (
@@ -49,7 +53,7 @@ from .checker import (
     result,
 )
 from .checker import run as checker_run
-from .recorded import fragment
+from .recorded import fragment, rowcol
 
 
 def _hex(bits, width: int) -> str:
@@ -166,11 +170,48 @@ def _thread_max(scores, prev):
     return thread_reduce(scores, prev, op="max", zero_init=prev is None)
 
 
+def _rescale_outputs(fn, case, events, out):
+    """rescale_o: the k-th rescale_o from the end applies the k-th max_get_scale's scale from the
+    end (plain: the same block; IntraWGOverlap: one PV GEMM later; RescaleOBeforeGemm: before);
+    O as the rescale finds it: the last PV GEMM's (or rescale's) output, else zeros."""
+    mgs = [e for _, e in events if e.step == "max_get_scale"]
+    rescales = [i for i, e in events if e.step == "rescale_o"]
+    for k, i in enumerate(rescales[::-1]):
+        shape = case.device.events[i].data["acc_o"].shape
+        before = [e for j, e in events if j < i and "acc_o" in e.data]
+        acc_o = rowcol(before[-1].data["acc_o"] if before else np.zeros(shape, np.float32))
+        got = _float32("rescale_o's return", _call(fn, acc_o, mgs[-1 - k].data["scores_scale"]),
+                       acc_o.shape)
+        out[i] = {"acc_o": fragment(got)}
+
+
+def _two_block_outputs(fn, case, cta, events, out):
+    """online_softmax: the CTA's first two blocks, the reader's state carried between them."""
+    mgs = [(i, e) for i, e in events if e.step == "max_get_scale"][:2]
+    soft = [i for i, e in events if e.step == "online_softmax"][:2]
+    blocks = [_scores_before(events, i, e.n_block) for i, e in mgs]
+    res = _unpack("online_softmax's return", _call(fn, blocks, case.scale_log2[cta]), 4)
+    rows = (2,) + mgs[0][1].data["row_max"].shape
+    row_max, scale, p, row_sum = (
+        _float32(f"{n} ({o} returned)", v, shape) for n, o, v, shape in zip(
+            ("row_max", "scores_scale", "p", "row_sum"), ("1st", "2nd", "3rd", "4th"), res,
+            (rows, rows, (2,) + blocks[0].shape, rows), strict=True))
+    for j in range(2):
+        out[mgs[j][0]] = {"row_max": row_max[j], "scores_scale": scale[j]}
+        out[soft[j]] = {"acc_s": fragment(p[j]), "row_sum": row_sum[j]}
+
+
 def trace_outputs(name: str, fn):
     """``outputs(case) -> {event: {array: value}}`` of rung ``name`` on a forward step trace."""
     def outputs(case):
         out = {}
         for cta, events in _cta_events(case.device).items():
+            if name == "rescale_o":
+                _rescale_outputs(fn, case, events, out)
+                continue
+            if name == "online_softmax":
+                _two_block_outputs(fn, case, cta, events, out)
+                continue
             prev, block_max, last_sum = None, {}, None
             for i, e in events:
                 if e.step == "max_get_scale":
@@ -201,10 +242,10 @@ def trace_outputs(name: str, fn):
 
 
 def check_trace_rung(fn, name: str):
-    """Rung ``name`` on the recorded forward step traces (scale_apply_exp2: bf16 / f16 only,
-    the FP8 kernels' P carries Max_offset)."""
+    """Rung ``name`` on the recorded forward step traces (scale_apply_exp2 and online_softmax:
+    bf16 / f16 only, the FP8 kernels' P carries Max_offset)."""
     cases = recorded.trace_cases()
-    if name == "scale_apply_exp2":
+    if name in ("scale_apply_exp2", "online_softmax"):
         cases = tuple(c for c in cases if c.max_offset == 0)
     failures, compared, outputs_of = [], 0, trace_outputs(name, fn)
     for case in cases:
@@ -267,6 +308,68 @@ def check_backward_ds(fn):
     return failures, compared, len(cases)
 
 
+# ---- one wgmma ----------------------------------------------------------------------------------
+WGMMA_PROBE = "wgmma_m64n8k16_bf16"
+
+
+@functools.lru_cache(maxsize=1)
+def _wgmma_block():
+    report, digests = mma_replay.load_recorded()
+    a, b, c = mma_block("bf16", 64, 8, 16, 0, mma_replay.tiles_per_block(WGMMA_PROBE, report))
+    return (a.view(ml_dtypes.bfloat16), b.view(ml_dtypes.bfloat16), c.view(np.float32),
+            digests[f"{WGMMA_PROBE}_head"], digests[WGMMA_PROBE][0].tobytes())
+
+
+def check_wgmma(fn):
+    """Block 0 of the tensor-core probe of ``wgmma.m64n8k16.f32.bf16.bf16`` (512 instructions):
+    its raw head (the first 8,192 outputs), then the block's digest; a block that differs only
+    past the head is located with the emulator's bits, once they match the digest."""
+    a, b, c, head, block_digest = _wgmma_block()
+    got = _float32("wgmma_dot_add's return", _call(fn, a, b, c), c.shape).view(np.uint32)
+    label = f"tensor-core probe {WGMMA_PROBE}, block 0 ({len(c)} instructions)"
+
+    def where(pos):
+        return f"instruction {pos[0]}, row {pos[1]} of 64, column {pos[2]} of 8"
+
+    flat_head = head.reshape(-1, 64, 8)
+    fail = compare_bits(label, "D", got[:len(flat_head)], flat_head, np.float32, where)
+    if fail is None and digest(got) != block_digest:
+        ref = mma_wgmma("m64n8k16.f32.bf16.bf16", a, b, c).view(np.uint32)
+        if digest(ref) != block_digest:
+            raise RecordedDataError(f"mma_digests.npz: {WGMMA_PROBE} block 0 cannot be located")
+        fail = compare_bits(label, "D", got, ref, np.float32, where)
+    return [fail] if fail else [], got.size, 1
+
+
+# ---- one CTA's mainloop ---------------------------------------------------------------------------
+def check_mainloop(fn):
+    """Every traced bf16 / f16 CTA without softcap: O after finalize's scale (the epilogue's
+    ``acc_o``, as a matrix) and the LSE (finalize's ``lse``, one per row)."""
+    failures, compared = [], 0
+    cases = recorded.mainloop_cases()
+    for m in cases:
+        events = [e for e in m.case.device.events if e.cta == m.cta]
+        epilogue = events[-1].data["acc_o"]
+        o_layout = accumulator_layout(f"m64n{2 * epilogue.shape[-1]}k16")
+        want_o = o_layout.to_matrix(epilogue)
+        fin = next(e for e in events if e.step == "finalize")
+        want_lse = rowcol_view(f"m64n{m.k_blocks.shape[1]}k16").row_values(fin.data["lse"])
+        res = _unpack("cta_mainloop's return", _call(fn, m.q, m.k_blocks, m.v_blocks, m.keep,
+                                                     m.case.scale_log2[m.cta]), 2)
+        o = _float32("o (1st returned)", res[0], want_o.shape)
+        lse = _float32("lse (2nd returned)", res[1], want_lse.shape)
+        compared += o.size + lse.size
+        for array, got, want, text in (
+                ("lse", lse, want_lse, lambda p: f"warpgroup {p[0]}, row {p[1]} of 64"),
+                ("O", o, want_o, lambda p: f"warpgroup {p[0]}, row {p[1]} of 64, column {p[2]}")):
+            fail = compare_bits(m.label, array, got.view(np.uint32), want.view(np.uint32),
+                                np.float32, text)
+            if fail:
+                failures.append(fail)
+                break
+    return failures, compared, len(cases)
+
+
 # ---- dispatch ----------------------------------------------------------------------------------
 def run_rung(puzzle, fn):
     """Run ladder rung ``puzzle`` (a :class:`simulator.exercises.ladder.Puzzle`) on ``fn``."""
@@ -282,6 +385,10 @@ def run_rung(puzzle, fn):
             failures, compared, total = check_mufu(fn, kind[1], puzzle.name)
         elif kind[0] == "trace":
             failures, compared, total = check_trace_rung(fn, kind[1])
+        elif kind[0] == "wgmma":
+            failures, compared, total = check_wgmma(fn)
+        elif kind[0] == "mainloop":
+            failures, compared, total = check_mainloop(fn)
         else:
             failures, compared, total = check_backward_ds(fn)
     except _BadReturn as exc:

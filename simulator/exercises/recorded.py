@@ -107,6 +107,66 @@ def _view(registers: int):
     return rowcol_view(accumulator_layout(f"m64n{2 * registers}k16"))
 
 
+# ---- one CTA's mainloop ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MainloopCase:
+    """One traced CTA's inputs, for the mainloop puzzle.
+
+    Attributes:
+        label: the configuration and the CTA ``(batch, head, m_block)``.
+        case: the :class:`TraceCase` it comes from; ``cta``: the CTA.
+        q: ``[W, 64, d]`` (bf16 / f16): the CTA's query rows, zero past the sequence.
+        k_blocks, v_blocks: ``[B, N, d]`` / ``[B, N, dv]``: the key and value blocks in the
+            order the trace visits them, zero past the sequence.
+        keep: bool ``[B, W, 64, N]``: the mask (hopper/mask.h, :func:`simulator.flash.masks.allowed`).
+    """
+
+    label: str
+    case: TraceCase
+    cta: tuple
+    q: np.ndarray
+    k_blocks: np.ndarray
+    v_blocks: np.ndarray
+    keep: np.ndarray
+
+
+@functools.lru_cache(maxsize=1)
+def mainloop_cases() -> tuple[MainloopCase, ...]:
+    """Every traced CTA of the bf16 / f16 traces without softcap, with its inputs (cached).
+
+    Raises:
+        RecordedDataError: the recording is missing or altered.
+    """
+    from ..flash.mainloop_fwd_sm90 import padded_inputs, tile_rows  # noqa: PLC0415
+    from ..flash.masks import allowed  # noqa: PLC0415
+
+    _, rows = traces.load_traces(DEVICE_DATA_DIR / traces.TRACES_FILE)
+    by_name = {c.name: c for c in trace_cases()}
+    out = []
+    for rec, _raw in rows:
+        case = by_name[rec["name"]]
+        if case.max_offset or rec.get("softcap", 0.0):
+            continue
+        inputs = traces.make_inputs(rec)
+        kw = traces.call_kwargs(rec, inputs)
+        kw.pop("trace")
+        cfg = make_config(inputs["q"], inputs["k"], inputs["v"], **kw)
+        qp, kp, vp, _ = padded_inputs(cfg, inputs["q"], inputs["k"], inputs["v"])
+        for cta in case.device.ctas():
+            b = cta[0]
+            q_rows, heads, hkv = tile_rows(cfg, np.array([cta]))
+            order = [e.n_block for e in case.device.events if e.cta == cta and e.step == "qk_gemm"]
+            keys = np.array(order)[:, None] * cfg.kblock_n + np.arange(cfg.kblock_n)[None, :]
+            keep = allowed(q_rows[0][None, :, None], keys[:, None, :], cfg.seqlen_q,
+                           cfg.seqlens_k[b], cfg.window, cfg.chunk)
+            w = cfg.kblock_m // 64
+            out.append(MainloopCase(
+                f"recorded step trace '{case.name}', CTA {cta}", case, cta,
+                qp[b, q_rows[0], heads[0]].reshape(w, 64, -1), kp[b, keys, hkv[0]],
+                vp[b, keys, hkv[0]], keep.reshape(len(order), w, 64, cfg.kblock_n)))
+    return tuple(out)
+
+
 # ---- the reduction probe -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProbeCase:

@@ -141,3 +141,85 @@ def backward_ds(p, dp, dpsum, dtanh):
     """Puzzle backward_ds: FSUB then FMUL (no FFMA), then FMUL by dtanh with a softcap."""
     ds = fmul(p, fsub(dp, dpsum[..., None], ftz=True), ftz=True)
     return ds if dtanh is None else fmul(ds, dtanh, ftz=True)
+
+
+def rescale_o(acc_o, scores_scale):
+    """Puzzle rescale_o: one FMUL.FTZ per element of O by its row's scale."""
+    return fmul(acc_o, scores_scale[..., None], ftz=True)
+
+
+def _row_sum(p, scale=None, prev=None):
+    """A thread's columns of P in order: from ``p[..., 0]`` on a first block, else from
+    ``ffma(scale, prev, p[..., 0])`` (the rescale contracted with the first add)."""
+    s = p[..., 0] if prev is None else ffma(scale, prev, p[..., 0], ftz=True)
+    for ni in range(1, p.shape[-1]):  # the column order is the instruction order
+        s = fadd(s, p[..., ni], ftz=True)
+    return s
+
+
+def online_softmax(blocks, scale_log2):
+    """Puzzle online_softmax: puzzle 10 and 9 per block, the sum carried from block to block."""
+    row_max, row_sum, out = None, None, []
+    for scores in blocks:
+        row_max, scale = max_get_scale(scores, row_max, scale_log2)
+        p = scale_apply_exp2(scores, row_max, scale_log2)
+        row_sum = _row_sum(p, scale, row_sum)
+        out.append((row_max, scale, p, row_sum))
+    return tuple(np.stack(x) for x in zip(*out, strict=True))
+
+
+def wgmma_dot_add(a, b, c):
+    """Puzzle wgmma_dot_add: the 16 exact products and C aligned to the largest exponent
+    (a product's is the sum of its operands' exponents, a subnormal bf16 counting as 2^-126),
+    each truncated to 25 bits below it, summed exactly, the sum truncated to float32."""
+    a64, b64 = a.astype(np.float64), np.swapaxes(b.astype(np.float64), -1, -2)
+    c64 = c.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        terms = np.concatenate([a64[..., :, None, :] * b64[..., None, :, :], c64[..., None]], -1)
+
+    def expo(x):  # floor(log2 |x|) of the nonzero values, bf16 subnormals as -126
+        return np.frexp(np.where(x != 0, x, 1.0))[1].astype(np.int64) - 1
+
+    e = np.concatenate([np.maximum(expo(a64), -126)[..., :, None, :]
+                        + np.maximum(expo(b64), -126)[..., None, :, :], expo(c64)[..., None]], -1)
+    live = np.isfinite(terms) & (terms != 0)
+    big = np.where(live, e, -(1 << 20)).max(axis=-1, keepdims=True)
+    quantum = np.ldexp(1.0, np.where(big < -(1 << 19), 0, big - 25))
+    with np.errstate(invalid="ignore"):
+        total = (np.trunc(np.where(live, terms, 0.0) / quantum)).sum(axis=-1) * quantum[..., 0]
+    neg_zero = np.all((terms == 0) & np.signbit(terms), axis=-1)   # -0 only if every term is
+    total = np.where((total == 0) & neg_zero, -0.0, total)
+    bits = total.view(np.uint64) & ~np.uint64((1 << 29) - 1)       # truncate to 24 bits
+    tiny = np.trunc(total * 2.0**149) * 2.0**-149                     # below 2^-126: 2^-149 steps
+    with np.errstate(over="ignore"):
+        d = np.where(np.abs(total) < 2.0**-126, tiny, bits.view(np.float64)).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        special = np.where(np.isfinite(terms), 0.0, terms).sum(axis=-1)
+    d = np.where(np.isfinite(terms).all(axis=-1), d, special.astype(np.float32))
+    d[np.isnan(d)] = np.uint32(0x7FFFFFFF).view(np.float32)
+    return d
+
+
+def cta_mainloop(q, k_blocks, v_blocks, keep, scale_log2):
+    """Puzzle cta_mainloop: per block QK^T from a -0 accumulator, the mask, puzzles 10, 9 and
+    the carried sum, O rescaled (puzzle 11) and P V added with P converted; then finalize."""
+    from ..hw import rowcol_view  # noqa: PLC0415
+    from ..mma import gemm  # noqa: PLC0415
+
+    fmt = "f16" if q.dtype == np.float16 else "bf16"
+    n, dv = k_blocks.shape[1], v_blocks.shape[-1]
+    view_s = rowcol_view(f"m64n{n}k16")
+    ins = f"wgmma.m64n{n}k16.f32.{fmt}.{fmt}"
+    acc_o = np.zeros(q.shape[:-1] + (dv,), np.float32)
+    row_max = row_sum = None
+    for kb, vb, ok in zip(k_blocks, v_blocks, keep, strict=True):
+        s = gemm(q, kb.T, np.full(q.shape[:-1] + (n,), -0.0, np.float32), instruction=ins)
+        scores = view_s.apply(view_s.layout.from_matrix(np.where(ok, s, _NEG_INF)))
+        row_max, scale = max_get_scale(scores, row_max, scale_log2)
+        p = scale_apply_exp2(scores, row_max, scale_log2)
+        row_sum = _row_sum(p, scale, row_sum)
+        acc_o = fmul(acc_o, view_s.row_values(scale)[..., None], ftz=True)   # puzzle 11, by row
+        p_tile = view_s.layout.to_matrix(view_s.unapply(p))
+        acc_o = gemm(convert(p_tile, fmt), vb, acc_o, instruction=f"wgmma.m64n{dv}k16.f32.{fmt}.{fmt}")
+    _, final, lse = finalize(row_max, row_sum, scale_log2, 0, np.float32(1))
+    return fmul(acc_o, view_s.row_values(final)[..., None], ftz=True), view_s.row_values(lse)

@@ -168,3 +168,89 @@ def backward_ds(p: np.ndarray, dp: np.ndarray, dpsum: np.ndarray, dtanh: np.ndar
         float32 ``[rows, keys]``: dS as the backward kernel computes it on the H200.
     """
     raise _todo("backward_ds")
+
+
+def rescale_o(acc_o: np.ndarray, scores_scale: np.ndarray) -> np.ndarray:
+    """Puzzle: softmax.h's ``rescale_o``: shrink O when a row's maximum grew (about 1 line).
+
+    After a K/V block raised a row's maximum, everything the earlier blocks added into that
+    row of O was weighted for the old maximum: each of the row's elements is multiplied by
+    the row's ``scores_scale`` (puzzle max_get_scale's second result).
+
+    Args:
+        acc_o: float32 ``[..., 128, 2, ncol_o]``: the O accumulator in the row/column view
+            (``ncol_o`` = head dim / 4), as the rescale finds it.
+        scores_scale: float32 ``[..., 128, 2]``: each thread's two rows' factors.
+    Returns:
+        float32 ``[..., 128, 2, ncol_o]``: O rescaled, as the H200 computes it.
+    """
+    raise _todo("rescale_o")
+
+
+def online_softmax(blocks: list, scale_log2: np.float32):
+    """Puzzle: the online softmax over a CTA's first two K/V blocks, carried from one to the next
+    (about 10 lines).
+
+    The kernel visits a CTA's key blocks one after another and keeps, per thread, each row's
+    running maximum and its partial row sum (its own columns only, not yet added over the
+    quad). On the first block the maximum and sum start from that block alone; on the second
+    the earlier sum is rescaled for the new maximum before the block's P joins it. Unlike
+    the rungs before, nothing is handed back from the device between the two blocks: what
+    your first block computes is what your second block reads.
+
+    Args:
+        blocks: two float32 arrays ``[..., 128, 2, ncol]``: the masked scores of the CTA's first
+            and second K/V blocks, in the order the kernel visits them (the row/column view).
+        scale_log2: float32 scalar: ``softmax_scale * log2(e)``.
+    Returns:
+        ``(row_max, scores_scale, p, row_sum)``, each stacked over the two blocks: float32
+        ``[2, ..., 128, 2]``, ``[2, ..., 128, 2]``, ``[2, ..., 128, 2, ncol]``,
+        ``[2, ..., 128, 2]``: after each block, the row maximum (quad-uniform), the factor of
+        the earlier blocks (1 on the first), P (unnormalised) and each thread's partial sum.
+    """
+    raise _todo("online_softmax")
+
+
+def wgmma_dot_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Puzzle: one tensor-core instruction, ``wgmma.m64n8k16.f32.bf16.bf16`` (about 15 lines).
+
+    ``D = A B + C`` for a 64 x 8 tile with a reduction of 16: each output is a dot product of
+    16 bf16 pairs plus a float32 accumulator. The tensor core does not add them one by one,
+    nor exactly: find what it keeps of each term and how it rounds the result.
+
+    Args:
+        a: ``ml_dtypes.bfloat16`` ``[T, 64, 16]``: A of T instructions (random values, wide
+            exponent spreads, cancellations, subnormals, ties, inf and NaN).
+        b: ``ml_dtypes.bfloat16`` ``[T, 16, 8]``.
+        c: float32 ``[T, 64, 8]``: the accumulators.
+    Returns:
+        float32 ``[T, 64, 8]``: D as the H200 computes it (every NaN the canonical
+        ``0x7fffffff``).
+    """
+    raise _todo("wgmma_dot_add")
+
+
+def cta_mainloop(q: np.ndarray, k_blocks: np.ndarray, v_blocks: np.ndarray, keep: np.ndarray,
+                 scale_log2: np.float32):
+    """Puzzle: one CTA of FA3's forward, from its Q tile to O and the LSE (about 25 lines).
+
+    The CTA's warpgroups (``W``, 64 query rows each) visit its key blocks in the order given:
+    for each block the scores ``Q K^T`` (tensor cores), the mask, the online softmax, O
+    rescaled and ``P V`` added (tensor cores, P in the input format); after the last block
+    ``finalize`` and O's last scale. Everything before is a tool: ``simulator.mma.gemm`` for
+    the GEMMs, ``simulator.hw.rowcol_view`` between a ``64 x N`` tile and each thread's
+    rows and columns, and your solutions of the earlier puzzles.
+
+    Args:
+        q: ``[W, 64, d]``: the CTA's query rows (bf16 or f16, as the kernel reads them).
+        k_blocks: ``[B, N, d]``: the key blocks, in the order the kernel visits them (the
+            last first).
+        v_blocks: ``[B, N, dv]``: the value blocks, in the same order.
+        keep: bool ``[B, W, 64, N]``: False where the mask hides a key from a row (causal,
+            past the sequence's end).
+        scale_log2: float32 scalar: ``softmax_scale * log2(e)``.
+    Returns:
+        ``(o, lse)``: float32 ``[W, 64, dv]``: O in float32 before the epilogue's conversion,
+        and float32 ``[W, 64]``: each row's natural-log LSE.
+    """
+    raise _todo("cta_mainloop")
