@@ -30,7 +30,8 @@ def test_verify_help_has_a_description_and_the_exit_codes(capsys):
         cli.main(["verify", "--help"])
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "Replay the device outputs (H200; H100 for sdpa) recorded in simulator/data/device/" in text
+    assert ("Replay the device outputs (H200; H100 for sdpa, fa2, dew, fa4) recorded in "
+            "simulator/data/device/") in text
     for code in ("0 every check matches", "1 the emulator and a recording differ",
                  "2 usage error", "3 internal error", "130 interrupted"):
         assert code in text, code

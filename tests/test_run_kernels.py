@@ -65,7 +65,7 @@ def test_fa4_kernel_on_the_embedded_input(tmp_path):
     out = tmp_path / "fa4.npz"
     r = _run("--kernel", "fa4", "--heads", "0-1", "--causal", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert "FlashAttention-4's sm90 kernels" in r.stdout and "docs/fa4.md" in r.stdout
+    assert "FlashAttention-4's Hopper kernels" in r.stdout and "docs/fa4.md" in r.stdout
     res = run.load_result(out)
     assert res["params"]["kernel"] == "fa4"
 

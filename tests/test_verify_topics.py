@@ -8,7 +8,7 @@ from simulator.replay import hw as hw_evidence
 
 def test_every_topic_is_registered():
     assert set(verify.TOPICS) == {"numerics", "mufu", "hw", "mma", "forward", "fa3", "ext", "paged",
-                                 "backward", "sdpa", "fa2", "dew"}
+                                 "backward", "sdpa", "fa2", "dew", "fa4"}
 
 
 def test_hw_topic_replays_and_catches_a_wrong_ftz(monkeypatch):

@@ -37,14 +37,14 @@ def _check_qkv(q, k, v, rank: int) -> None:
             raise ValueError(f"{name}: expected a {rank}-d numpy array {layout}, got "
                              f"{getattr(x, 'shape', type(x).__name__)}")
         if x.dtype.name not in ("bfloat16", "float16"):
-            raise ValueError(f"{name}: FA4 on sm90 takes float16 or bfloat16 (FP8 is sm100 "
-                             f"only), got {x.dtype}")
+            raise ValueError(f"{name}: FA4 on Hopper takes float16 or bfloat16 (its FP8 is "
+                             f"Blackwell's only), got {x.dtype}")
         if x.dtype != q.dtype:
             raise ValueError(f"{name}: expected q's dtype {q.dtype}, got {x.dtype}")
     for name, x in (("q", q), ("v", v)):
         d = x.shape[-1]
         if d % 8 or not 8 <= d <= 256:
-            raise ValueError(f"{name}: FA4's sm90 kernels take head dims 8..256 in multiples of "
+            raise ValueError(f"{name}: FA4's Hopper kernels take head dims 8..256 in multiples of "
                              f"8, got {d}")
     if k.shape[-1] != q.shape[-1] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"k: expected v's leading dims and q's head dim, got k {k.shape}, "
@@ -58,11 +58,11 @@ def _check_qkv(q, k, v, rank: int) -> None:
 def _check_options(num_splits, learnable_sink, heads: int, unsupported: dict):
     for name, value in unsupported.items():
         if value is not None:
-            raise ValueError(f"{name}: not emulated for FA4 (the sm90 forward takes it; "
+            raise ValueError(f"{name}: not emulated for FA4 (its Hopper forward takes it; "
                              "simulator.fa4 models the plain kernel), got a value")
     if isinstance(num_splits, bool) or num_splits != 1:
-        raise ValueError(f"num_splits: FA4 has no split-KV on sm90 ('SplitKV not supported on "
-                         f"SM 9.0'): expected 1, got {num_splits!r}")
+        raise ValueError(f"num_splits: FA4 has no split-KV on Hopper (its interface asserts "
+                         f"'SplitKV not supported'): expected 1, got {num_splits!r}")
     if learnable_sink is None:
         return None
     if type(learnable_sink) is not np.ndarray or learnable_sink.shape != (heads,) or \

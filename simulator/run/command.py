@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kernel", choices=("fa3", "fa2", "sdpa", "fa4"), default="fa3",
                    help="whose kernels run the forward: fa3 (default), fa2 (flash-attn 2.x's "
                    "build, simulator.fa2), sdpa (PyTorch's SDPA flash backend, simulator.sdpa) "
-                   "or fa4 (FlashAttention-4's sm90 kernels, simulator.fa4); the others also "
+                   "or fa4 (FlashAttention-4's Hopper kernels, simulator.fa4); the others also "
                    "say where their bits part from FA3's (docs/fa2.md, docs/fa4.md)")
     g.add_argument("--gpu", choices=gpu_keys(), default=DEFAULT_GPU,
                    help=f"the GPU whose arithmetic and SM count run (default: {DEFAULT_GPU}; "

@@ -25,7 +25,7 @@ KERNELS = {"fa3": "FlashAttention-3 (hopper/, fa3-fwd's build)",
            "fa2": "FlashAttention-2 as flash-attn 2.x builds it (--use_fast_math; simulator.fa2)",
            "sdpa": "FlashAttention-2 as PyTorch's SDPA flash backend builds it (UNFUSE_FMA, no "
                    "fast math; simulator.sdpa)",
-           "fa4": "FlashAttention-4's sm90 kernels (flash_attn.cute, CuTe DSL; simulator.fa4)"}
+           "fa4": "FlashAttention-4's Hopper kernels (flash_attn.cute, CuTe DSL; simulator.fa4)"}
 
 _FA3_ONLY = (("trace_cta", "--trace-cta"), ("step", "--step"), ("device", "--device"),
              ("backward", "--backward"), ("kblock_m", "--kblock-m"), ("kblock_n", "--kblock-n"),
@@ -49,7 +49,7 @@ def check_args(args, work: Workload) -> None:
                          "have no softcap)")
     if work.fmt == "e4m3":
         raise UsageError(f"--dtype e4m3: --kernel {kernel} takes bf16 or f16 (FP8 is FA3's on "
-                         "sm90)")
+                         "Hopper)")
     if work.seqlens_k is not None and not is_varlen(work):
         raise UsageError("--input: seqlens_k without per-sequence rows runs with --kernel fa3 "
                          "only (FA2 takes it as packed sequences: simulator.fa2."
@@ -152,7 +152,7 @@ def _fa4_launch_text(work: Workload, args) -> str:
     causal, local, _ = resolve_window(bool(args.causal), tuple(args.window))
     disp = fa4_dispatch(d, dv, causal, local)
     many = (f"\n          {len(varlen_lengths(work)[0])} sequences: one flash_attn_varlen_func "
-            "launch (no split-KV on sm90)" if is_varlen(work) else "")
+            "launch (no split-KV on Hopper)" if is_varlen(work) else "")
     return (f"kernel    {KERNELS['fa4']}\n"
             f"launch    tile_hdim {disp.kernel_head_dim}, tile_m x tile_n {disp.kblock_m} x "
             f"{disp.kblock_n}, IntraWGOverlap, {'RescaleOBeforeGemm, ' if disp.rescale_o_before_gemm else ''}"
