@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 13. One input, three kernels: FA3, flash-attn 2.x and PyTorch's SDPA, and where their bits part
+# # 13. One input, four kernels: FA3, flash-attn 2.x, PyTorch's SDPA and FA4, where their bits part
 #
 # "Should flash equal SDPA?" (Dao-AILab/flash-attention #1831, #1359) and "my batch changes my
 # output" (#1897, #1647) are questions about which kernel ran and how it was built. This
@@ -190,6 +190,44 @@ assert any(differ(row, alone[gpu]) > 0 for b, gpu, s, row in seen if b > 1)
 # launch. `scripts/fa2_split_counts.py` prints the counts for decode and prefill shapes;
 # `python -m simulator run --kernel fa2` (or `sdpa`) runs the main job through these kernels
 # and says how far their bits are from FA3's.
+#
+# ## 5. A fourth kernel: FlashAttention-4 on Hopper
+#
+# FA4's sm90 kernels (`flash_attn.cute`, `simulator.fa4`) are a port of FA3's mainloops that
+# CuTe DSL compiles: the algorithm is FA3's, not its bits ([docs/fa4.md](../docs/fa4.md): its
+# own tiles, no `.ftz`, the quad sum at offsets 1 then 2, another LSE form). First the
+# emulator against flash-attn-4 recorded on the H100, on its recorded call 12 (head dim 96,
+# bf16: FA4's 192 x 144 tile); then this notebook's input through FA4 beside the other three.
+
+# %%
+from simulator import fa4  # noqa: E402
+from simulator.replay import fa4 as fa4_replay  # noqa: E402
+from simulator.replay import fa4_cases  # noqa: E402
+
+fa4_report, fa4_sample, _ = fa4_replay.load()
+case4 = fa4_cases.forward_cases()[12]
+out4, lse4 = fa4_replay.run_case(case4, "h100")
+assert np.array_equal(out4, fa4_sample["c12_out"])
+assert np.array_equal(lse4.view(np.uint32), fa4_sample["c12_lse"].view(np.uint32))
+print(f"simulator.fa4 = flash-attn-4 {fa4_report['provenance']['versions']['flash-attn-4']} on "
+      f"the {fa4_report['provenance']['gpu']}: all {out4.size} O values and {lse4.size} LSE "
+      "values of call 12, bit for bit")
+
+out_fa4, lse_fa4 = fa4.flash_attn_func(q, k, v, softmax_scale=case["scale"], return_lse=True,
+                                       gpu="h100")
+rows4 = [("FA4 vs FA3", out_fa4, lse_fa4, out_fa3, lse_fa3),
+         ("FA4 vs flash-attn 2.x", out_fa4, lse_fa4, out_fa2, lse_fa2),
+         ("FA4 vs PyTorch SDPA", out_fa4, lse_fa4, out_sdpa, lse_sdpa)]
+for name, o1, l1, o2, l2 in rows4:
+    print(f"{name:32s} O: {differ(o1, o2):5d} of {o1.size} differ   LSE: "
+          f"{differ(l1, l2):3d} of {l1.size} differ")
+assert differ(out_fa4, out_fa3) + differ(lse_fa4, lse_fa3) > 0
+
+# %% [markdown]
+# Four kernels, four sets of bits on one input, each the bits its real build gives: which
+# kernel ran (and how it was compiled) is part of the answer to "what does my GPU compute".
+# `python -m simulator run --kernel fa4` runs the main job through FA4 and says how far its
+# bits are from FA3's.
 
 # %%
 print(NB.finish())
