@@ -35,8 +35,10 @@ def main(argv):
                 softcap=5.0 if "softcap" in flags else None,
                 learnable_sink=t(4, dtype=torch.float32) if "sink" in flags else None)
         else:
-            interface._flash_attn_bwd(q, k, v, o, do, t(1, 4, 256, dtype=torch.float32),
-                                      causal="causal" in flags, deterministic=False)
+            interface._flash_attn_bwd(
+                q, k, v, o, do, t(1, 4, 256, dtype=torch.float32), causal="causal" in flags,
+                deterministic=False,
+                learnable_sink=t(4, dtype=torch.float32) if "sink" in flags else None)
 
 
 if __name__ == "__main__":

@@ -203,6 +203,35 @@ def test_gqa_dk_is_scaled_after_the_heads_sum(recorded_backward, monkeypatch):
     assert _backward_differ(29, recorded_backward) > 0
 
 
+def test_dsink_is_one_ordered_reduction(recorded_backward, monkeypatch):
+    """dsink's 256 threads meet warp by warp, then the warps' sums in warp 0: one butterfly
+    over all 256 threads from offset 128 down misses the recorded sink gradient."""
+    from simulator.flash import backward_fa4
+
+    recs, bwd, gpu = recorded_backward
+    base = replay.check_backward(recs[35], BACKWARD_CASES[35], bwd, gpu)["differ"]
+    monkeypatch.setattr(backward_fa4, "dsink", _dsink_from_offset_16(backward_fa4))
+    flipped = replay.check_backward(recs[35], BACKWARD_CASES[35], bwd, gpu)["differ"]
+    assert base == 0 and flipped > 0
+
+
+def _dsink_from_offset_16(module):
+    def other(dpsum, lse, sink, threads, mufu):
+        acc = np.zeros((len(sink), threads), np.float32)
+        for d_b, l_b in zip(dpsum, lse, strict=True):
+            for r in range(d_b.shape[-1]):
+                p = module.ex2(module.fmul(module.fsub(sink, l_b[:, r]), module.LOG2E_F32),
+                               model=mufu)
+                acc[:, r % threads] = module.ffma(-d_b[:, r], p, acc[:, r % threads])
+        lane = np.arange(threads)
+        offset = threads // 2
+        while offset:
+            acc = module.fadd(acc, acc[:, lane ^ offset])
+            offset //= 2
+        return acc[:, 0]
+    return other
+
+
 def test_backward_tiles_are_flash_attn_cute_interface():
     """``_tile_size_bwd_sm90`` (flash_attn/cute/interface.py): FA3's except 64 x 48 at 256."""
     from simulator.flash import backward_fa4

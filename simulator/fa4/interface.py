@@ -192,9 +192,21 @@ def _backward_one(dout, q, k, v, out, lse, softmax_scale, causal, window, softca
                     gpu=gpu, family="fa4")
 
 
+def _dsink(sink, dpsums, lses, head_dim: int, gpu):
+    """FA4's dsink from each batch entry's dPsum and LSE ``[heads, rows]`` (in the sink's
+    dtype: float32, or rounded to it)."""
+    from ..flash.backward_fa4 import dsink  # noqa: PLC0415
+    from ..gpus import get_gpu, mufu_model_name  # noqa: PLC0415
+    from ..numerics import convert, format_of  # noqa: PLC0415
+
+    got = dsink(dpsums, lses, sink.astype(np.float32), 128 if head_dim == 96 else 256,
+                mufu_model_name(get_gpu(gpu), None))
+    return got if sink.dtype == np.float32 else convert(got, format_of(sink.dtype).name)
+
+
 def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
                         window_size=(None, None), softcap=0.0, deterministic=False, *,
-                        gpu=DEFAULT_GPU, spread=False):
+                        gpu=DEFAULT_GPU, spread=False, learnable_sink=None):
     """FA4's sm90 backward (``_flash_attn_bwd``: preprocess, ``FlashAttentionBackwardSm90``,
     postprocess), what ``out.backward(dout)`` runs after :func:`flash_attn_func`.
 
@@ -207,10 +219,12 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
             score_mod backward is not emulated). deterministic: FA4's flag: dQ's float32
             reduce-adds in its fixed order; without it the library's order varies.
         gpu: keyword-only GPU record. spread: also return, per value, the smallest and largest
-            result any arrival order of the reduce-adds gives.
+            result any arrival order of the reduce-adds gives. learnable_sink: the forward's
+            ``[heads]`` logits, or None: then dsink is returned too.
     Returns:
-        ``(dq, dk, dv)`` in q's dtype; with ``spread`` ``(dq, dk, dv, spread)``, spread a dict
-        ``{"dq": (lo, hi), "dk": ..., "dv": ...}``.
+        ``(dq, dk, dv)`` in q's dtype, ``(dq, dk, dv, dsink)`` with a learnable sink (dsink in
+        the sink's dtype, :func:`simulator.flash.backward_fa4.dsink`); with ``spread`` the
+        spread dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` last.
     Raises:
         ValueError: naming the argument (shapes, dtypes, head dims, softcap).
     """
@@ -220,15 +234,23 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                          f"got {softcap!r}")
     res = _backward_one(dout, q, k, v, out, lse, softmax_scale, bool(causal),
                         _window(window_size), 0.0, bool(deterministic), spread, gpu)
-    return (res.dq, res.dk, res.dv) + ((res.spread,) if spread else ())
+    grads = (res.dq, res.dk, res.dv)
+    if learnable_sink is not None:
+        sink = _check_options(1, learnable_sink, q.shape[2], {})
+        sq = q.shape[1]
+        grads += (_dsink(learnable_sink, [res.dpsum[b, :, :sq] for b in range(q.shape[0])],
+                         list(lse), q.shape[3], gpu),) if sink is not None else ()
+    return grads + ((res.spread,) if spread else ())
 
 
 def flash_attn_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                softmax_scale=None, causal=False, window_size=(None, None),
-                               softcap=0.0, deterministic=False, *, gpu=DEFAULT_GPU):
+                               softcap=0.0, deterministic=False, *, gpu=DEFAULT_GPU,
+                               learnable_sink=None):
     """:func:`flash_attn_backward` for :func:`flash_attn_varlen_func`'s packed layout
     (``[total, heads, head_dim]``, lse ``[heads, total_q]``): each sequence's CTAs are its own,
-    so the sequences run one at a time. Returns ``(dq, dk, dv)``; empty sequences give zeros.
+    so the sequences run one at a time. Returns ``(dq, dk, dv)`` (and dsink with a learnable
+    sink, its sum running over the sequences in order); empty sequences give zeros.
 
     Raises:
         ValueError: as :func:`flash_attn_backward`, and for the offsets.
@@ -238,14 +260,20 @@ def flash_attn_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens
         raise ValueError(f"softcap: FA4's softcap backward is not emulated, got {softcap!r}")
     cq = _offsets(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
     ck = _offsets(cu_seqlens_k, "cu_seqlens_k", k.shape[0], len(cq) - 1)
+    _check_options(1, learnable_sink, q.shape[1], {})
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    dpsums, lses = [], []
     for i in range(len(cq) - 1):
         q0, q1, k0, k1 = cq[i], cq[i + 1], ck[i], ck[i + 1]
-        if q1 == q0 or k1 == k0:
+        if q1 == q0 or k1 == k0:  # no gradient; dPsum of O = 0 adds nothing to dsink
             continue
         res = _backward_one(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
                             out[None, q0:q1], np.ascontiguousarray(lse[None, :, q0:q1]),
                             softmax_scale, bool(causal), _window(window_size), 0.0,
                             bool(deterministic), False, gpu)
         dq[q0:q1], dk[k0:k1], dv[k0:k1] = res.dq[0], res.dk[0], res.dv[0]
-    return dq, dk, dv
+        dpsums.append(res.dpsum[0, :, : q1 - q0])
+        lses.append(lse[:, q0:q1])
+    if learnable_sink is None:
+        return dq, dk, dv
+    return dq, dk, dv, _dsink(learnable_sink, dpsums, lses, q.shape[2], gpu)

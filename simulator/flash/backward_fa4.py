@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..numerics import fadd, ffma, fmul
+from ..numerics import fadd, ffma, fmul, fsub
+from ..numerics.mufu import ex2
 
 LOG2E_F32 = np.float32(1.4426950408889634)
 #: the head dims whose backward kernels were compiled and read, and recorded on the device
@@ -82,3 +83,46 @@ def preprocess_lse_log2(lse: np.ndarray) -> np.ndarray:
     """``LSE * log2(e)`` (``mul.f32``, no ``.ftz``); 0 where LSE is -inf."""
     scaled = fmul(lse.astype(np.float32), LOG2E_F32)
     return np.where(lse == -np.inf, np.float32(0), scaled).astype(np.float32)
+
+
+def dsink(dpsum, lse, sink, threads: int, mufu: str) -> np.ndarray:
+    """The learnable sinks' gradient as FA4's dQ postprocess reduces it (``reduce_sink`` in
+    ``flash_bwd_postprocess.py``; one CTA per query head): ``dsink[h] = -sum over rows of
+    p * dPsum`` with ``p = ex2((sink[h] - lse) * log2 e)`` (``sub``, ``mul``, MUFU.EX2; 1 where
+    the LSE is -inf). Thread ``t`` of ``threads`` takes rows ``t, t + threads, ...`` of each
+    batch entry in turn, accumulating ``fma(-dPsum, p, acc)`` (the SASS) from 0; the CTA then
+    sums its threads: a butterfly within each warp (offsets 1 to 16), the warps' sums in warp
+    0's lanes, the same butterfly.
+
+    Args:
+        dpsum, lse: float32 lists of ``[heads, seqlen]`` arrays, one per batch entry (varlen:
+            each sequence's rows), the preprocess's dPsum and the forward's natural-log LSE.
+        sink: float32 ``[heads]`` logits. threads: the postprocess's (128 at head dim 96, else
+            256). mufu: the MUFU model (a GPU key).
+    Returns:
+        float32 ``[heads]``.
+    """
+    sink = np.asarray(sink, np.float32)
+    acc = np.zeros((len(sink), threads), np.float32)
+    for d_b, l_b in zip(dpsum, lse, strict=True):
+        rows = d_b.shape[-1]
+        pad = -(-rows // threads) * threads
+        d_p = np.zeros((len(sink), pad), np.float32)
+        l_p = np.zeros((len(sink), pad), np.float32)
+        d_p[:, :rows], l_p[:, :rows] = d_b, l_b
+        for start in range(0, rows, threads):  # the threads' rows of this batch entry, in turn
+            live = (start + np.arange(threads)) < rows
+            d_t, l_t = d_p[:, start:start + threads], l_p[:, start:start + threads]
+            with np.errstate(invalid="ignore"):
+                p = ex2(fmul(fsub(sink[:, None], l_t), LOG2E_F32), model=mufu)
+            p = np.where(l_t == -np.inf, np.float32(1), p)
+            acc = np.where(live, ffma(-d_t, p, acc), acc)
+    lane = np.arange(32)
+    warps = acc.reshape(len(sink), threads // 32, 32)
+    for offset in (1, 2, 4, 8, 16):
+        warps = fadd(warps, warps[..., lane ^ offset])
+    first = np.zeros((len(sink), 32), np.float32)
+    first[:, : threads // 32] = warps[..., 0]
+    for offset in (1, 2, 4, 8, 16):
+        first = fadd(first, first[..., lane ^ offset])
+    return first[:, 0]
