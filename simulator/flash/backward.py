@@ -237,14 +237,10 @@ def make_backward_config(dout, q, k, v, out, lse, *, softmax_scale=None, causal=
         win = (win[0], 0)
     is_causal, is_local = kernel_flags(win)
     tiles = bwd_tiles(d, is_causal, is_local, consts["softcap_val"] > 0)
-    if family == "fa4":
-        if d not in backward_fa4.HEAD_DIMS or softcap:
-            raise ValueError(f"q: FA4's backward is emulated at head dims {backward_fa4.HEAD_DIMS} "
-                             f"without softcap, got head_dim {d}, softcap {softcap}")
-        # FA4 keeps a window that covers every key local (its tile is the local kernel's)
-        tiles = BackwardTiles(*backward_fa4.bwd_tiles(
-            d, *kernel_flags(normalize_window(bool(causal), window))), True)
-        consts = dict(consts, scale_log2=fmul(consts["softmax_scale"], backward_fa4.LOG2E_F32))
+    if family == "fa4":  # FA4 keeps a window covering every key local: the local kernel's tile
+        dims, consts = backward_fa4.launch(d, kernel_flags(normalize_window(bool(causal), window)),
+                                           softcap, consts)
+        tiles = BackwardTiles(*dims, True)
     if deterministic and not tiles.deterministic_supported:
         raise ValueError("deterministic: FA3's backward has no deterministic kernel for head dim "
                          f"{tiles.kernel_head_dim} (mha_bwd: 'Deterministic backward not supported "

@@ -48,6 +48,20 @@ def bwd_tiles(head_dim: int, causal: bool, local: bool) -> tuple[int, int, int]:
     return 256, 64, 48
 
 
+def launch(head_dim: int, flags: tuple[bool, bool], softcap: float, consts: dict):
+    """``(bwd_tiles(...), consts)`` for a backward call: the tiles for the kernel's (causal,
+    local) ``flags`` and the host constants with FA4's float32 ``scale_log2``.
+
+    Raises:
+        ValueError: a head dim outside :data:`HEAD_DIMS`, or softcap (not emulated).
+    """
+    if head_dim not in HEAD_DIMS or softcap:
+        raise ValueError(f"q: FA4's backward is emulated at head dims {HEAD_DIMS} without "
+                         f"softcap, got head_dim {head_dim}, softcap {softcap}")
+    return (bwd_tiles(head_dim, *flags),
+            dict(consts, scale_log2=fmul(consts["softmax_scale"], LOG2E_F32)))
+
+
 def preprocess_dpsum(out: np.ndarray, dout: np.ndarray, padded_hdim: int) -> np.ndarray:
     """``dPsum = rowsum(O * dO)`` as FA4's preprocess sums it (module docstring).
 
