@@ -37,7 +37,7 @@ def main(argv):
         else:
             interface._flash_attn_bwd(
                 q, k, v, o, do, t(1, 4, 256, dtype=torch.float32), causal="causal" in flags,
-                deterministic=False,
+                deterministic=False, softcap=5.0 if "softcap" in flags else 0.0,
                 learnable_sink=t(4, dtype=torch.float32) if "sink" in flags else None)
 
 

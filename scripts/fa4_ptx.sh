@@ -4,7 +4,7 @@
 # builds the device recordings ran (simulator/data/device/fa4/, provenance "versions"). The
 # SASS is read with the cuobjdump that triton's wheel carries. Output: out/fa4_ptx/<variant>/
 # (*.ptx, *.cubin, *.sass). Usage: bash scripts/fa4_ptx.sh [VARIANT ...], a variant being
-# "fwd HEAD_DIM [causal] [softcap] [sink] [f16]" or "bwd HEAD_DIM [causal] [sink] [f16]" (quoted);
+# "fwd HEAD_DIM [causal] [softcap] [sink] [f16]" or "bwd HEAD_DIM [causal] [softcap] [sink] [f16]" (quoted);
 # by default the forward at 128 (plain, softcap, sink) and the backward at 64, 96, 128, 192, 256.
 set -euo pipefail
 cd "$(dirname "$0")/.."

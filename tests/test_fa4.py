@@ -159,8 +159,8 @@ def recorded_backward():
     return {r["index"]: r for r in report["backward"]}, bwd, replay.gpu_of(report)
 
 
-#: head dims 64-256 x formats x causal, GQA / MQA, windows, a learnable sink, varlen
-BACKWARD_SAMPLE = (0, 3, 6, 11, 14, 17, 19, 28, 31, 32, 35, 42)
+#: head dims 64-256 x formats x causal, GQA / MQA, windows, softcap, a learnable sink, varlen
+BACKWARD_SAMPLE = (0, 3, 6, 11, 14, 17, 19, 28, 31, 32, 34, 35, 38, 42)
 
 
 @pytest.mark.parametrize("i", BACKWARD_SAMPLE)
@@ -244,11 +244,24 @@ def test_backward_tiles_are_flash_attn_cute_interface():
     assert backward_fa4.bwd_tiles(256, False, False) == (256, 64, 48)
 
 
+def test_softcap_is_a_score_mod_after_the_scale(recorded, monkeypatch):
+    """FA3's softcap form (``tanh(s * float32(scale / softcap))``, one FMUL) in place of FA4's
+    score_mod (``mul`` by the scale, ``div.rn`` by the softcap) misses recorded calls; the
+    backward recomputes the same score_mod (its softcap cases are in BACKWARD_SAMPLE)."""
+    from simulator.flash import mainloop_fwd_sm90 as mainloop
+    from simulator.numerics.mufu import tanh
+
+    def fa3_form(cfg, s):
+        c = cfg.consts
+        scale = np.float32(float(c["softmax_scale"]) / float(c["softcap32"]))
+        return fmul(tanh(fmul(s, scale), model=cfg.mufu), c["softcap32"])
+    monkeypatch.setattr(mainloop, "_softcap_fa4", fa3_form)
+    assert sum(_differ(i, recorded) for i in (111, 112, 114)) > 0
+
+
 def test_backward_refusals_name_the_argument():
     q, k, v = _qkv()
     lse = np.zeros((1, 2, 16), np.float32)
-    with pytest.raises(ValueError, match="^softcap:"):
-        fa4.flash_attn_backward(q, q, k, v, q, lse, softcap=5.0)
     q, k, v = _qkv(80)
     with pytest.raises(ValueError, match="^q:"):
         fa4.flash_attn_backward(q, q, k, v, q, lse)

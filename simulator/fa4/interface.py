@@ -215,9 +215,9 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
             heads_kv, head_dim]``, bf16 / fp16, head dims 64, 96, 128, 192 or 256 (the recorded
             kernels); lse: the forward's float32 ``[batch, heads, seqlen_q]`` (a learnable
             sink is already in it: dq, dk, dv need nothing else).
-        softmax_scale, causal, window_size: as the forward's. softcap: 0 only (FA4's softcap
-            score_mod backward is not emulated). deterministic: FA4's flag: dQ's float32
-            reduce-adds in its fixed order; without it the library's order varies.
+        softmax_scale, causal, window_size, softcap: as the forward's. deterministic: FA4's
+            flag: dQ's float32 reduce-adds in its fixed order; without it the library's order
+            varies.
         gpu: keyword-only GPU record. spread: also return, per value, the smallest and largest
             result any arrival order of the reduce-adds gives. learnable_sink: the forward's
             ``[heads]`` logits, or None: then dsink is returned too.
@@ -226,14 +226,11 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
         the sink's dtype, :func:`simulator.flash.backward_fa4.dsink`); with ``spread`` the
         spread dict ``{"dq": (lo, hi), "dk": ..., "dv": ...}`` last.
     Raises:
-        ValueError: naming the argument (shapes, dtypes, head dims, softcap).
+        ValueError: naming the argument (shapes, dtypes, head dims).
     """
     _check_qkv(q, k, v, 4)
-    if softcap:
-        raise ValueError(f"softcap: FA4's softcap backward (its score_mod_bwd) is not emulated, "
-                         f"got {softcap!r}")
     res = _backward_one(dout, q, k, v, out, lse, softmax_scale, bool(causal),
-                        _window(window_size), 0.0, bool(deterministic), spread, gpu)
+                        _window(window_size), float(softcap), bool(deterministic), spread, gpu)
     grads = (res.dq, res.dk, res.dv)
     if learnable_sink is not None:
         sink = _check_options(1, learnable_sink, q.shape[2], {})
@@ -256,8 +253,6 @@ def flash_attn_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens
         ValueError: as :func:`flash_attn_backward`, and for the offsets.
     """
     _check_qkv(q, k, v, 3)
-    if softcap:
-        raise ValueError(f"softcap: FA4's softcap backward is not emulated, got {softcap!r}")
     cq = _offsets(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
     ck = _offsets(cu_seqlens_k, "cu_seqlens_k", k.shape[0], len(cq) - 1)
     _check_options(1, learnable_sink, q.shape[1], {})
@@ -269,7 +264,7 @@ def flash_attn_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens
             continue
         res = _backward_one(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
                             out[None, q0:q1], np.ascontiguousarray(lse[None, :, q0:q1]),
-                            softmax_scale, bool(causal), _window(window_size), 0.0,
+                            softmax_scale, bool(causal), _window(window_size), float(softcap),
                             bool(deterministic), False, gpu)
         dq[q0:q1], dk[k0:k1], dv[k0:k1] = res.dq[0], res.dk[0], res.dv[0]
         dpsums.append(res.dpsum[0, :, : q1 - q0])

@@ -166,7 +166,7 @@ class BackwardConfig:
     tiles: BackwardTiles
     softmax_scale: np.float32
     scale_log2: np.float32           # softmax_scale * log2(e), or softcap * log2(e) with softcap
-    softcap_val: np.float32          # softmax_scale / softcap (0: no softcap)
+    softcap_val: np.float32          # softmax_scale / softcap, FA4's softcap (0: none)
     deterministic: bool
     mufu: str                        # the MUFU model: the GPU's key, or "ideal"
     gpu: GPU                         # the GPU whose arithmetic runs

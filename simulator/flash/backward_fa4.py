@@ -11,6 +11,8 @@ GEMM order FA4's port keeps.
   ``.ftz``; FFMA in the SASS of head dims 64, 128, 192, 256, FMUL then FADD at 96; the row's
   threads combine at offsets 1, 2, 4, ... (FA3: half the group first). ``LSE_log2 = LSE *
   log2(e)`` (``mul.f32``), 0 for a -inf LSE;
+* softcap: the forward's score_mod recomputed (``mul``, ``div.rn``, ``tanh.approx``, ``mul``),
+  P from ``log2 e``, and dS times ``1 - t * t`` of the same ``t`` (one FFMA);
 * scale: ``scale_log2 = fmul(float32(scale), float32(log2 e))`` as the forward's; dK times
   softmax_scale per CTA without GQA, after the sum of the query heads with GQA (the
   postprocess, ``mul.f32`` then the conversion); dQ ``dQaccum * scale`` (``mul.f32``).
@@ -50,14 +52,19 @@ def bwd_tiles(head_dim: int, causal: bool, local: bool) -> tuple[int, int, int]:
 
 def launch(head_dim: int, flags: tuple[bool, bool], softcap: float, consts: dict):
     """``(bwd_tiles(...), consts)`` for a backward call: the tiles for the kernel's (causal,
-    local) ``flags`` and the host constants with FA4's float32 ``scale_log2``.
+    local) ``flags`` and the host constants with FA4's float32 ``scale_log2``; with softcap
+    (a score_mod: ``softcap * tanh(s * scale / softcap)``) ``scale_log2 = float32(log2 e)``
+    and ``softcap_val`` the float32 softcap itself.
 
     Raises:
-        ValueError: a head dim outside :data:`HEAD_DIMS`, or softcap (not emulated).
+        ValueError: a head dim outside :data:`HEAD_DIMS`.
     """
-    if head_dim not in HEAD_DIMS or softcap:
-        raise ValueError(f"q: FA4's backward is emulated at head dims {HEAD_DIMS} without "
-                         f"softcap, got head_dim {head_dim}, softcap {softcap}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"q: FA4's backward is emulated at head dims {HEAD_DIMS}, got "
+                         f"head_dim {head_dim}")
+    if softcap:
+        return bwd_tiles(head_dim, *flags), dict(consts, scale_log2=LOG2E_F32,
+                                                 softcap_val=np.float32(softcap))
     return (bwd_tiles(head_dim, *flags),
             dict(consts, scale_log2=fmul(consts["softmax_scale"], LOG2E_F32)))
 

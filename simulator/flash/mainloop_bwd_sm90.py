@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from .. import mma
-from ..numerics import convert, fadd, ffma, fmul, fsub
+from ..numerics import convert, fadd, fdiv, ffma, fmul, fsub
 from ..numerics.mufu import ex2, tanh
 from . import chunks
 from .block_info import m_block_range
@@ -222,7 +222,14 @@ def _run_chunk(cfg, job, ctas, padded, dpsum, lse_log2, spread, bar, tracer, ev,
             dp = ev.gemm(dom, np.swapaxes(vt, 1, 2), zero, ins)
         traced = {"s": s, "dp": dp}
         dtanh = None
-        if cfg.softcap_val > 0:
+        if cfg.softcap_val > 0 and cfg.family == "fa4":
+            # FA4's score_mod (softcap * tanh(s * scale / softcap): mul, div.rn, tanh.approx,
+            # mul) and its score_mod_bwd's 1 - t*t from the same t (flash/backward_fa4.py)
+            t = tanh(fdiv(fmul(s, cfg.softmax_scale), cfg.softcap_val), model=cfg.mufu)
+            dtanh = ffma(-t, t, np.float32(1))
+            s = fmul(t, cfg.softcap_val)
+            traced["dtanh"] = dtanh
+        elif cfg.softcap_val > 0:
             # apply_softcap then calculate_dtanh (hopper/utils.h), before the mask as FA3 does it
             # (after it, 1 - (-inf)^2 would be NaN); 1 - t*t is one FFMA (docs/backward.md)
             s = tanh(fmul(s, cfg.softcap_val, ftz=True), model=cfg.mufu)
