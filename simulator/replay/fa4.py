@@ -30,6 +30,7 @@ FOLDER = DEVICE_DATA_DIR / "fa4"
 REPORT = FOLDER / "fa4_report.json"
 FORWARD = FOLDER / "fa4_forward.npz"
 BACKWARD = FOLDER / "fa4_backward.npz"
+DRAWN_REPORT = FOLDER / "fa4_drawn_report.json"
 REGENERATE = ("bash scripts/device_fa4_session.sh prepare, then on a Hopper GPU stage1 and "
               "record (two calls while the machine is held); copy the results into "
               "simulator/data/device/fa4/ and run python scripts/make_manifest.py")
@@ -139,6 +140,68 @@ def check_backward(rec: dict, case: dict, sample, gpu: str) -> dict:
     return res
 
 
+def check_backward_digests(rec: dict, case: dict, gpu: str) -> dict:
+    """A drawn backward call recorded as digests: ``{"values", "differ", "default_apart"}``:
+    the deterministic runs' dq, dk, dv digests against the emulator's deterministic bits; the
+    default runs whose digests differ from them are counted apart (their values were not
+    kept, so the spread cannot be checked)."""
+    import ml_dtypes  # noqa: PLC0415
+
+    from .. import fa4  # noqa: PLC0415
+
+    if fc.case_digest(case, True) != rec["input_digest"]:
+        raise AssertionError(f"fa4 drawn backward {rec['index']}: the case's inputs changed")
+    dt = ml_dtypes.bfloat16 if case["dtype"] == "bf16" else np.float16
+    q, k, v = (x.view(dt) for x in fc.make_input_bits(case))
+    sink = fc.sink_logits(case) if case.get("sink") else None
+    out, lse = run_case(case, gpu)
+    if _hex(out) != rec["out"] or _hex(lse.view(np.uint32)) != rec["lse"]:
+        return {"values": out.size + lse.size, "differ": out.size + lse.size, "default_apart": 0}
+    grads = fa4.flash_attn_backward(
+        fc.grad_bits(case).view(dt), q, k, v, out.view(dt), lse, softmax_scale=case["scale"],
+        causal=case["causal"], window_size=fc.window_args(case), softcap=case["softcap"],
+        deterministic=True, learnable_sink=sink, gpu=gpu)
+    mine = {n: _hex(np.ascontiguousarray(x).view(np.uint32 if x.dtype == np.float32 else
+                                                  np.uint16))
+            for n, x in zip(("dq", "dk", "dv", "dsink"), grads, strict=False)}
+    res = {"values": out.size + lse.size, "differ": 0, "default_apart": 0}
+    for r, run in enumerate(rec["runs"]):
+        for n, want in run.items():
+            size = grads[("dq", "dk", "dv", "dsink").index(n)].size
+            res["values"] += size if r < 3 or n == "dsink" else 0
+            if want != mine[n]:
+                if r < 3 or n == "dsink":
+                    res["differ"] += size
+                else:
+                    res["default_apart"] += 1
+    return res
+
+
+def _drawn_rows(step: int) -> list[dict]:
+    """Rows for the drawn-only visits' report (``fa4_drawn_report.json``), when present."""
+    if not DRAWN_REPORT.exists():
+        return []
+    report = read_json(DRAWN_REPORT, REGENERATE)
+    gpu = gpu_of(report)
+    name = report["provenance"]["gpu"].removeprefix("NVIDIA ")
+    fwd = [r for r in report["drawn_forward"][::step] if "out" in r]
+    cases = fc.drawn_cases(max((r["index"] for r in report["drawn_forward"]), default=-1) + 1)
+    rows = [_phase_row(f"drawn forward, {name}", fwd, cases, {}, "d", gpu)]
+    bwd = [r for r in report["drawn_backward"][::step] if "runs" in r]
+    bcases = fc.drawn_cases(max((r["index"] for r in report["drawn_backward"]), default=-1) + 1,
+                            backward=True)
+    total = {"values": 0, "differ": 0, "default_apart": 0}
+    for r in bwd:
+        for key, val in check_backward_digests(r, bcases[r["index"]], gpu).items():
+            total[key] += val
+    rows.append({"check": f"fa4 drawn backward, {name} ({len(bwd)} calls x 3 deterministic "
+                          "runs, digests)", "cases": total["values"], "mismatches": total["differ"],
+                 "detail": (f"{total['default_apart']} default-run gradients differ from the "
+                            "deterministic bits (values not kept: not checked)"
+                            if total["default_apart"] else "")})
+    return rows
+
+
 def _backward_row(report, sample, gpu, step) -> dict:
     cases = fc.backward_cases()
     recs = [r for r in report["backward"][::step] if "runs" in r]
@@ -189,4 +252,4 @@ def check_all(quick: bool = False) -> list[dict]:
                    fc.backward_cases(), bwd_sample, "b", gpu, backward=True),
         _phase_row("drawn forward", drawn[::step], fc.drawn_cases(len(drawn)), {}, "d", gpu),
         _backward_row(report, bwd_sample, gpu, step),
-    ]
+    ] + _drawn_rows(step)
