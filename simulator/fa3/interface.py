@@ -33,7 +33,6 @@ import numpy as np
 from .. import engine, flash
 from ..flash.config import check_chunk
 from ..gpus import DEFAULT_GPU, get_gpu, mufu_model_name
-from ..numerics import convert, format_of
 from ..trace import Trace
 from . import autograd, torch_ops
 from .arguments import DenseArrays, Launch, Options, Parallel, VarlenArrays
@@ -331,9 +330,12 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
         (out [batch, seqlen, heads, head_dim] in ``out_dtype``, softmax_lse float32 in the
         layout :func:`simulator.fa3.combine.combine` documents for ``layout="combine"``), as
         FA3's combine kernel computes them.
-        With one split FA3's combine kernel returns without writing (the library returns the
-        uninitialised output): here the single partial is the result, converted to
-        ``out_dtype``, and its LSE (what FA3's own tests expect).
+        With one split FA3's combine kernel returns without writing (``if (num_splits <= 1)
+        return;``), so the library returns uninitialised memory. Here the kernel's arithmetic
+        runs on the one split (:func:`simulator.fa3.combine.combine`, ``early_return=False``):
+        where its LSE is finite, out is the partial (``.ftz``: subnormals and -0 become +0)
+        converted to ``out_dtype`` and the LSE is the given one; where it is -inf, out is 0 and
+        the LSE -inf (as FA3's tests' ``attention_combine_ref`` expects).
     Raises:
         ValueError: a shape or dtype ``mha_combine`` refuses, or ``out`` given.
     Source: hopper/flash_api.cpp (mha_combine), hopper/flash_fwd_combine_kernel.h.
@@ -347,9 +349,7 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
                              f"{getattr(x, 'dtype', type(x).__name__)}")
     check_combine_shapes(op, lp)
     dtype = _combine_out_dtype(out_dtype)
-    if op.shape[0] == 1:  # FA3's kernel writes nothing for one split: the partial is the result
-        one = convert(op[0], format_of(dtype).name) if dtype != np.float32 else op[0].copy()
-        return returned((one, np.ascontiguousarray(lp[0])), t)
-    res = combine(op, lp, dtype, head_dim_v=op.shape[-1],
-                  layout="combine", mufu=mufu_model_name(gpu))
+    # one split: FA3's kernel returns unwritten memory; here its arithmetic without that return
+    res = combine(op, lp, dtype, head_dim_v=op.shape[-1], layout="combine",
+                  mufu=mufu_model_name(gpu), early_return=False)
     return returned(res, t)
