@@ -251,13 +251,16 @@ def run_varlen(arrays: VarlenArrays, launch: Launch):
 
 
 def backward_refusal(qv, chunk: int = 0) -> str | None:
-    """Why FA3's autograd backward would not run for this forward, or None: it takes no qv
-    (``_flash_attn_backward`` has no such argument, so the gradients would not be those of the
-    scores the forward computed) and asserts on attention_chunk (hopper/flash_attn_interface.py:
-    'FA3 backward does not support attention_chunk'). The forward runs; the backward raises."""
+    """Why the backward of this forward is refused, or None. attention_chunk: FA3's autograd
+    backward asserts on it (hopper/flash_attn_interface.py: 'FA3 backward does not support
+    attention_chunk'). qv: FA3's backward takes no qv (``_flash_attn_backward`` has no such
+    argument): ``FlashAttnFunc.backward`` runs ``mha_bwd`` on q, k, v alone, so its gradients
+    are those of other scores than the forward's, and qv gets none; refused here rather than
+    returned. The forward runs; the backward raises."""
     if qv is not None:
-        return ("qv: FA3 has no backward with qv; run the forward under torch.no_grad() or "
-                "without qv")
+        return ("qv: FA3 has no backward with qv (its autograd backward runs mha_bwd without "
+                "qv: gradients of scores other than the forward's, none for qv); run the forward "
+                "under torch.no_grad() or without qv")
     if chunk:
         return ("attention_chunk: FA3 has no backward with it ('FA3 backward does not "
                 "support attention_chunk'); run the forward under torch.no_grad() or without it")
