@@ -400,7 +400,7 @@ def test_combine_of_one_split_runs_the_kernels_arithmetic():
     FA3's own test_flash_attn_combine expects with one split; the library's kernel writes
     nothing then). Torch inputs in upstream's non-contiguous layouts, bits compared."""
     torch = pytest.importorskip("torch", reason="torch tensors in, torch tensors out")
-    from simulator.fa3 import flash_attn_combine  # noqa: PLC0415
+    from simulator.fa3 import flash_attn_combine
 
     g = torch.Generator().manual_seed(1)
     op = torch.randn(2, 3, 4, 5, 64, generator=g).transpose(2, 3)[:1]      # [1, b, s, h, d]
