@@ -122,3 +122,49 @@ def test_library_dq_at_seqlen_k_1_is_not_zero(key):
     dq = launch(BackwardCall(**args), True, spread=False)[0].dq
     assert np.array_equal(np.ascontiguousarray(dq).view(np.uint16), recorded)
     assert np.count_nonzero(recorded & 0x7FFF) > 0  # values other than +-0
+
+
+@pytest.mark.parametrize("d, dv, name", [(64, 512, "v"), (64, 100, "v"), (100, 64, "q"),
+                                         (264, 128, "q")])
+def test_head_dims_mha_bwd_refuses_are_named_as_the_caller_gave_them(d, dv, name):
+    """mha_bwd: each of head_size and head_size_v a multiple of 8, the larger at most 256. The
+    error names the tensor with the caller's head dim, not the padded one."""
+    rng = np.random.default_rng(0)
+    bf = lambda *s: rng.standard_normal(s).astype(np.float16)  # noqa: E731
+    q, k, v, o = bf(1, 8, 2, d), bf(1, 8, 2, d), bf(1, 8, 2, dv), bf(1, 8, 2, dv)
+    lse = np.zeros((1, 2, 8), np.float32)
+    want = rf"^{name}: head_dim must be a multiple of 8 from 8 to 256 .*got {dv if name == 'v' else d} "
+    with pytest.raises(ValueError, match=want):
+        fa3.flash_attn_backward(o, q, k, v, o, lse)
+
+
+def test_autograd_at_64_512_runs_the_forward_and_names_v_at_the_backward():
+    torch = pytest.importorskip("torch", reason="autograd needs torch (CPU build)")
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 8, 2, 64, generator=g).to(torch.bfloat16).requires_grad_() for _ in range(2))
+    v = torch.randn(1, 8, 2, 512, generator=g).to(torch.bfloat16).requires_grad_()
+    out = fa3.flash_attn_func(q, k, v)  # FA3 compiles the 64 / 512 forward, no such backward
+    with pytest.raises(ValueError, match="^v: head_dim must be a multiple of 8 from 8 to 256"):
+        out.float().sum().backward()
+
+
+@pytest.mark.parametrize("d, dv", [(64, 256), (192, 128)])
+@pytest.mark.parametrize("name, shape, want", [
+    ("q", (1, 7, 2, "d"), r"^out: expected shape \(1, 7, 2, {dv}\) \(q's with V's head dim"),
+    ("v", (1, 9, 2, "dv"), r"^v: expected shape \(1, 8, 2, {dv}\) \(k's with V's head dim"),
+    ("k", (2, 8, 2, "d"), r"^k: expected shape \[1, seqlen_k, heads_kv, {d}\] .*got \(2, 8, 2, {d}\)"),
+    ("k", (8, 2, "d"), r"^k: expected shape \[1, seqlen_k, heads_kv, {d}\] .*got \(8, 2, {d}\)"),
+])
+def test_shape_errors_show_the_callers_head_dims(d, dv, name, shape, want):
+    """With dv != d the arrays are zero-padded for the kernel: a shape error is found before
+    that, and shows the shapes the caller passed (not 'k ... 256' for a k of 64)."""
+    rng = np.random.default_rng(1)
+    bf = lambda *s: rng.standard_normal(s).astype(np.float16)  # noqa: E731
+    a = dict(dout=bf(1, 8, 2, dv), q=bf(1, 8, 2, d), k=bf(1, 8, 2, d), v=bf(1, 8, 2, dv),
+             out=bf(1, 8, 2, dv), softmax_lse=np.zeros((1, 2, 8), np.float32))
+    dims = {"d": d, "dv": dv}
+    a[name] = bf(*(dims.get(x, x) for x in shape))
+    if name == "k":  # v follows k, so that only the q / k relation is wrong
+        a["v"] = bf(*(dv if x == "d" else x for x in shape))
+    with pytest.raises(ValueError, match=want.format(d=d, dv=dv)):
+        fa3.flash_attn_backward(**a)

@@ -377,6 +377,46 @@ def test_single_split_is_refused():
         C.combine(np.zeros((1, 1, 1, 4), np.float32), np.zeros((1, 1, 1), np.float32), BF16, head_dim_v=4)
 
 
+@pytest.mark.parametrize("dv,out_dtype", [(64, BF16), (128, np.float16), (256, np.float32)])
+def test_one_split_without_the_early_return_is_two_splits_with_an_empty_second(dv, out_dtype):
+    """``early_return=False`` on one split runs the kernel's steps as a two-split combine whose
+    second split saw no key (LSE -inf; the same kernel: kLogMaxSplits 4 / 5 for both): the same
+    bits, -inf rows, a subnormal and -0 included."""
+    rng = np.random.default_rng(dv)
+    o, lse = random_partials(rng, 1, (2,), 9, 3, dv)
+    lse[0, 0, 1, :4] = -np.inf
+    o[0, 1, 2, 0, :2] = [-0.0, 1e-40]
+    one = C.combine(o, lse, out_dtype, head_dim_v=dv, early_return=False)
+    two = C.combine(np.concatenate([o, np.full_like(o, np.nan)]),
+                    np.concatenate([lse, np.full_like(lse, -np.inf)]), out_dtype, head_dim_v=dv)
+    assert bits(one[0]).tolist() == bits(two[0]).tolist()
+    assert bits(one[1]).tolist() == bits(two[1]).tolist()
+    assert np.all(bits(one[0][0, :4, 1]) == 0) and np.all(one[1][0, 1, :4] == -np.inf)
+
+
+def test_combine_of_one_split_runs_the_kernels_arithmetic():
+    """One split through flash_attn_combine: the partial where its LSE is finite (FFMA.FTZ
+    flushes a subnormal and turns -0 into +0), out +0 and LSE -inf where it is -inf (what
+    FA3's own test_flash_attn_combine expects with one split; the library's kernel writes
+    nothing then). Torch inputs in upstream's non-contiguous layouts, bits compared."""
+    torch = pytest.importorskip("torch", reason="torch tensors in, torch tensors out")
+    from simulator.fa3 import flash_attn_combine
+
+    g = torch.Generator().manual_seed(1)
+    op = torch.randn(2, 3, 4, 5, 64, generator=g).transpose(2, 3)[:1]      # [1, b, s, h, d]
+    lp = torch.randn(1, 3, 8, 5, generator=g).transpose(-1, -2)[:, :, :, :4]  # [1, b, s, h]
+    lp[:, :1] = -float("inf")
+    op[0, 1, 0, 0, :2] = torch.tensor([-0.0, 1e-40])
+    out, lse = flash_attn_combine(op, lp)
+    want = op[0].clone()
+    want[0] = 0.0
+    want[1, 0, 0, :2] = 0.0
+    assert torch.equal(out.view(torch.int32), want.contiguous().view(torch.int32))
+    assert torch.equal(lse.contiguous().view(torch.int32), lp[0].contiguous().view(torch.int32))
+    out16, _ = flash_attn_combine(op, lp, out_dtype=torch.bfloat16)
+    assert torch.equal(out16.view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+
+
 # ---- the float64 property (the one tolerance in this file) ------------------------------------------
 @pytest.mark.parametrize("num_splits,kblock_n", [(2, 16), (3, 16), (7, 8), (40, 4)])
 def test_combine_of_exact_splits_is_close_to_exact_attention(num_splits, kblock_n):

@@ -185,7 +185,9 @@ def common_head_dim(arrs: dict):
 
     Raises:
         ValueError: with dv != d, k not of q's head dim or out / dout not of v's (v, when
-            all of k, out and dout have q's), naming it.
+            all of k, out and dout have q's), or out / dout not of q's other dims or v not
+            of k's, naming it; q's or v's head dim not a multiple of 8 up to 256 (mha_bwd),
+            naming q or v.
     """
     names_d, names_dv = ("q", "k"), ("v", "out", "dout")
     xs = [arrs[n] for n in names_d + names_dv]
@@ -202,6 +204,20 @@ def common_head_dim(arrs: dict):
             if arrs[n].shape[-1] != want:
                 raise ValueError(f"{n}: expected head dim {want} ({like}'s; V's head dim "
                                  f"{dv} differs from Q's {d}), got {arrs[n].shape[-1]}")
+    q, k = arrs["q"], arrs["k"]
+    if k.ndim != q.ndim or (q.ndim == 4 and k.shape[0] != q.shape[0]):
+        want_k = "[total_k, heads_kv, " if q.ndim == 3 else f"[{q.shape[0]}, seqlen_k, heads_kv, "
+        raise ValueError(f"k: expected shape {want_k}{d}] (q's batch and head dim), got {k.shape}")
+    for n, like in (("out", "q"), ("dout", "q"), ("v", "k")):  # mha_bwd's CHECK_SHAPEs
+        want_shape = arrs[like].shape[:-1] + (dv,)
+        if arrs[n].shape != want_shape:
+            raise ValueError(f"{n}: expected shape {want_shape} ({like}'s with V's head dim "
+                             f"{dv}), got {arrs[n].shape}")
+    for n, w in (("q", d), ("v", dv)):  # mha_bwd's checks, before the padding hides them
+        if w % 8 or w > 256:
+            raise ValueError(f"{n}: head_dim must be a multiple of 8 from 8 to 256 (mha_bwd: "
+                             f"'head_size{'_v' if n == 'v' else ''} should be a multiple of 8', "
+                             f"at most 256), got {w} (Q's {d}, V's {dv})")
     width = max(d, dv)
     out = dict(arrs)
     for n in names_d if d < width else names_dv:

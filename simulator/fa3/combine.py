@@ -232,7 +232,7 @@ def row_bytes(num: int, head_dim_v: int, max_splits: int) -> int:
 
 def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFAULT_GPU,
             num_splits=None, num_splits_dynamic=None, layout: str = "forward", out=None, lse=None,
-            memory_budget=None):
+            memory_budget=None, early_return: bool = True):
     """FA3's combine kernel (hopper/flash_fwd_combine_kernel.h) as the sm_90 build computes it.
 
     Args:
@@ -273,6 +273,11 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFA
         memory_budget: bytes for the partials, the outputs and the working arrays (default
             ``flash.chunks.DEFAULT_MEMORY_BUDGET``): rows run in chunks that fit
             (:func:`row_bytes` per row); the bits are those of one pass.
+        early_return: True (FA3's kernel): rows that read one split are not written (``if
+            (num_splits <= 1) return;``) and ``num_splits`` must be 2..256. False: the kernel
+            without that return, so one split runs the same steps (what
+            :func:`simulator.fa3.flash_attn_combine` returns for one split): O = the partial
+            (``.ftz``: subnormals and -0 become +0) where its LSE is finite, 0 where it is -inf.
     Returns:
         ``(out, lse)``: ``out`` in ``out_dtype`` ``[..., seqlen, heads, head_dim_v]`` (FA3's
         ``out``); ``lse`` float32 ``[..., heads, seqlen]`` (``softmax_lse``) for ``"forward"``
@@ -280,8 +285,9 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFA
         transposed view of that shape).
     Raises:
         ValueError: arrays that are not plain float32 ndarrays, shapes that do not match the
-            layout, num_splits outside 2..256 (the kernel returns without writing for one split:
-            FA3 only launches it for ``num_splits > 1``) or below the splits a row reads, an
+            layout, num_splits outside 2..256 (1..256 with ``early_return=False``; the kernel
+            returns without writing for one split: FA3 only launches it for ``num_splits >
+            1``) or below the splits a row reads, an
             unknown out_dtype, layout or MUFU model, head_dim_v that does not match.
         MemoryError: not even one row fits ``memory_budget``, with the estimate.
         MufuDataError: the calibrated MUFU tables are missing or corrupt.
@@ -309,13 +315,15 @@ def combine(out_partial, lse_partial, out_dtype, *, head_dim_v, mufu: str = DEFA
         raise ValueError(f"head_dim_v: expected out_partial's last dim {dv} (or it rounded up to a "
                          f"multiple of 4, as mha_combine pads), got {head_dim_v}")
     static = num if num_splits is None else check_int("num_splits", num_splits)
-    if not 2 <= static <= MAX_SPLITS:
-        raise ValueError(f"num_splits: expected 2..{MAX_SPLITS} (FA3 runs the combine only for "
-                         f"num_splits > 1; with one split the kernel returns without writing), got {static}")
+    least = 2 if early_return else 1  # rows reading fewer splits are not written
+    if not least <= static <= MAX_SPLITS:
+        raise ValueError(f"num_splits: expected {least}..{MAX_SPLITS} (FA3 runs the combine only "
+                         f"for num_splits > 1; with one split the kernel returns without writing), "
+                         f"got {static}")
     kernel = combine_kernel(static, head_dim_v)
     rows_shape = o.shape[1:-1]                              # [..., H, Sq]
-    count = _split_counts(num_splits_dynamic, rows_shape, static, num)
-    written = count > 1
+    count = _split_counts(num_splits_dynamic, rows_shape, static, num, least)
+    written = count >= least
     out_shape = (*rows_shape[:-2], rows_shape[-1], rows_shape[-2], dv)
     lse_shape = rows_shape if layout != "combine" else (*rows_shape[:-2], rows_shape[-1], rows_shape[-2])
     out_arr = _buffer("out", out, out_shape, odt, 0)
@@ -359,9 +367,11 @@ def _canonical(out_partial: np.ndarray, lse_partial: np.ndarray, layout: str):
     return o, lse_partial if layout != "combine" else np.swapaxes(lse_partial, -2, -1)
 
 
-def _split_counts(num_splits_dynamic, rows_shape: tuple, static: int, num: int) -> np.ndarray:
+def _split_counts(num_splits_dynamic, rows_shape: tuple, static: int, num: int,
+                  least: int = 2) -> np.ndarray:
     """int64 ``rows_shape`` ([..., heads, seqlen]): the splits each row reads, ``static`` or
-    :func:`combine`'s ``num_splits_dynamic`` broadcast, checked against the ``num`` given."""
+    :func:`combine`'s ``num_splits_dynamic`` broadcast, checked against the ``num`` given for
+    the rows written (those reading at least ``least``)."""
     if num_splits_dynamic is None:
         count = np.full(rows_shape, static, dtype=np.int64)
     else:
@@ -376,7 +386,7 @@ def _split_counts(num_splits_dynamic, rows_shape: tuple, static: int, num: int) 
         if count.size and (count.min() < 0 or count.max() > static):
             raise ValueError(f"num_splits_dynamic: expected counts in 0..num_splits ({static}), got "
                              f"{int(count.min())}..{int(count.max())}")
-    written = count > 1
+    written = count >= least
     if written.any() and int(count[written].max()) > num:
         raise ValueError(f"out_partial: rows read {int(count[written].max())} splits but only {num} "
                          "are given (axis 0)")

@@ -33,7 +33,6 @@ import numpy as np
 from .. import engine, flash
 from ..flash.config import check_chunk
 from ..gpus import DEFAULT_GPU, get_gpu, mufu_model_name
-from ..numerics import convert, format_of
 from ..trace import Trace
 from . import autograd, torch_ops
 from .arguments import DenseArrays, Launch, Options, Parallel, VarlenArrays
@@ -252,13 +251,16 @@ def run_varlen(arrays: VarlenArrays, launch: Launch):
 
 
 def backward_refusal(qv, chunk: int = 0) -> str | None:
-    """Why FA3's autograd backward would not run for this forward, or None: it takes no qv
-    (``_flash_attn_backward`` has no such argument, so the gradients would not be those of the
-    scores the forward computed) and asserts on attention_chunk (hopper/flash_attn_interface.py:
-    'FA3 backward does not support attention_chunk'). The forward runs; the backward raises."""
+    """Why the backward of this forward is refused, or None. attention_chunk: FA3's autograd
+    backward asserts on it (hopper/flash_attn_interface.py: 'FA3 backward does not support
+    attention_chunk'). qv: FA3's backward takes no qv (``_flash_attn_backward`` has no such
+    argument): ``FlashAttnFunc.backward`` runs ``mha_bwd`` on q, k, v alone, so its gradients
+    are those of other scores than the forward's, and qv gets none; refused here rather than
+    returned. The forward runs; the backward raises."""
     if qv is not None:
-        return ("qv: FA3 has no backward with qv; run the forward under torch.no_grad() or "
-                "without qv")
+        return ("qv: FA3 has no backward with qv (its autograd backward runs mha_bwd without "
+                "qv: gradients of scores other than the forward's, none for qv); run the forward "
+                "under torch.no_grad() or without qv")
     if chunk:
         return ("attention_chunk: FA3 has no backward with it ('FA3 backward does not "
                 "support attention_chunk'); run the forward under torch.no_grad() or without it")
@@ -331,9 +333,12 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
         (out [batch, seqlen, heads, head_dim] in ``out_dtype``, softmax_lse float32 in the
         layout :func:`simulator.fa3.combine.combine` documents for ``layout="combine"``), as
         FA3's combine kernel computes them.
-        With one split FA3's combine kernel returns without writing (the library returns the
-        uninitialised output): here the single partial is the result, converted to
-        ``out_dtype``, and its LSE (what FA3's own tests expect).
+        With one split FA3's combine kernel returns without writing (``if (num_splits <= 1)
+        return;``), so the library returns uninitialised memory. Here the kernel's arithmetic
+        runs on the one split (:func:`simulator.fa3.combine.combine`, ``early_return=False``):
+        where its LSE is finite, out is the partial (``.ftz``: subnormals and -0 become +0)
+        converted to ``out_dtype`` and the LSE is the given one; where it is -inf, out is 0 and
+        the LSE -inf (as FA3's tests' ``attention_combine_ref`` expects).
     Raises:
         ValueError: a shape or dtype ``mha_combine`` refuses, or ``out`` given.
     Source: hopper/flash_api.cpp (mha_combine), hopper/flash_fwd_combine_kernel.h.
@@ -347,9 +352,7 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
                              f"{getattr(x, 'dtype', type(x).__name__)}")
     check_combine_shapes(op, lp)
     dtype = _combine_out_dtype(out_dtype)
-    if op.shape[0] == 1:  # FA3's kernel writes nothing for one split: the partial is the result
-        one = convert(op[0], format_of(dtype).name) if dtype != np.float32 else op[0].copy()
-        return returned((one, np.ascontiguousarray(lp[0])), t)
-    res = combine(op, lp, dtype, head_dim_v=op.shape[-1],
-                  layout="combine", mufu=mufu_model_name(gpu))
+    # one split: FA3's kernel returns unwritten memory; here its arithmetic without that return
+    res = combine(op, lp, dtype, head_dim_v=op.shape[-1], layout="combine",
+                  mufu=mufu_model_name(gpu), early_return=False)
     return returned(res, t)
