@@ -593,3 +593,19 @@ def test_tile_sizes_are_the_kernels_compiled_in_the_wheel():
     for (fmt, d, causal), tile in seen.items():
         got = C.tile_size_fwd_sm90(d, d, causal, False, 1 if fmt == "e4m3" else 2)
         assert got[:2] == tile, (fmt, d, causal)
+
+
+def test_flash_attn_combine_takes_a_memory_budget():
+    """Partials larger than the default budget: refused with the estimate, and combined
+    (the same bits as with room to spare) once the caller passes a larger memory_budget."""
+    from simulator import fa3
+
+    rng = np.random.default_rng(3)
+    op = rng.standard_normal((2, 1, 64, 2, 64)).astype(np.float32)
+    lp = rng.standard_normal((2, 1, 64, 2)).astype(np.float32)
+    with pytest.raises(MemoryError, match="memory_budget"):
+        fa3.flash_attn_combine(op, lp, memory_budget=op.nbytes)
+    small = fa3.flash_attn_combine(op, lp, memory_budget=op.nbytes + lp.nbytes + 2**20)
+    roomy = fa3.flash_attn_combine(op, lp)
+    for a, b in zip(small, roomy, strict=True):
+        assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))

@@ -318,7 +318,8 @@ def check_combine_shapes(op: np.ndarray, lp: np.ndarray) -> None:
                          "(mha_combine)")
 
 
-def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gpu=DEFAULT_GPU):
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gpu=DEFAULT_GPU,
+                       memory_budget=None):
     """FA3's ``flash_attn_combine`` (``mha_combine``): merge per-split partial outputs.
 
     Args:
@@ -329,6 +330,8 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
         out: must be None (results are returned, not written in place).
         out_dtype: float32 (FA3's default: the partials' dtype), bfloat16 or float16.
         gpu: keyword-only, not FA3's: the GPU (:mod:`simulator.gpus`) whose MUFU runs it.
+        memory_budget: keyword-only, not FA3's: bytes for the partials, the outputs and the
+            combine's working rows (default 4 GiB; :func:`simulator.fa3.combine.combine`).
     Returns:
         (out [batch, seqlen, heads, head_dim] in ``out_dtype``, softmax_lse float32 in the
         layout :func:`simulator.fa3.combine.combine` documents for ``layout="combine"``), as
@@ -341,6 +344,8 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
         the LSE -inf (as FA3's tests' ``attention_combine_ref`` expects).
     Raises:
         ValueError: a shape or dtype ``mha_combine`` refuses, or ``out`` given.
+        MemoryError: the partials and one row of work exceed ``memory_budget``, with the
+            estimate (pass a larger one).
     Source: hopper/flash_api.cpp (mha_combine), hopper/flash_fwd_combine_kernel.h.
     """
     if out is not None:
@@ -354,5 +359,5 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, gp
     dtype = _combine_out_dtype(out_dtype)
     # one split: FA3's kernel returns unwritten memory; here its arithmetic without that return
     res = combine(op, lp, dtype, head_dim_v=op.shape[-1], layout="combine",
-                  mufu=mufu_model_name(gpu), early_return=False)
+                  mufu=mufu_model_name(gpu), early_return=False, memory_budget=memory_budget)
     return returned(res, t)
