@@ -4,6 +4,7 @@ giving the eager call's bits."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,42 @@ def test_a_compiled_model_gives_the_eager_bits_forward_and_backward(backend):
     assert torch.equal(_bits(compiled), _bits(eager))
     for x, w in zip((q, k, v), want, strict=True):
         assert torch.equal(_bits(x.grad), w)
+
+
+@pytest.mark.skipif(all(shutil.which(c) is None for c in ("c++", "g++", "clang++")),
+                    reason="torch.compile's default backend (inductor) needs a C++ compiler on CPU")
+def test_a_small_model_compiles_with_the_default_backend():
+    """A projection, FA3's attention and an output projection, compiled as a user writes it
+    (``torch.compile(model)``, inductor): the attention's output bit for bit, the model's output
+    and gradients as eager's (inductor may fuse torch's own layers in another order)."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, heads=2, head_dim=64):
+            super().__init__()
+            self.heads, self.head_dim = heads, head_dim
+            width = heads * head_dim
+            self.qkv = torch.nn.Linear(width, 3 * width, dtype=torch.bfloat16)
+            self.proj = torch.nn.Linear(width, width, dtype=torch.bfloat16)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).unbind(2)
+            y = fa3.flash_attn_func(q, k, v, causal=True)
+            return y, self.proj(y.reshape(b, s, -1))
+
+    torch.manual_seed(0)
+    model = Block()
+    x = torch.randn(1, 48, 128, dtype=torch.bfloat16)
+    eager_y, eager = model(x)
+    eager.float().sum().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    y, compiled = torch.compile(model)(x)
+    compiled.float().sum().backward()
+    assert torch.equal(_bits(y), _bits(eager_y))
+    torch.testing.assert_close(compiled, eager)
+    for p, w in zip(model.parameters(), want, strict=True):
+        torch.testing.assert_close(p.grad, w)
 
 
 def test_export_records_the_custom_op():
