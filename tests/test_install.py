@@ -81,7 +81,7 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                         "--no-index", "-q", "-w", str(out), str(src)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     (whl,) = out.glob("*.whl")
     return whl
@@ -101,7 +101,7 @@ def test_the_wheel_holds_the_kernels_and_the_data(wheel):
 def test_the_installed_package_finds_its_kernels_and_data_in_itself(wheel, tmp_path):
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
-                        "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=120)
+                        "--target", str(target), str(wheel)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     probe = """
 import json, sys, simulator
@@ -119,7 +119,7 @@ print(json.dumps({"package": simulator.__file__, "kernels": str(runtime.KERNELS_
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
     r = subprocess.run([sys.executable, "-c", probe, *_sources()], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path, env=env)
+                       cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     for key in ("package", "kernels", "softcap_probe", "embedded", "device_data"):
