@@ -41,6 +41,7 @@ from .report import (
     wrap_line,
 )
 from .results import check_output_path, save_result
+from .waiting import progress_of
 from .workload import is_varlen, load_workload, select_heads, varlen_lengths
 
 DEFAULT_OUT = "out/run.npz"
@@ -51,8 +52,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"run: {message} (see `python -m simulator run --help`)")
 
 
-#: a float64 reference expected to take longer than this (seconds) says so before it starts:
-#: the progress line has already read 100%
+#: a float64 reference expected to take longer than this (seconds) shows its own progress (a
+#: bar on a terminal with tqdm, else a line before it starts): the emulation's has read 100%
 REFERENCE_NOTE_SECONDS = 5.0
 
 
@@ -359,10 +360,10 @@ def main(argv: list[str]) -> int:
             executor.shutdown(cancel_futures=True)
     t2 = time.perf_counter()
     ref_seconds = reference_seconds(work)
-    if not args.no_progress and ref_seconds > REFERENCE_NOTE_SECONDS:
-        _note(f"run: the float64 reference for the error report, about {ref_seconds:.0f} s "
-              f"(an estimate)")
-    ref_out, ref_lse = reference_result(work, kwargs, args.causal)
+    with progress_of("run: the float64 reference for the error report", ref_seconds,
+                     not args.no_progress and ref_seconds > REFERENCE_NOTE_SECONDS, _note,
+                     label="float64 reference"):
+        ref_out, ref_lse = reference_result(work, kwargs, args.causal)
     t3 = time.perf_counter()
     out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
     if seq_cfgs:

@@ -1,0 +1,103 @@
+"""``run``'s float64 reference shows its own progress after the emulation's bar has read 100%:
+a bar of seconds against the estimate on a terminal with tqdm, one line otherwise. Stand-ins
+for tqdm and the clock: nothing here depends on how long anything takes."""
+
+from __future__ import annotations
+
+import io
+import sys
+import types
+
+import numpy as np
+
+from simulator.run import waiting
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class _Bar:
+    """tqdm's interface as the run's bars use it (flash.chunks.Progress and waiting.TimedBar)."""
+
+    made: list = []
+
+    def __init__(self, total=None, desc=None, **kw):
+        self.total, self.desc, self.n, self.closed, self.shown = total, desc, 0, False, []
+        _Bar.made.append(self)
+
+    def update(self, n):
+        self.n += n
+
+    def refresh(self):
+        self.shown.append((self.n, self.total))
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_timed_bar_follows_the_clock_and_never_reads_done_early():
+    now = [100.0]
+    bar = waiting.TimedBar(_Bar, io.StringIO(), "float64 reference", 10.4, clock=lambda: now[0])
+    drawn = _Bar.made[-1]
+    assert drawn.total == 10 and drawn.desc == "float64 reference"
+    now[0] = 104.0
+    bar.advance()
+    assert drawn.shown[-1] == (4.0, 10)
+    now[0] = 112.0  # past the estimate: the total grows ahead of the elapsed time
+    bar.advance()
+    assert drawn.shown[-1][0] == 12.0 and drawn.shown[-1][1] > 12
+    now[0] = 113.0
+    bar.finish()
+    assert drawn.shown[-1] == (13, 13) and drawn.closed
+    bar.finish()  # once only
+    bar.advance()
+    assert drawn.shown[-1] == (13, 13)
+
+
+def test_progress_of_a_wait(monkeypatch):
+    lines = []
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # not a terminal: the line
+    with waiting.progress_of("run: the reference", 42.4, True, lines.append, tick=None):
+        pass
+    assert lines == ["run: the reference, about 42 s (an estimate)"]
+    with waiting.progress_of("run: the reference", 42.4, False, lines.append, tick=None):
+        pass
+    assert len(lines) == 1  # not shown: nothing
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # a terminal without tqdm: the line
+    with waiting.progress_of("run: the reference", 7, True, lines.append, tick=None):
+        pass
+    assert lines[-1] == "run: the reference, about 7 s (an estimate)"
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=_Bar))
+    with waiting.progress_of("run: the reference", 7, True, lines.append, label="ref", tick=None):
+        pass
+    drawn = _Bar.made[-1]
+    assert drawn.desc == "ref" and drawn.closed and drawn.n == drawn.total and len(lines) == 2
+    try:  # the work fails: the bar is closed where it was, not drawn as done
+        with waiting.progress_of("run: the reference", 7, True, lines.append, tick=None):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    drawn = _Bar.made[-1]
+    assert drawn.closed and drawn.n == 0
+
+
+def test_a_run_on_a_terminal_shows_the_references_bar(tmp_path, monkeypatch, capsys):
+    from simulator import cli
+    from simulator.run import emulation
+
+    x = np.random.default_rng(2).standard_normal((1, 300, 2, 64)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", q=x, k=x, v=x)
+    monkeypatch.setattr(emulation, "REFERENCE_SECONDS_PER_ELEMENT", 1e-4)  # estimated 2304 s
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=_Bar))
+    _Bar.made.clear()
+    argv = ["run", "--input", str(tmp_path / "x.npz"), "--out", str(tmp_path / "o.npz")]
+    assert cli.main(argv) == 0
+    bars = {b.desc: b for b in _Bar.made}
+    ref = bars["float64 reference"]
+    assert ref.closed and ref.n == ref.total  # the reference's bar ran to its end
+    assert "about 2304 s" not in sys.stderr.getvalue()  # the bar, not the line
+    assert bars["emulating"].closed
