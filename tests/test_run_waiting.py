@@ -101,3 +101,20 @@ def test_a_run_on_a_terminal_shows_the_references_bar(tmp_path, monkeypatch, cap
     assert ref.closed and ref.n == ref.total  # the reference's bar ran to its end
     assert "about 2304 s" not in sys.stderr.getvalue()  # the bar, not the line
     assert bars["emulating"].closed
+
+
+def test_the_reference_estimate_prices_each_score_not_only_the_head_dims():
+    """The reference's softmax costs the same per score at every head dim: measured 1.8e-7 s
+    per score at head dim 64, 1.6e-7 at 128, 3.7e-7 at 256 (simulator/run/emulation.py). A cost
+    proportional to the head dims alone priced 1 x 4096 x 8 x 128 at 69 s; it took 22 s."""
+    from simulator.run import emulation
+
+    def seconds(s, h, d):
+        x = np.empty((1, s, h, d), np.float32)
+        return emulation.reference_seconds(types.SimpleNamespace(q=x, k=x, v=x))
+
+    measured = {64: 1.8e-7, 128: 1.6e-7, 256: 3.7e-7}  # seconds per score, 1 x 2048 x 4 heads
+    for d, cost in measured.items():
+        ratio = seconds(2048, 4, d) / (2048 * 2048 * 4 * cost)
+        assert 0.5 <= ratio <= 2, (d, ratio)
+    assert 11 <= seconds(4096, 8, 128) <= 44  # 22 s measured
