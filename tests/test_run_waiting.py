@@ -118,3 +118,66 @@ def test_the_reference_estimate_prices_each_score_not_only_the_head_dims():
         ratio = seconds(2048, 4, d) / (2048 * 2048 * 4 * cost)
         assert 0.5 <= ratio <= 2, (d, ratio)
     assert 11 <= seconds(4096, 8, 128) <= 44  # 22 s measured
+
+
+class _Event:
+    """threading.Event's wait answering from a script: the ticker's loop runs a known number
+    of times, with no clock."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+
+    def wait(self, timeout=None):
+        return self.answers.pop(0) if self.answers else True
+
+    def set(self):
+        pass
+
+
+def test_ticking_redraws_the_bar_until_the_block_ends(monkeypatch):
+    bar = _Bar(total=10)
+    monkeypatch.setattr(waiting, "_stop_event", lambda: _Event([False, False, True]))
+    with waiting.ticking(bar, tick=0.5):
+        pass
+    assert bar.shown == [(0, 10), (0, 10)]
+    for no_bar, tick in ((None, 0.5), (bar, None)):  # lines, or no progress: nothing
+        with waiting.ticking(no_bar, tick=tick):
+            pass
+    assert len(bar.shown) == 2
+
+
+def test_notes_are_written_above_the_bar(monkeypatch):
+    from simulator.run import command
+
+    written = []
+    bar_class = types.SimpleNamespace(write=lambda text, file=None: written.append(text))
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=bar_class))
+    command._note("simulator.engine: compiling")  # the compile note's path in run
+    assert written == ["simulator.engine: compiling"] and sys.stderr.getvalue() == ""
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    command._note("plain")
+    assert sys.stderr.getvalue() == "plain\n"
+    monkeypatch.setattr("sys.stderr", None)
+    command._note("nowhere")  # stderr closed at start: nothing, no error
+
+
+def test_the_emulations_bar_keeps_its_clock_through_a_compile(tmp_path, monkeypatch):
+    """run hands the emulation's tqdm bar to ticking (its clock then moves while the engine
+    compiles, before the first block is done)."""
+    from simulator import cli
+    from simulator.run import command
+
+    ticked = []
+
+    def record(bar, tick=0.5):
+        ticked.append(bar)
+        return waiting.ticking(None)
+
+    monkeypatch.setattr(command, "ticking", record)
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=_Bar))
+    _Bar.made.clear()
+    assert cli.main(["run", "--heads", "0", "--out", str(tmp_path / "o.npz")]) == 0
+    (bar,) = ticked
+    assert isinstance(bar, _Bar) and bar.desc == "emulating"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from .report import (
     wrap_line,
 )
 from .results import check_output_path, save_result
-from .waiting import progress_of
+from .waiting import progress_of, ticking, write_line
 from .workload import is_varlen, load_workload, select_heads, varlen_lengths
 
 DEFAULT_OUT = "out/run.npz"
@@ -58,13 +57,10 @@ REFERENCE_NOTE_SECONDS = 5.0
 
 
 def _note(text: str) -> None:
-    """A line on stderr; none where stderr was closed at start (print would use stdout) or
-    by its reader (a broken pipe: the note is lost, not the run)."""
-    if sys.stderr is not None:
-        try:
-            print(text, file=sys.stderr, flush=True)
-        except (OSError, ValueError):
-            pass
+    """A line on stderr, above the progress bar if one is drawn; none where stderr was closed
+    at start (print would use stdout) or by its reader (a broken pipe: the note is lost, not
+    the run)."""
+    write_line(text)
 
 
 def _cta(text: str) -> tuple[int, int, int]:
@@ -352,7 +348,9 @@ def main(argv: list[str]) -> int:
     bar = Progress(not args.no_progress, visits, "emulating")
     executor = ProcessPoolExecutor(args.workers, mp_context=_worker_context()) if args.workers > 1 else None
     try:
-        out, lse, trace = emulate(work, kwargs, trace_ctas, bar.callback(), executor)
+        # the bar's clock runs while no block is done yet (a first compile: 20-60 s)
+        with ticking(getattr(bar, "_bar", None)):
+            out, lse, trace = emulate(work, kwargs, trace_ctas, bar.callback(), executor)
         bar.update(max(0, bar.total - bar.done))  # an estimate of the total may be a little high
     finally:
         bar.close()

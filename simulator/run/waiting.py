@@ -1,7 +1,9 @@
-"""Progress through a wait that reports none of its own (the float64 reference after the
-emulation's bar has read 100%): on a terminal with tqdm, a bar of the seconds elapsed against
-the estimate, redrawn from a thread while the work runs in the caller's thread (Ctrl-C reaches
-the work as before); otherwise one line that says what runs and for about how long."""
+"""Progress through waits that report none of their own: the float64 reference after the
+emulation's bar has read 100% (on a terminal with tqdm, a bar of the seconds elapsed against
+the estimate, redrawn from a thread while the work runs in the caller's thread, so Ctrl-C
+reaches the work as before; otherwise one line that says what runs and for about how long),
+and the engine's first compile under the emulation's bar (its clock kept running, the note
+written above it)."""
 
 from __future__ import annotations
 
@@ -114,3 +116,50 @@ def progress_of(what: str, estimate: float, show: bool, note=None, label: str | 
                 bar.finish()
             else:
                 bar.close()
+
+
+def _stop_event() -> threading.Event:
+    """The event that ends a ticker (its ``wait(tick)`` paces the redraws)."""
+    return threading.Event()
+
+
+@contextlib.contextmanager
+def ticking(bar, tick: float | None = 0.5):
+    """Redraw tqdm's ``bar`` every ``tick`` seconds while the block runs, so that its clock
+    moves through a stretch without progress (the engine compiling its kernels before the
+    first block); None (no bar: lines, or no progress) or ``tick`` None: nothing."""
+    if bar is None or tick is None:
+        yield
+        return
+    stop = _stop_event()
+
+    def redraw():
+        while not stop.wait(tick):
+            try:
+                bar.refresh()
+            except (AttributeError, OSError, ValueError):  # closed, or the terminal went away
+                return
+
+    ticker = threading.Thread(target=redraw, daemon=True, name="run-progress")
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+
+
+def write_line(text: str) -> None:
+    """``text`` as a line on stderr, above any tqdm bar being drawn there (tqdm.write clears
+    the bar, writes, and draws it again); a plain print where tqdm is not imported. A stderr
+    closed at start, or by its reader, loses the line, not the run."""
+    if sys.stderr is None:
+        return
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    try:
+        if tqdm is not None and hasattr(tqdm, "write"):
+            tqdm.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
