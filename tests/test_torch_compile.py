@@ -106,3 +106,41 @@ def test_simulator_imported_before_torch_still_compiles():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split()[-1] == "True"
+
+
+def test_varlen_and_kvcache_calls_compile_outside_the_graph():
+    """flash_attn_varlen_func and flash_attn_with_kvcache have no custom ops: a compiled model
+    runs them eagerly (a graph break) with the eager bits, gradients and cache writes; they
+    failed to compile ('bfloat16 not understood' on fake tensors)."""
+    g = torch.Generator().manual_seed(1)
+    cu = torch.tensor([0, 20, 50], dtype=torch.int32)
+    leaves = [torch.randn(50, 2, 64, generator=g).bfloat16().requires_grad_() for _ in range(3)]
+
+    def varlen(q, k, v):
+        return fa3.flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, causal=True) * 2
+
+    eager = varlen(*leaves)
+    eager.float().sum().backward()
+    want = [_bits(x.grad).clone() for x in leaves]
+    for x in leaves:
+        x.grad = None
+    compiled = torch.compile(varlen, backend="eager")(*leaves)
+    compiled.float().sum().backward()
+    assert torch.equal(_bits(compiled), _bits(eager))
+    for x, w in zip(leaves, want, strict=True):
+        assert torch.equal(_bits(x.grad), w)
+
+    q = torch.randn(2, 1, 4, 64, generator=g).bfloat16()
+    k_new, v_new = (torch.randn(2, 1, 2, 64, generator=g).bfloat16() for _ in range(2))
+    caches = [torch.randn(2, 300, 2, 64, generator=g).bfloat16() for _ in range(2)]
+    lens = torch.tensor([120, 298], dtype=torch.int32)
+
+    def decode(q, k_cache, v_cache):
+        return fa3.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens)
+
+    eager_caches = [c.clone() for c in caches]
+    eager = decode(q, *eager_caches)
+    compiled = torch.compile(decode, backend="eager")(q, *caches)
+    assert torch.equal(_bits(compiled), _bits(eager))
+    for got, want_cache in zip(caches, eager_caches, strict=True):  # the appended keys written
+        assert torch.equal(_bits(got), _bits(want_cache))

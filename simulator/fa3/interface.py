@@ -131,6 +131,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     return run_dense(arrays, arrays.launch(opts, parallel, trace))
 
 
+@torch_ops.outside_compiled_graphs
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
                            qv=None, q_descale=None, k_descale=None, v_descale=None,

@@ -10,9 +10,11 @@ call the same functions. Registered on first use (torch is optional).
 """
 
 
+import functools
+
 _REGISTERED = False
 
-__all__ = ["compiling", "flash_attn_func_op", "register"]
+__all__ = ["compiling", "flash_attn_func_op", "outside_compiled_graphs", "register"]
 
 
 def compiling() -> bool:
@@ -21,6 +23,24 @@ def compiling() -> bool:
 
     torch = sys.modules.get("torch")
     return torch is not None and bool(torch.compiler.is_compiling())
+
+
+def outside_compiled_graphs(fn):
+    """``fn`` (an entry point without custom ops: ``flash_attn_varlen_func``,
+    ``flash_attn_with_kvcache``) as ``torch.compile`` can call it: run eagerly, outside the
+    graph (a graph break), instead of traced into its NumPy code, which fails on fake tensors;
+    its autograd and its writes into a KV cache happen as in an eager call. Not under
+    ``fullgraph=True`` nor ``torch.export``, which allow no graph break."""
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        if compiling():
+            import torch
+
+            return torch.compiler.disable(fn)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return entry
 
 
 def register(forward) -> None:
