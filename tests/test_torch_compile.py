@@ -108,28 +108,50 @@ def test_simulator_imported_before_torch_still_compiles():
     assert r.stdout.split()[-1] == "True"
 
 
-def test_varlen_and_kvcache_calls_compile_outside_the_graph():
-    """flash_attn_varlen_func and flash_attn_with_kvcache have no custom ops: a compiled model
-    runs them eagerly (a graph break) with the eager bits, gradients and cache writes; they
-    failed to compile ('bfloat16 not understood' on fake tensors)."""
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_compiled_varlen_call_gives_the_eager_bits_forward_and_backward(backend):
+    """flash_attn_varlen_func traces as simulator_fa3::varlen_fwd / ::varlen_bwd (fullgraph),
+    seqused_q / seqused_k included; it failed to compile ('bfloat16 not understood')."""
     g = torch.Generator().manual_seed(1)
     cu = torch.tensor([0, 20, 50], dtype=torch.int32)
+    used = torch.tensor([15, 30], dtype=torch.int32)
     leaves = [torch.randn(50, 2, 64, generator=g).bfloat16().requires_grad_() for _ in range(3)]
 
     def varlen(q, k, v):
-        return fa3.flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, causal=True) * 2
+        return fa3.flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, seqused_q=used,
+                                          seqused_k=used, causal=True) * 2
 
     eager = varlen(*leaves)
     eager.float().sum().backward()
     want = [_bits(x.grad).clone() for x in leaves]
     for x in leaves:
         x.grad = None
-    compiled = torch.compile(varlen, backend="eager")(*leaves)
+    compiled = torch.compile(varlen, backend=backend, fullgraph=True)(*leaves)
     compiled.float().sum().backward()
     assert torch.equal(_bits(compiled), _bits(eager))
     for x, w in zip(leaves, want, strict=True):
         assert torch.equal(_bits(x.grad), w)
 
+
+def test_export_records_the_varlen_op():
+    class Packed(torch.nn.Module):
+        def forward(self, q, k, v, cu):
+            return fa3.flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, causal=True)
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(50, 2, 64, generator=g).bfloat16() for _ in range(3))
+    cu = torch.tensor([0, 20, 50], dtype=torch.int32)
+    program = torch.export.export(Packed(), (q, k, v, cu))
+    assert "simulator_fa3.varlen_fwd" in str(program.graph)
+    want = fa3.flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, causal=True)
+    assert torch.equal(_bits(program.module()(q, k, v, cu)), _bits(want))
+
+
+def test_a_kvcache_call_compiles_outside_the_graph():
+    """flash_attn_with_kvcache has no custom op: a compiled model runs it eagerly (a graph
+    break) with the eager bits and cache writes; it failed to compile ('bfloat16 not
+    understood' on fake tensors)."""
+    g = torch.Generator().manual_seed(1)
     q = torch.randn(2, 1, 4, 64, generator=g).bfloat16()
     k_new, v_new = (torch.randn(2, 1, 2, 64, generator=g).bfloat16() for _ in range(2))
     caches = [torch.randn(2, 300, 2, 64, generator=g).bfloat16() for _ in range(2)]
