@@ -51,8 +51,13 @@ def _cmd_verify(args) -> int:
     unknown = sorted(set(args.topic or []) - set(TOPICS))
     if unknown:
         raise UsageError(f"--topic: unknown {unknown}; known: {', '.join(TOPICS)}")
-    rows = run_checks(args.topic or None, quick=args.quick, workers=args.workers,
-                      progress=_tty_progress())
+    progress = _tty_progress()
+    try:
+        rows = run_checks(args.topic or None, quick=args.quick, workers=args.workers,
+                          progress=progress)
+    finally:
+        if isinstance(progress, TopicBar):
+            progress.close()
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
@@ -61,18 +66,85 @@ def _cmd_verify(args) -> int:
 
 
 def _tty_progress():
-    """A callable writing progress lines to stderr when stderr is a terminal (a long ``verify``
-    used to print nothing until it ended), else None."""
+    """``verify``'s progress where stderr is a terminal: a :class:`TopicBar` with tqdm
+    (``pip install -e '.[progress]'``), else a callable writing a line on stderr as each topic
+    starts and ends; None off a terminal (a log file, a pipe: the table alone)."""
     try:
         if sys.stderr is None or not sys.stderr.isatty():
             return None
-    except (AttributeError, ValueError):
+    except (AttributeError, OSError, ValueError):
         return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        return TopicBar(tqdm, sys.stderr)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     return say
+
+
+class TopicBar:
+    """``verify``'s bar on a terminal: the topics done of those asked, the running topic and
+    the mismatches so far beside it, and its clock redrawn every ``tick`` seconds while a topic
+    runs (one may take minutes); ``tick`` None: redrawn only at each topic's start and end.
+
+    Args:
+        tqdm: tqdm's bar class (or one taking the same arguments).
+        stream: where the bar is drawn (stderr).
+    """
+
+    def __init__(self, tqdm, stream, tick: float | None = 1.0):
+        import threading
+
+        self._tqdm, self._stream, self.tick = tqdm, stream, tick
+        self._bar = None
+        self.mismatches = 0
+        self._stop = threading.Event()
+        self._ticker = None
+
+    def topic_started(self, i: int, n: int, name: str) -> None:
+        if self._bar is None:
+            # no rate and no ETA: topics take from under a second to minutes
+            self._bar = self._tqdm(total=n, desc="verify", file=self._stream, leave=True,
+                                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} topics "
+                                              "[{elapsed}{postfix}]")
+            if self.tick is not None:
+                import threading
+
+                self._ticker = threading.Thread(target=self._redraw, daemon=True,
+                                                name="verify-progress")
+                self._ticker.start()
+        self._bar.set_postfix_str(f"{name}, {self.mismatches:,} mismatches so far")
+
+    def topic_done(self, i: int, n: int, name: str, seconds: float, mismatches: int) -> None:
+        self.mismatches += mismatches
+        self._bar.set_postfix_str(f"{name} done in {seconds:.1f} s, {self.mismatches:,} "
+                                  f"mismatches so far", refresh=False)
+        self._bar.update(1)
+
+    def _redraw(self) -> None:
+        while not self._stop.wait(self.tick):
+            try:
+                self._bar.refresh()
+            except (OSError, ValueError):  # the terminal went away: the work goes on
+                return
+
+    def close(self) -> None:
+        """Stop the clock and close the bar (left on the screen); safe to call twice."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+        if self._bar is not None:
+            try:
+                self._bar.close()
+            except (OSError, ValueError):
+                pass
+            self._bar = None
 
 
 def _verify_workers(text: str) -> int:

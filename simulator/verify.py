@@ -62,8 +62,10 @@ def run_checks(topics: list[str] | None = None, quick: bool = False,
                workers: int = 1, progress=None) -> list[dict]:
     """Run the checks of ``topics`` (all when None) and return their rows, each tagged with
     its topic and elapsed seconds; the topics of :data:`PARALLEL` replay their cases in
-    ``workers`` processes. ``progress``: None, or a callable ``progress(line)`` told when each
-    topic starts and ends (the command line writes it to a terminal's stderr).
+    ``workers`` processes. ``progress``: None; a callable ``progress(line)`` told when each
+    topic starts and ends; or an object with ``topic_started(i, n, name)`` and
+    ``topic_done(i, n, name, seconds, mismatches)`` (the command line's bar on a terminal,
+    :class:`simulator.cli.TopicBar`).
 
     Raises:
         ValueError: an unknown topic, listing the known ones.
@@ -76,7 +78,9 @@ def run_checks(topics: list[str] | None = None, quick: bool = False,
     rows = []
     for i, name in enumerate(names, 1):
         t0 = time.perf_counter()
-        if progress is not None:
+        if hasattr(progress, "topic_started"):
+            progress.topic_started(i, len(names), name)
+        elif progress is not None:
             progress(f"verify: topic {i}/{len(names)} {name} ...")
         try:
             topic_rows = (TOPICS[name](quick, workers) if name in PARALLEL and workers > 1
@@ -85,8 +89,10 @@ def run_checks(topics: list[str] | None = None, quick: bool = False,
             raise RecordedDataError(f"recorded data of topic {name!r} lacks the entry {exc}; "
                                     "regenerate it (see docs/architecture.md)") from None
         elapsed = time.perf_counter() - t0
-        if progress is not None:
-            bad = sum(r["mismatches"] for r in topic_rows)
+        bad = sum(r["mismatches"] for r in topic_rows)
+        if hasattr(progress, "topic_done"):
+            progress.topic_done(i, len(names), name, elapsed, bad)
+        elif progress is not None:
             progress(f"verify: topic {i}/{len(names)} {name} done in {elapsed:.1f} s, "
                      f"{bad:,} mismatches")
         for r in topic_rows:

@@ -212,6 +212,28 @@ def test_autograd_varlen():
         assert digest(t.grad.view(torch.int16).numpy().view(np.uint16)).hex() == e["det"][name]
 
 
+def test_autograd_with_seqused_and_a_wider_v():
+    """seqused_q / seqused_k and V's head dim unlike Q's run under autograd (docs/fa3_api.md):
+    the gradients are flash_attn_backward's bits with the forward's arguments."""
+    torch = pytest.importorskip("torch", reason="autograd through flash_attn_varlen_func needs torch")
+
+    g = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(50, 2, 64, generator=g).bfloat16() for _ in range(2))
+    v = torch.randn(50, 2, 128, generator=g).bfloat16()
+    cu = torch.tensor([0, 20, 50], dtype=torch.int32)
+    used_q, used_k = torch.tensor([12, 30], dtype=torch.int32), torch.tensor([20, 17], dtype=torch.int32)
+    kw = dict(seqused_q=used_q, seqused_k=used_k, causal=True)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = fa3.flash_attn_varlen_func(*leaves, cu, cu, 30, 30, **kw)
+    dout = torch.randn(out.shape, generator=g).bfloat16()
+    out.backward(dout)
+    o, lse = fa3.flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, return_attn_probs=True, **kw)
+    want = fa3.flash_attn_backward(dout, q, k, v, o, lse, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                   max_seqlen_q=30, max_seqlen_k=30, **kw)
+    for leaf, w in zip(leaves, want, strict=True):
+        assert torch.equal(leaf.grad.view(torch.int16), torch.as_tensor(w).view(torch.int16))
+
+
 def _small(dtype=ml_dtypes.bfloat16, d=64, h=2, hk=2):
     x = flash.inputs.attention_inputs(3, batch=1, seqlen_q=20, seqlen_k=30, heads=h, heads_kv=hk,
                                       head_dim=d, dtype={ml_dtypes.bfloat16: "bf16",

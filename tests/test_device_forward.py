@@ -199,7 +199,7 @@ def test_kernel_compiles_with_nvcc(tmp_path, config):
     opts = [o for o in dev.kernel_options(*config) if o.startswith("-D")]
     cmd = ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "--use_fast_math", "-std=c++17",
            "-c", str(runtime.KERNELS_DIR / dev.KERNEL), "-o", str(tmp_path / "k.o"), *opts]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 

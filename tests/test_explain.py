@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _run(*args):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "simulator", "run", "--no-progress", *args],
-                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+                          capture_output=True, text=True, cwd=REPO, env=env)
 
 
 def _row_of(text: str, label: str) -> list[str]:

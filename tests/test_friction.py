@@ -249,10 +249,12 @@ def _small_inputs():
 def test_a_long_call_shows_progress_on_a_terminal_by_default(monkeypatch, api):
     """progress=None (the default): a call expected to take over LONG_CALL_SECONDS prints its
     progress on a terminal; (the threshold is set to 0 here, so that a small call counts as
-    long); not off a terminal, not with progress=False, not for a short call."""
+    long); not off a terminal, not with progress=False, not for a short call. The plain lines,
+    as without tqdm: with it installed (the progress extra) the bar is drawn instead."""
     from simulator import fa3, flash
     from simulator.flash import chunks
 
+    monkeypatch.setitem(sys.modules, "tqdm", None)
     q, k, v = _small_inputs()
 
     def call(**kw):

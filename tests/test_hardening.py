@@ -674,7 +674,7 @@ def test_run_into_a_closed_stdout_writes_the_result_and_fails(tmp_path, unbuffer
     try:
         r = subprocess.run([sys.executable, "-m", "simulator", "run", "--no-progress", "--heads",
                             "0", "--out", str(out)], stdout=w, stderr=subprocess.PIPE, text=True,
-                           timeout=300, cwd=root, env=env)
+                           cwd=root, env=env)
     finally:
         os.close(w)
     assert r.returncode == cli.EXIT_BROKEN_PIPE, r.stderr

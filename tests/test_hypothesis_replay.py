@@ -189,7 +189,7 @@ def test_device_scripts_without_a_gpu_say_so_in_one_line(module, via, tmp_path):
         pytest.skip("a GPU is present: the script would run for real")
     launcher = [f"simulator.measure.{module}"] if via == "module" else ["simulator", "measure", module]
     proc = subprocess.run([sys.executable, "-m", *launcher, "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and ("CuPy" in proc.stderr or "GPU" in proc.stderr), proc.stderr
     assert proc.stderr.startswith("error: ") and "install" in proc.stderr, proc.stderr  # house style

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _run(*args):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "simulator", "run", "--no-progress", *args],
-                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+                          capture_output=True, text=True, cwd=REPO, env=env)
 
 
 def test_fa2_kernel_on_the_embedded_input(tmp_path):

@@ -119,16 +119,23 @@ COMPILE_NOTE = ("simulator.engine: compiling the compiled engine's kernels for t
 
 
 def _note_on_terminal(text: str) -> None:
-    """The default compile note: one line on stderr where it is a terminal (a log file, a
-    pipe or a test's captured stderr gets nothing)."""
+    """The default compile note: one line on stderr where someone watches it, a terminal or a
+    Jupyter kernel's stderr (a notebook cell shows it); a log file, a pipe or a test's
+    captured stderr gets nothing."""
     import sys
 
     stream = sys.stderr
     try:
-        if stream is not None and stream.isatty():
+        if stream is not None and (stream.isatty() or _in_a_notebook(stream)):
             print(text, file=stream, flush=True)
-    except (OSError, ValueError):  # stderr closed
+    except (AttributeError, OSError, ValueError):  # stderr closed or replaced
         pass
+
+
+def _in_a_notebook(stream) -> bool:
+    """Whether ``stream`` is a Jupyter kernel's output stream (ipykernel's, which says it is no
+    terminal though a notebook shows what it receives under the running cell)."""
+    return type(stream).__module__.split(".")[0] == "ipykernel"
 
 
 class _CompileNote(numba_event.Listener):

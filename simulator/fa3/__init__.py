@@ -40,7 +40,8 @@ def register_torch_ops(namespace: str | None = None) -> None:
     """Register torch ops over this package (imports torch).
 
     Without ``namespace``: ``flash_attn_func``'s ``torch.library`` ops (:mod:`.torch_ops`,
-    ``simulator_fa3::fwd`` / ``bwd``), done at import when torch was imported first; call it
+    ``simulator_fa3::fwd`` / ``bwd``, ``flash_attn_varlen_func``'s ``::varlen_fwd`` /
+    ``varlen_bwd``), done at import when torch was imported first; call it
     after ``import torch`` otherwise, before a ``torch.compile(..., fullgraph=True)`` (without
     fullgraph the first compiled call registers them, with one graph break).
 
@@ -55,7 +56,7 @@ def register_torch_ops(namespace: str | None = None) -> None:
             holding FA3's op names from another library), naming it.
     """
     if namespace is None:
-        _torch_ops.register(flash_attn_func)
+        _torch_ops.register(flash_attn_func, flash_attn_varlen_func)
         return
     _torch_ops.register_fa3_library(
         {"flash_attn_func": flash_attn_func, "flash_attn_varlen_func": flash_attn_varlen_func,

@@ -100,9 +100,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     window_size = check_window_size(window_size)
     if trace is None and torch_ops.compiling():  # torch.compile / export: the custom ops
         return torch_ops.flash_attn_func_op(
-            flash_attn_func, q, k, v, softmax_scale, causal, qv, q_descale, k_descale, v_descale,
-            window_size, chunk, softcap, num_splits, pack_gqa, deterministic, sm_margin,
-            return_attn_probs, num_sms, get_gpu(gpu).key)
+            flash_attn_func, flash_attn_varlen_func, q, k, v, softmax_scale, causal, qv,
+            q_descale, k_descale, v_descale, window_size, chunk, softcap, num_splits, pack_gqa,
+            deterministic, sm_margin, return_attn_probs, num_sms, get_gpu(gpu).key)
     if trace is None and autograd.needs_grad(q, k, v):
         refusal = backward_refusal(qv, chunk)  # FA3 runs the forward; its backward refuses
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -167,6 +167,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """
     chunk = check_chunk(attention_chunk)
     window_size = check_window_size(window_size)
+    if trace is None and torch_ops.compiling():  # torch.compile / export: the custom ops
+        return torch_ops.flash_attn_varlen_func_op(
+            flash_attn_func, flash_attn_varlen_func, q, k, v, cu_seqlens_q, cu_seqlens_k,
+            max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, softmax_scale, causal, qv,
+            q_descale, k_descale, v_descale, window_size, chunk, softcap, num_splits, pack_gqa,
+            deterministic, sm_margin, return_attn_probs, num_sms, get_gpu(gpu).key)
     if trace is None and autograd.needs_grad(q, k, v):
         refusal = backward_refusal(qv, chunk)  # FA3 runs the forward; its backward refuses
         bwd = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size,

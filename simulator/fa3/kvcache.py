@@ -24,7 +24,7 @@ from ..flash.dispatch import check_head_dim, check_head_dim_v
 from ..flash.forward import check_memory
 from ..gpus import DEFAULT_GPU
 from ..trace import Trace
-from . import paged, rotary
+from . import paged, rotary, torch_ops
 from .append import append_kv
 from .arguments import DESCALES, Launch, Options, Parallel, plan
 from .arrays import check_writable, returned, to_numpy
@@ -60,6 +60,7 @@ def paged_kwargs(launch, pack_gqa, grouped: bool) -> dict:
     return kw
 
 
+@torch_ops.outside_compiled_graphs
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                             cache_leftpad=None, page_table=None, cu_seqlens_q=None,

@@ -10,9 +10,12 @@ call the same functions. Registered on first use (torch is optional).
 """
 
 
+import functools
+
 _REGISTERED = False
 
-__all__ = ["compiling", "flash_attn_func_op", "register"]
+__all__ = ["compiling", "flash_attn_func_op", "flash_attn_varlen_func_op",
+           "outside_compiled_graphs", "register"]
 
 
 def compiling() -> bool:
@@ -23,8 +26,27 @@ def compiling() -> bool:
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
-def register(forward) -> None:
-    """Register the ops (once per process) over ``forward`` (:func:`simulator.fa3.flash_attn_func`,
+def outside_compiled_graphs(fn):
+    """``fn`` (an entry point without custom ops: ``flash_attn_varlen_func``,
+    ``flash_attn_with_kvcache``) as ``torch.compile`` can call it: run eagerly, outside the
+    graph (a graph break), instead of traced into its NumPy code, which fails on fake tensors;
+    its autograd and its writes into a KV cache happen as in an eager call. Not under
+    ``fullgraph=True`` nor ``torch.export``, which allow no graph break."""
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        if compiling():
+            import torch
+
+            return torch.compiler.disable(fn)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return entry
+
+
+def register(forward, varlen) -> None:
+    """Register the ops (once per process) over ``forward`` and ``varlen``
+    (:func:`simulator.fa3.flash_attn_func`, :func:`simulator.fa3.flash_attn_varlen_func`,
     passed in: this module sits below the interface). :mod:`simulator.fa3` calls it at import
     when torch is already imported; otherwise the first compiled call does, outside the trace
     (a graph break, once: under ``fullgraph=True`` import torch before :mod:`simulator.fa3`)."""
@@ -32,10 +54,10 @@ def register(forward) -> None:
         return
     import torch
 
-    torch.compiler.disable(_register)(forward)
+    torch.compiler.disable(_register)(forward, varlen)
 
 
-def _register(flash_attn_func) -> None:
+def _register(flash_attn_func, flash_attn_varlen_func) -> None:
     global _REGISTERED
     if _REGISTERED:
         return
@@ -96,21 +118,93 @@ def _register(flash_attn_func) -> None:
         return (dq, dk, dv) + (None,) * 16
 
     fwd.register_autograd(backward, setup_context=setup_context)
+    _register_varlen(flash_attn_varlen_func)
     _REGISTERED = True
 
 
-def flash_attn_func_op(forward, q, k, v, softmax_scale, causal, qv, q_descale, k_descale,
-                       v_descale, window_size, attention_chunk, softcap, num_splits, pack_gqa,
-                       deterministic, sm_margin, return_attn_probs, num_sms, gpu):
+def _register_varlen(flash_attn_varlen_func) -> None:
+    """``simulator_fa3::varlen_fwd`` / ``::varlen_bwd``: :func:`flash_attn_varlen_func` and its
+    backward as ops, as :func:`_register` makes ``fwd`` / ``bwd``."""
+    import torch
+    from torch import Tensor
+
+    from .backward import flash_attn_backward
+
+    @torch.library.custom_op("simulator_fa3::varlen_fwd", mutates_args=())
+    def varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                   max_seqlen_q: int, max_seqlen_k: int, seqused_q: Tensor | None,
+                   seqused_k: Tensor | None, softmax_scale: float | None, causal: bool,
+                   window_left: int, window_right: int, softcap: float, num_splits: int,
+                   pack_gqa: bool | None, sm_margin: int, num_sms: int | None, gpu: str,
+                   qv: Tensor | None, q_descale: Tensor | None, k_descale: Tensor | None,
+                   v_descale: Tensor | None, attention_chunk: int,
+                   deterministic: bool) -> tuple[Tensor, Tensor]:
+        out, lse = flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+            seqused_k, softmax_scale, causal, qv, q_descale, k_descale, v_descale,
+            (window_left, window_right), attention_chunk, softcap, num_splits, pack_gqa, False,
+            sm_margin, True, num_sms=num_sms, gpu=gpu)
+        return out, lse
+
+    @varlen_fwd.register_fake
+    def _varlen_fwd_fake(q, k, v, *rest):
+        total, h, _ = q.shape
+        dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+        return (q.new_empty((total, h, v.shape[-1]), dtype=dtype),
+                q.new_empty((h, total), dtype=torch.float32))
+
+    @torch.library.custom_op("simulator_fa3::varlen_bwd", mutates_args=())
+    def varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                   cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
+                   max_seqlen_k: int, seqused_q: Tensor | None, seqused_k: Tensor | None,
+                   softmax_scale: float | None, causal: bool, window_left: int,
+                   window_right: int, softcap: float, deterministic: bool,
+                   gpu: str) -> tuple[Tensor, Tensor, Tensor]:
+        return tuple(flash_attn_backward(
+            dout.contiguous(), q, k, v, out, lse, softmax_scale, causal,
+            (window_left, window_right), softcap, deterministic, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            seqused_q=seqused_q, seqused_k=seqused_k, gpu=gpu))
+
+    @varlen_bwd.register_fake
+    def _varlen_bwd_fake(dout, q, k, v, *rest):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k = inputs[:9]
+        softmax_scale, causal, wl, wr, softcap = inputs[9:14]
+        qv, attention_chunk, deterministic = inputs[19], inputs[23], inputs[24]
+        ctx.save_for_backward(q, k, v, *output, cu_q, cu_k, used_q, used_k)
+        ctx.flags = (max_q, max_k, softmax_scale, causal, wl, wr, softcap, deterministic,
+                     inputs[18])
+        ctx.refused = qv is not None or attention_chunk != 0
+
+    def backward(ctx, dout, _dlse):
+        if ctx.refused:  # as FA3's FlashAttnVarlenFunc: the forward ran, its backward cannot
+            raise ValueError("qv, attention_chunk: FA3 has no backward with them")
+        q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
+        max_q, max_k, *flags = ctx.flags
+        dq, dk, dv = torch.ops.simulator_fa3.varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k,
+                                                        max_q, max_k, used_q, used_k, *flags)
+        return (dq, dk, dv) + (None,) * 22
+
+    varlen_fwd.register_autograd(backward, setup_context=setup_context)
+
+
+def flash_attn_func_op(forward, varlen, q, k, v, softmax_scale, causal, qv, q_descale,
+                       k_descale, v_descale, window_size, attention_chunk, softcap, num_splits,
+                       pack_gqa, deterministic, sm_margin, return_attn_probs, num_sms, gpu):
     """:func:`simulator.fa3.flash_attn_func` through the registered ops (what a trace records).
 
-    Args: ``forward`` :func:`simulator.fa3.flash_attn_func` itself, then its arguments (already
+    Args: ``forward``, ``varlen``: :func:`simulator.fa3.flash_attn_func` and
+        :func:`simulator.fa3.flash_attn_varlen_func` (for :func:`register`), then the
+        former's arguments (already
         checked: ``window_size`` two ints, ``gpu`` a key); executor, progress, memory_budget and
         trace are not taken by the ops.
     """
     import torch
 
-    register(forward)
+    register(forward, varlen)
     out, lse = torch.ops.simulator_fa3.fwd(
         q, k, v, None if softmax_scale is None else float(softmax_scale), bool(causal),
         int(window_size[0]), int(window_size[1]), float(softcap), int(num_splits), pack_gqa,
@@ -321,3 +415,22 @@ def _fa3_impls(api: dict) -> dict:
 
     return {"fwd": fwd, "bwd": bwd, "fwd_combine": fwd_combine,
             "get_scheduler_metadata": get_scheduler_metadata}
+
+
+def flash_attn_varlen_func_op(forward, varlen, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, softmax_scale,
+                              causal, qv, q_descale, k_descale, v_descale, window_size,
+                              attention_chunk, softcap, num_splits, pack_gqa, deterministic,
+                              sm_margin, return_attn_probs, num_sms, gpu):
+    """:func:`simulator.fa3.flash_attn_varlen_func` through the registered ops, as
+    :func:`flash_attn_func_op` (``window_size`` already two ints, ``gpu`` a key)."""
+    import torch
+
+    register(forward, varlen)
+    out, lse = torch.ops.simulator_fa3.varlen_fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), seqused_q,
+        seqused_k, None if softmax_scale is None else float(softmax_scale), bool(causal),
+        int(window_size[0]), int(window_size[1]), float(softcap), int(num_splits), pack_gqa,
+        int(sm_margin), num_sms, gpu, qv, q_descale, k_descale, v_descale, int(attention_chunk),
+        bool(deterministic))
+    return (out, lse) if return_attn_probs else out

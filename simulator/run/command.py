@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from .report import (
     wrap_line,
 )
 from .results import check_output_path, save_result
+from .waiting import progress_of, ticking, write_line
 from .workload import is_varlen, load_workload, select_heads, varlen_lengths
 
 DEFAULT_OUT = "out/run.npz"
@@ -51,19 +51,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"run: {message} (see `python -m simulator run --help`)")
 
 
-#: a float64 reference expected to take longer than this (seconds) says so before it starts:
-#: the progress line has already read 100%
+#: a float64 reference expected to take longer than this (seconds) shows its own progress (a
+#: bar on a terminal with tqdm, else a line before it starts): the emulation's has read 100%
 REFERENCE_NOTE_SECONDS = 5.0
 
 
 def _note(text: str) -> None:
-    """A line on stderr; none where stderr was closed at start (print would use stdout) or
-    by its reader (a broken pipe: the note is lost, not the run)."""
-    if sys.stderr is not None:
-        try:
-            print(text, file=sys.stderr, flush=True)
-        except (OSError, ValueError):
-            pass
+    """A line on stderr, above the progress bar if one is drawn; none where stderr was closed
+    at start (print would use stdout) or by its reader (a broken pipe: the note is lost, not
+    the run)."""
+    write_line(text)
 
 
 def _cta(text: str) -> tuple[int, int, int]:
@@ -352,7 +349,9 @@ def main(argv: list[str]) -> int:
     bar = Progress(not args.no_progress, visits, "emulating")
     executor = ProcessPoolExecutor(args.workers, mp_context=_worker_context()) if args.workers > 1 else None
     try:
-        out, lse, trace = emulate(work, kwargs, trace_ctas, bar.callback(), executor)
+        # the bar's clock runs while no block is done yet (a first compile: 20-60 s)
+        with ticking(getattr(bar, "_bar", None)):
+            out, lse, trace = emulate(work, kwargs, trace_ctas, bar.callback(), executor)
         bar.update(max(0, bar.total - bar.done))  # an estimate of the total may be a little high
     finally:
         bar.close()
@@ -360,10 +359,10 @@ def main(argv: list[str]) -> int:
             executor.shutdown(cancel_futures=True)
     t2 = time.perf_counter()
     ref_seconds = reference_seconds(work)
-    if not args.no_progress and ref_seconds > REFERENCE_NOTE_SECONDS:
-        _note(f"run: the float64 reference for the error report, about {ref_seconds:.0f} s "
-              f"(an estimate)")
-    ref_out, ref_lse = reference_result(work, kwargs, args.causal)
+    with progress_of("run: the float64 reference for the error report", ref_seconds,
+                     not args.no_progress and ref_seconds > REFERENCE_NOTE_SECONDS, _note,
+                     label="float64 reference"):
+        ref_out, ref_lse = reference_result(work, kwargs, args.causal)
     t3 = time.perf_counter()
     out_fmt = "bf16" if work.fmt == "e4m3" else work.fmt
     if seq_cfgs:

@@ -18,10 +18,15 @@ from .workload import Workload, is_varlen, varlen_lengths
 SECONDS_PER_BLOCK_ELEMENT = chunks.SECONDS_PER_BLOCK_ELEMENT
 #: the same where the launch runs on the compiled engine
 COMPILED_SECONDS_PER_BLOCK_ELEMENT = chunks.COMPILED_SECONDS_PER_BLOCK_ELEMENT
-#: seconds of the float64 reference per score times (head dim + V head dim): 1 x 2048 x 4 heads
-#: x 64, 3.2 s on the 2-core development machine (1.5e-9); 1 x 4096 x 4 x 64, 15 s with the cores
-#: shared with a test run (1.7e-9)
-REFERENCE_SECONDS_PER_ELEMENT = 2e-9
+#: the float64 reference's cost, per score (:data:`REFERENCE_SECONDS_PER_SCORE`: the softmax's
+#: exp, masks and sums, whatever the head dims) plus per score times (head dim + V head dim)
+#: (:data:`REFERENCE_SECONDS_PER_ELEMENT`: the two GEMMs). On the 2-core development machine,
+#: its cores shared (load average 7), bf16 1 x 2048 x 4 heads: 1.8e-7 s per score at head dim
+#: 64, 1.6e-7 at 128, 3.7e-7 at 256; 1 x 1024 x 8 x 128 1.65e-7; 1 x 4096 x 8 x 128 (run
+#: --input) 22 s, 1.6e-7. A cost per score times the head dims alone (2e-9) estimated that run
+#: at 69 s.
+REFERENCE_SECONDS_PER_SCORE = 1.2e-7
+REFERENCE_SECONDS_PER_ELEMENT = 4.5e-10
 #: a run expected to take longer than this (seconds) says so on stderr before it starts
 SLOW_RUN_SECONDS = 60.0
 _DESCALES = ("q_descale", "k_descale", "v_descale")
@@ -236,10 +241,11 @@ def estimate_seconds(cfgs, visits: int, workers: int = 1, compiled: bool | None 
 
 def reference_seconds(work: Workload) -> float:
     """Expected time of the float64 reference (:func:`reference_result`) on ``work``: every
-    query row against every key, :data:`REFERENCE_SECONDS_PER_ELEMENT` per score times
-    (head dim + V head dim)."""
+    query row against every key, :data:`REFERENCE_SECONDS_PER_SCORE` per score and
+    :data:`REFERENCE_SECONDS_PER_ELEMENT` per score times (head dim + V head dim)."""
     b, s, h, d = work.q.shape
-    return b * h * s * work.k.shape[1] * (d + work.v.shape[-1]) * REFERENCE_SECONDS_PER_ELEMENT
+    per_score = REFERENCE_SECONDS_PER_SCORE + (d + work.v.shape[-1]) * REFERENCE_SECONDS_PER_ELEMENT
+    return b * h * s * work.k.shape[1] * per_score
 
 
 def slow_run_warning(cfgs, visits: int, workers: int = 1) -> str | None:
