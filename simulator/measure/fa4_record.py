@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     extra = ["--drawn", str(args.drawn), "--drawn-backward", str(args.drawn_backward),
              "--drawn-from", str(args.drawn_from), "--time-limit", str(args.time_limit),
              *(["--no-chosen"] if args.no_chosen else [])]
-    codes = _spawn(out, args.workers, extra, log)
+    codes = jf.spawn_workers("fa4_record", out, args.workers, extra, log, _worker_env(out))
     records, arrays = jf.merge_parts(out, args.workers)
     report = {"provenance": prov, "worker_exit_codes": codes,
               "seconds": round(time.time() - t0), **records}
@@ -282,22 +282,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def _spawn(out: Path, workers: int, extra: list[str], log) -> list[int]:
-    """The workers, each with its own PTX dump folder (CuTe DSL reads it at import)."""
-    procs = []
-    for k in range(workers):
-        (out / f"ptx{k}").mkdir(parents=True, exist_ok=True)  # CuTe DSL dumps only into a folder that exists
-        env = dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out / f"ptx{k}"))
-        f = open(out / f"worker{k}.log", "w")  # noqa: SIM115  (closed below)
-        cmd = [sys.executable, "-m", "simulator", "measure", "fa4_record", "--out", str(out),
-               "--worker", str(k), "--workers", str(workers), *extra]
-        procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), f))
-    codes = []
-    for k, (p, f) in enumerate(procs):
-        codes.append(p.wait())
-        f.close()
-        log(f"worker {k} exit {codes[-1]}")
-    return codes
+def _worker_env(out: Path):
+    """Worker k's environment: its own PTX dump folder, made first (CuTe DSL reads the
+    variables at import and dumps only into a folder that exists)."""
+    def env_of(k: int) -> dict:
+        (out / f"ptx{k}").mkdir(parents=True, exist_ok=True)
+        return dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out / f"ptx{k}"))
+    return env_of
 
 
 def _hidden():

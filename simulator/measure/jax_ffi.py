@@ -89,15 +89,18 @@ def runs_bits(runs: list[np.ndarray]) -> np.ndarray:
     return np.stack([first] + [r ^ first for r in runs[1:]])
 
 
-def spawn_workers(module: str, out: Path, workers: int, extra: list[str], log) -> list[int]:
+def spawn_workers(module: str, out: Path, workers: int, extra: list[str], log,
+                  env_of=None) -> list[int]:
     """Run ``python -m simulator measure MODULE --out OUT --worker k --workers W`` for each k
-    at once; returns their exit codes (each worker's output goes to OUT/worker{k}.log)."""
+    at once; returns their exit codes (each worker's output goes to OUT/worker{k}.log).
+    ``env_of(k)``: worker k's environment (default: this process's)."""
     procs = []
     for k in range(workers):
         f = open(out / f"worker{k}.log", "w")  # noqa: SIM115  (closed below)
         cmd = [sys.executable, "-m", "simulator", "measure", module, "--out", str(out),
                "--worker", str(k), "--workers", str(workers), *extra]
-        procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), f))
+        env = None if env_of is None else env_of(k)
+        procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), f))
     codes = []
     t0 = time.time()
     for k, (p, f) in enumerate(procs):
